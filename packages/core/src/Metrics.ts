@@ -1,0 +1,37 @@
+/**
+ * Metrics of the outbox and the relay, named `tidings_<area>_<thing>_<unit>`. They are ordinary
+ * Effect metrics: export them with any Effect metrics exporter (the Hono adapter serves Prometheus).
+ * @module
+ */
+import { Metric } from "effect"
+
+/** Pending events (sampled by the relay's stats loop). */
+export const outboxPending = Metric.gauge("tidings_outbox_pending", { description: "Outbox events waiting to be published" })
+/** Failed (dead-lettered) events. */
+export const outboxFailed = Metric.gauge("tidings_outbox_failed", { description: "Outbox events that exhausted their attempts" })
+/** Age of the oldest pending event. */
+export const outboxOldestPendingAge = Metric.gauge("tidings_outbox_oldest_pending_age_seconds", {
+  description: "Age of the oldest pending outbox event"
+})
+/** Time from append (occurredAt) to a confirmed publish. */
+export const publishLatency = Metric.histogram("tidings_outbox_publish_latency_seconds", {
+  description: "Append to confirmed publish",
+  boundaries: Metric.exponentialBoundaries({ start: 0.0005, factor: 2, count: 20 })
+})
+/** Events confirmed by the broker and marked published. */
+export const published = Metric.counter("tidings_outbox_published_total", { description: "Events published", incremental: true })
+/** Publish attempts that failed and were rescheduled. */
+export const retried = Metric.counter("tidings_outbox_retried_total", { description: "Events rescheduled after a failed publish", incremental: true })
+/** Events moved to the failed (dead-letter) state. */
+export const failed = Metric.counter("tidings_outbox_failed_total", { description: "Events marked failed", incremental: true })
+/** Events whose lease expired and were made claimable again. */
+export const reclaimed = Metric.counter("tidings_outbox_reclaimed_total", { description: "Expired claims taken back", incremental: true })
+/** Published rows deleted by retention. */
+export const pruned = Metric.counter("tidings_outbox_pruned_total", { description: "Published rows deleted by retention", incremental: true })
+/** Relay wake-ups by source: `local` (same process), `notify` (Postgres NOTIFY), `poll` (timer). */
+export const wakeups = Metric.counter("tidings_relay_wakeups_total", { description: "Relay wake-ups by source", incremental: true })
+/** Claimed batch sizes. */
+export const batchSize = Metric.histogram("tidings_relay_batch_size", {
+  description: "Events per claimed batch",
+  boundaries: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+})

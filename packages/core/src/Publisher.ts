@@ -1,0 +1,31 @@
+/**
+ * The publishing port: where the relay sends claimed events. Only a confirmed publish counts; the
+ * relay marks an event published after its `Published` result and nothing else.
+ * @module
+ */
+import { Context, type Effect } from "effect"
+import type { PublishError } from "./Errors.ts"
+import type { Message } from "./Message.ts"
+
+/** The per-message outcome of a batch publish. */
+export type PublishResult =
+  | { readonly _tag: "Published"; readonly id: string }
+  | { readonly _tag: "Rejected"; readonly id: string; readonly error: PublishError }
+
+/** The publisher service. */
+export interface Service {
+  /**
+   * Publishes a batch and waits for the broker's confirms. A failure of the whole batch (connection
+   * lost) may be returned as the error instead of one `Rejected` per message.
+   */
+  readonly publish: (messages: ReadonlyArray<Message>) => Effect.Effect<ReadonlyArray<PublishResult>, PublishError>
+}
+
+/** The publisher the relay uses. */
+export class Publisher extends Context.Service<Publisher, Service>()("@tidings/core/Publisher") {}
+
+/** A confirmed publish. */
+export const published = (id: string): PublishResult => ({ _tag: "Published", id })
+
+/** A rejected publish. */
+export const rejected = (id: string, error: PublishError): PublishResult => ({ _tag: "Rejected", id, error })

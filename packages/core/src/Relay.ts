@@ -1,0 +1,388 @@
+/**
+ * The relay: a two-phase poller that moves outbox events to a `Publisher`.
+ *
+ * 1. Claim a batch in a short transaction of the store (`FOR UPDATE SKIP LOCKED` on Postgres),
+ *    setting a lease and counting the attempt.
+ * 2. Publish outside any transaction; only a confirmed publish counts.
+ * 3. Settle the batch in one statement: published, rescheduled with a backoff from a `Schedule`,
+ *    or failed after the last attempt (the dead-letter state).
+ *
+ * Many relays run at once, in one process (`concurrency`) and across processes. A relay that dies
+ * holding a lease leaves its events to be reclaimed once the lease expires.
+ * @module
+ */
+import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Queue, Schedule, Tracer } from "effect"
+import { InvalidConfig, PublishError, type StoreError } from "./Errors.ts"
+import * as Traceparent from "./internal/traceparent.ts"
+import { HeaderNames, type Message } from "./Message.ts"
+import * as Metrics from "./Metrics.ts"
+import { type ClaimedEvent, OutboxStore, type Settlement } from "./OutboxStore.ts"
+import { Publisher, type PublishResult } from "./Publisher.ts"
+import * as Retry from "./Retry.ts"
+import { Wakeups } from "./Wakeup.ts"
+
+/** Relay settings; every field has a default. */
+export interface Config {
+  /** Prefix of the relay ids written to `claimed_by` (default `relay`). */
+  readonly name?: string
+  /** Pollers in this process (default 1). */
+  readonly concurrency?: number
+  /** Events claimed per batch (default 100). */
+  readonly batchSize?: number
+  /** How long a claim holds before another relay may take the events (default 30 s). */
+  readonly lease?: Duration.Input
+  /**
+   * Adaptive polling: after a full batch wait `min`, after a partial one `base`, and when idle back
+   * off from `base` doubling to `max`. A wake-up ends any wait at once.
+   */
+  readonly pollInterval?: { readonly min?: Duration.Input; readonly base?: Duration.Input; readonly max?: Duration.Input }
+  /** Delay before retry n (default: 1 s doubling to 5 min, jittered). */
+  readonly retry?: Schedule.Schedule<unknown, unknown>
+  /** Attempts after which an event is marked failed (default 10). */
+  readonly maxAttempts?: number
+  /** A publish that takes longer fails (retryably) (default 30 s). */
+  readonly publishTimeout?: Duration.Input
+  /** How often expired leases are taken back (default a quarter of the lease). */
+  readonly reclaimInterval?: Duration.Input
+  /** Retention of published rows; `false` turns it off (default: delete after 7 days, checked every minute). */
+  readonly retention?: false | {
+    readonly olderThan?: Duration.Input
+    readonly interval?: Duration.Input
+    readonly batchSize?: number
+  }
+  /** How often the pending / failed gauges are refreshed; `false` turns it off (default 10 s). */
+  readonly statsInterval?: Duration.Input | false
+  /** How long shutdown waits for an in-flight batch before interrupting it and releasing its claims (default 10 s). */
+  readonly shutdownTimeout?: Duration.Input
+}
+
+/** {@link Config} with defaults applied and validated. */
+export interface Settings {
+  readonly name: string
+  readonly concurrency: number
+  readonly batchSize: number
+  readonly lease: Duration.Duration
+  readonly pollMin: Duration.Duration
+  readonly pollBase: Duration.Duration
+  readonly pollMax: Duration.Duration
+  readonly retry: Schedule.Schedule<unknown, unknown>
+  readonly maxAttempts: number
+  readonly publishTimeout: Duration.Duration
+  readonly reclaimInterval: Duration.Duration
+  readonly retention: false | { readonly olderThan: Duration.Duration; readonly interval: Duration.Duration; readonly batchSize: number }
+  readonly statsInterval: Duration.Duration | false
+  readonly shutdownTimeout: Duration.Duration
+}
+
+const duration = (path: string, input: Duration.Input | undefined, fallback: Duration.Input, allowZero = false): Duration.Duration => {
+  const d = Duration.fromInputUnsafe(input ?? fallback)
+  if (!Duration.isFinite(d) || Duration.toMillis(d) < 0 || (!allowZero && Duration.toMillis(d) === 0)) {
+    throw new InvalidConfig({ path, message: `must be a finite ${allowZero ? "non-negative" : "positive"} duration, got ${String(input)}` })
+  }
+  return d
+}
+
+const integer = (path: string, input: number | undefined, fallback: number, min: number, max: number): number => {
+  const n = input ?? fallback
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new InvalidConfig({ path, message: `must be an integer from ${min} to ${max}, got ${String(input)}` })
+  }
+  return n
+}
+
+/** Applies defaults and validates; invalid settings fail with `InvalidConfig`. */
+export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidConfig> =>
+  Effect.try({
+    try: (): Settings => {
+      const name = config.name ?? "relay"
+      if (!/^[\w.:-]{1,64}$/.test(name)) throw new InvalidConfig({ path: "name", message: "must be 1-64 characters of [A-Za-z0-9_.:-]" })
+      const pollMin = duration("pollInterval.min", config.pollInterval?.min, 0, true)
+      const pollBase = duration("pollInterval.base", config.pollInterval?.base, "100 millis")
+      const pollMax = duration("pollInterval.max", config.pollInterval?.max, "2 seconds")
+      if (Duration.isGreaterThan(pollMin, pollBase) || Duration.isGreaterThan(pollBase, pollMax)) {
+        throw new InvalidConfig({ path: "pollInterval", message: "must satisfy min <= base <= max" })
+      }
+      const lease = duration("lease", config.lease, "30 seconds")
+      const publishTimeout = duration("publishTimeout", config.publishTimeout, "30 seconds")
+      if (!Duration.isLessThan(publishTimeout, lease)) {
+        throw new InvalidConfig({ path: "publishTimeout", message: "must be shorter than the lease, or another relay could reclaim events still being published" })
+      }
+      const retention = config.retention === false ? false : {
+        olderThan: duration("retention.olderThan", config.retention?.olderThan, "7 days", true),
+        interval: duration("retention.interval", config.retention?.interval, "1 minute"),
+        batchSize: integer("retention.batchSize", config.retention?.batchSize, 1000, 1, 100_000)
+      }
+      return {
+        name,
+        concurrency: integer("concurrency", config.concurrency, 1, 1, 256),
+        batchSize: integer("batchSize", config.batchSize, 100, 1, 10_000),
+        lease,
+        pollMin,
+        pollBase,
+        pollMax,
+        retry: config.retry ?? Retry.exponentialBackoff(),
+        maxAttempts: integer("maxAttempts", config.maxAttempts, 10, 1, 1000),
+        publishTimeout,
+        reclaimInterval: config.reclaimInterval === undefined
+          ? Duration.max(Duration.millis(Math.floor(Duration.toMillis(lease) / 4)), Duration.millis(50))
+          : duration("reclaimInterval", config.reclaimInterval, "1 second"),
+        retention,
+        statsInterval: config.statsInterval === false ? false : duration("statsInterval", config.statsInterval, "10 seconds"),
+        shutdownTimeout: duration("shutdownTimeout", config.shutdownTimeout, "10 seconds", true)
+      }
+    },
+    catch: (e) => e instanceof InvalidConfig ? e : new InvalidConfig({ path: "", message: String(e) })
+  })
+
+/** A running relay group. */
+export interface Service {
+  readonly settings: Settings
+  /** Ids of this process's pollers. */
+  readonly relayIds: ReadonlyArray<string>
+  /** True while the pollers run (for readiness checks). */
+  readonly isRunning: Effect.Effect<boolean>
+  /** Wakes the pollers now. */
+  readonly wake: Effect.Effect<void>
+}
+
+/** The relay service; present while its layer is alive. */
+export class Relay extends Context.Service<Relay, Service>()("@tidings/core/Relay") {}
+
+const errorText = (error: PublishError): string => `${error.reason}${error.retryable ? "" : " (not retryable)"}`
+
+const spanOf = (message: Message, relayId: string) =>
+  Effect.makeSpan("tidings.relay.publish", {
+    kind: "producer",
+    ...(Traceparent.parse(message.headers[HeaderNames.traceparent]) !== undefined
+      ? { parent: Traceparent.parse(message.headers[HeaderNames.traceparent])! }
+      : {}),
+    attributes: {
+      "messaging.message.id": message.id,
+      "tidings.event.type": message.type,
+      "tidings.event.version": message.version,
+      "tidings.relay.id": relayId
+    }
+  })
+
+/** Publishes one claimed batch; never fails: every message gets a result. */
+const publishBatch = (claimed: ReadonlyArray<ClaimedEvent>, relayId: string, timeout: Duration.Duration) =>
+  Effect.gen(function*() {
+    const publisher = yield* Publisher
+    const messages = claimed.map((c) => c.message)
+    const spans = yield* Effect.forEach(messages, (m) => spanOf(m, relayId))
+    const exit = yield* publisher.publish(messages).pipe(
+      Effect.timeoutOrElse({
+        duration: timeout,
+        orElse: () => Effect.fail(new PublishError({ reason: `publish timed out after ${Duration.format(timeout)}`, retryable: true }))
+      }),
+      Effect.catchDefect((defect) => Effect.fail(new PublishError({ reason: `publisher defect: ${String(defect)}`, retryable: true, cause: defect }))),
+      Effect.exit
+    )
+    const end = yield* Clock.currentTimeNanos
+    const byId = new Map<string, PublishResult>()
+    if (Exit.isSuccess(exit)) for (const r of exit.value) byId.set(r.id, r)
+    const batchError = Exit.isFailure(exit)
+      ? Option.getOrElse(Cause.findErrorOption(exit.cause), () => new PublishError({ reason: Cause.pretty(exit.cause), retryable: true }))
+      : undefined
+    const results = messages.map((m): PublishResult =>
+      byId.get(m.id) ?? {
+        _tag: "Rejected",
+        id: m.id,
+        error: batchError ?? new PublishError({ reason: "the publisher returned no result for this message", retryable: true })
+      }
+    )
+    if (Exit.isSuccess(exit) || !Cause.hasInterrupts(exit.cause)) {
+      results.forEach((r, i) => spans[i]!.end(end, r._tag === "Published" ? Exit.void : Exit.fail(r.error)))
+    } else {
+      spans.forEach((s) => s.end(end, exit))
+      return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
+    }
+    return results
+  })
+
+/** Turns publish results into a settlement, using the retry schedule for the delays. */
+const settlementOf = (claimed: ReadonlyArray<ClaimedEvent>, results: ReadonlyArray<PublishResult>, s: Settings) =>
+  Effect.gen(function*() {
+    const published: Array<string> = []
+    const retry: Array<Settlement["retry"][number]> = []
+    const failed: Array<Settlement["failed"][number]> = []
+    const now = yield* Clock.currentTimeMillis
+    for (let i = 0; i < claimed.length; i++) {
+      const event = claimed[i]!
+      const result = results[i]!
+      if (result._tag === "Published") {
+        published.push(event.message.id)
+        yield* Metric.update(Metrics.publishLatency, Math.max(0, now - event.message.occurredAt.getTime()) / 1000)
+        continue
+      }
+      const error = errorText(result.error)
+      if (!result.error.retryable) {
+        failed.push({ id: event.message.id, error })
+      } else if (event.attempts >= s.maxAttempts) {
+        failed.push({ id: event.message.id, error: `${error}; gave up after ${event.attempts} attempts` })
+      } else {
+        const delay = yield* Retry.delayFor(s.retry, event.attempts, undefined)
+        if (Option.isNone(delay)) failed.push({ id: event.message.id, error: `${error}; retry schedule exhausted after ${event.attempts} attempts` })
+        else retry.push({ id: event.message.id, delay: delay.value, error })
+      }
+    }
+    return { published, retry, failed } satisfies Settlement
+  })
+
+// A settle that fails (database blip) is retried briefly; if it still fails, the lease expires and
+// the events are published again by whoever reclaims them (at-least-once, never lost).
+const settleRetry = Schedule.exponential("50 millis").pipe(Schedule.upTo({ times: 5 }))
+
+/**
+ * Claims, publishes and settles one batch as `relayId`. Returns the number of events claimed.
+ * If interrupted while publishing, the claims are released so that nothing waits for the lease.
+ */
+export const processBatch = (s: Settings, relayId: string): Effect.Effect<number, StoreError, OutboxStore | Publisher> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.gen(function*() {
+      const store = yield* OutboxStore
+      const claimed = yield* store.claim({ relayId, batchSize: s.batchSize, lease: s.lease }).pipe(
+        Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } })
+      )
+      if (claimed.length === 0) return 0
+      yield* Metric.update(Metrics.batchSize, claimed.length)
+      const published = yield* Effect.exit(restore(publishBatch(claimed, relayId, s.publishTimeout)))
+      if (Exit.isFailure(published)) {
+        // Only interruption gets here (publishBatch turns failures into results): give the events back.
+        yield* store.release(relayId, claimed.map((c) => c.message.id)).pipe(Effect.ignore({ log: true }))
+        return yield* Effect.failCause(published.cause)
+      }
+      const settlement = yield* settlementOf(claimed, published.value, s)
+      yield* store.settle(relayId, settlement).pipe(
+        Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
+        Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } })
+      )
+      yield* Metric.update(Metrics.published, settlement.published.length)
+      if (settlement.retry.length > 0) yield* Metric.update(Metrics.retried, settlement.retry.length)
+      if (settlement.failed.length > 0) {
+        yield* Metric.update(Metrics.failed, settlement.failed.length)
+        yield* Effect.logWarning("outbox events failed for good").pipe(
+          Effect.annotateLogs({ relayId, events: settlement.failed.map((f) => `${f.id}: ${f.error}`).join("; ") })
+        )
+      }
+      return claimed.length
+    })
+  )
+
+const min = (a: Duration.Duration, b: Duration.Duration) => Duration.isLessThan(a, b) ? a : b
+
+/** Next poll delay from the last batch's size (adaptive polling). */
+const nextDelay = (s: Settings, previous: Duration.Duration, claimed: number | "error"): Duration.Duration => {
+  if (claimed === "error") return min(Duration.max(Duration.times(previous, 2), s.pollBase), s.pollMax)
+  if (claimed >= s.batchSize) return s.pollMin
+  if (claimed > 0) return s.pollBase
+  return Duration.isLessThan(previous, s.pollBase) ? s.pollBase : min(Duration.times(previous, 2), s.pollMax)
+}
+
+const randomId = () => Math.random().toString(36).slice(2, 8)
+
+/** Runs `effect` every `interval` until interrupted, logging (not dying on) failures. */
+const every = <E>(interval: Duration.Duration, label: string, effect: Effect.Effect<void, E>) =>
+  effect.pipe(
+    Effect.catchCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.logWarning(`${label} failed`, cause)),
+    Effect.andThen(Effect.sleep(interval)),
+    Effect.forever
+  )
+
+/**
+ * Starts the relay group: `concurrency` pollers plus the lease reclaimer, retention and stats loops.
+ * Closing the layer shuts down gracefully: stop claiming, let in-flight batches finish within
+ * `shutdownTimeout` (or interrupt them and release their claims), then stop.
+ */
+export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> =>
+  Layer.effect(Relay, Effect.gen(function*() {
+    const s = yield* settings(config)
+    const store = yield* OutboxStore
+    const wakeups = yield* Wakeups
+    const stop = yield* Deferred.make<void>()
+    let running = 0
+    const group = `${s.name}-${randomId()}`
+    const relayIds = Array.from({ length: s.concurrency }, (_, i) => `${group}-${i}`)
+
+    const poller = (relayId: string) =>
+      Effect.gen(function*() {
+        const mailbox = yield* wakeups.subscribe
+        let delay = s.pollBase
+        running++
+        while (!(yield* Deferred.isDone(stop))) {
+          yield* Queue.clear(mailbox) // signals so far are answered by the claim below
+          const claimed = yield* processBatch(s, relayId).pipe(
+            Effect.catchCause((cause) =>
+              Cause.hasInterruptsOnly(cause)
+                ? Effect.failCause(cause)
+                : Effect.as(Effect.logWarning("relay batch failed; backing off", cause).pipe(Effect.annotateLogs({ relayId })), "error" as const)
+            )
+          )
+          delay = nextDelay(s, delay, claimed)
+          if (Duration.toMillis(delay) === 0) {
+            yield* Effect.yieldNow
+            continue
+          }
+          const woken = yield* Effect.raceAll([
+            Effect.as(Effect.sleep(delay), "poll" as const),
+            Queue.take(mailbox),
+            Effect.as(Deferred.await(stop), "stop" as const)
+          ])
+          if (woken === "local" || woken === "notify") delay = s.pollBase
+        }
+      }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => running--)))
+
+    const pollers = yield* Effect.forEach(relayIds, (id) => Effect.forkScoped(poller(id)))
+
+    yield* Effect.forkScoped(every(s.reclaimInterval, "lease reclaim", Effect.flatMap(store.reclaimExpired, (n) => {
+      if (n === 0) return Effect.void
+      return Effect.andThen(Metric.update(Metrics.reclaimed, n), Effect.logInfo(`reclaimed ${n} events with expired leases`))
+    })))
+    if (s.retention !== false) {
+      const r = s.retention
+      // Bounded: at most 100 batches per round, so one round never runs unbounded.
+      const round = Effect.gen(function*() {
+        for (let i = 0; i < 100; i++) {
+          const n = yield* store.prune({ olderThan: r.olderThan, limit: r.batchSize })
+          if (n === undefined || n === 0) return
+          yield* Metric.update(Metrics.pruned, n)
+          if (n < r.batchSize) return
+        }
+      })
+      yield* Effect.forkScoped(every(r.interval, "outbox retention", round))
+    }
+    if (s.statsInterval !== false) {
+      yield* Effect.forkScoped(every(s.statsInterval, "outbox stats", Effect.gen(function*() {
+        const stats = yield* store.stats
+        yield* Metric.update(Metrics.outboxPending, stats.pending)
+        yield* Metric.update(Metrics.outboxFailed, stats.failed)
+        yield* Metric.update(Metrics.outboxOldestPendingAge, (stats.oldestPendingAgeMs ?? 0) / 1000)
+      })))
+    }
+
+    // Runs before the scope interrupts the fibers forked above (finalizers run in reverse order).
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        yield* Deferred.succeed(stop, undefined)
+        const done = yield* Fiber.awaitAll(pollers).pipe(Effect.timeoutOption(s.shutdownTimeout))
+        if (Option.isNone(done)) {
+          yield* Effect.logWarning(`relay shutdown: in-flight batches did not finish within ${Duration.format(s.shutdownTimeout)}; releasing their claims`)
+          yield* Fiber.interruptAll(pollers)
+        }
+      })
+    )
+
+    return Relay.of({
+      settings: s,
+      relayIds,
+      isRunning: Effect.sync(() => running > 0),
+      wake: wakeups.signal("local")
+    })
+  }))
+
+/** Used by tests and the admin API: the relay's own tracer-free span name list. */
+export const spanNames = { claim: "tidings.outbox.claim", publish: "tidings.relay.publish", settle: "tidings.outbox.settle" } as const
+
+// Re-exported for callers that build parents from headers (consumers do the same).
+export const parentFromHeaders = (headers: Readonly<Record<string, string>>): Tracer.ExternalSpan | undefined =>
+  Traceparent.parse(headers[HeaderNames.traceparent])

@@ -1,0 +1,16 @@
+/**
+ * Tidings core: the message model, the transactional outbox, the relay engine, the storage and
+ * publishing ports with in-memory implementations, retry schedules and metrics.
+ * @module
+ */
+export * as Errors from "./Errors.ts"
+export * as Event from "./Event.ts"
+export * as MemoryBroker from "./MemoryBroker.ts"
+export * as Message from "./Message.ts"
+export * as Metrics from "./Metrics.ts"
+export * as Outbox from "./Outbox.ts"
+export * as OutboxStore from "./OutboxStore.ts"
+export * as Publisher from "./Publisher.ts"
+export * as Relay from "./Relay.ts"
+export * as Retry from "./Retry.ts"
+export * as Wakeup from "./Wakeup.ts"

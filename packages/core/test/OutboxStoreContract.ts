@@ -1,0 +1,181 @@
+/**
+ * The contract every `OutboxStore` passes: the memory store here, the Postgres store in
+ * `@tidings/postgres`. Time-dependent cases use short real durations so that both a Clock-driven
+ * store and a database using `now()` can run them.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Cause, Duration, Effect, Exit, Fiber, Layer, Option, Schema, type Scope } from "effect"
+import * as Event from "../src/Event.ts"
+import * as Outbox from "../src/Outbox.ts"
+import { OutboxStore, type Service } from "../src/OutboxStore.ts"
+
+export const Thing = Event.define("thing.happened", {
+  aggregateType: "thing",
+  schema: Schema.Struct({ n: Schema.Int, label: Schema.String })
+})
+
+const draft = (n: number, aggregateId = `a${n % 3}`) => Thing.make({ aggregateId, payload: { n, label: `#${n}` } })
+
+/** Appends `count` events in one committed transaction; returns their ids in order. */
+export const seed = (count: number, from = 0) =>
+  Effect.gen(function*() {
+    const store = yield* OutboxStore
+    const messages = yield* store.withTransaction(Outbox.appendAll(Array.from({ length: count }, (_, i) => draft(from + i))))
+    return messages.map((m) => m.id)
+  })
+
+/** The `_tag` of an exit's first typed failure, if any. */
+export const failureTag = (exit: Exit.Exit<unknown, unknown>): string | undefined =>
+  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { _tag?: string })._tag)) : undefined
+
+const ids = (claimed: ReadonlyArray<{ readonly message: { readonly id: string } }>) => claimed.map((c) => c.message.id)
+const lease = Duration.seconds(30)
+
+/** Registers the contract suite for a store built fresh for each test. */
+export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>) => {
+  const run = <A, E>(body: Effect.Effect<A, E, OutboxStore>) =>
+    Effect.scoped(Effect.flatMap(makeStore, (store) => Effect.provide(body, Layer.succeed(OutboxStore, store))))
+
+  describe(`OutboxStore contract: ${name}`, () => {
+    it.live("append outside a transaction is a typed error and writes nothing", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const exit = yield* Effect.exit(Outbox.append(Thing, { aggregateId: "x", payload: { n: 1, label: "a" } }))
+        assert.strictEqual(failureTag(exit), "NotInTransaction")
+        assert.strictEqual((yield* store.stats).pending, 0)
+      })))
+
+    it.live("committed events are claimed in append order with their fields intact", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const written = yield* store.withTransaction(
+          Outbox.appendAll([
+            Thing.make({ aggregateId: "order-1", payload: { n: 1, label: "ü \"quoted\" \n" }, headers: { "x-tenant": "t1" } }),
+            Thing.make({ aggregateId: "order-2", orderingKey: "customer-9", payload: { n: 2, label: "b" } })
+          ])
+        )
+        const claimed = yield* store.claim({ relayId: "r1", batchSize: 10, lease })
+        assert.deepStrictEqual(ids(claimed), written.map((m) => m.id))
+        const [first, second] = claimed
+        assert.deepStrictEqual(first!.message.payload, { n: 1, label: "ü \"quoted\" \n" })
+        assert.strictEqual(first!.message.headers["x-tenant"], "t1")
+        assert.strictEqual(first!.message.orderingKey, "order-1")
+        assert.strictEqual(first!.message.type, "thing.happened")
+        assert.strictEqual(first!.message.version, 1)
+        assert.strictEqual(first!.message.aggregateType, "thing")
+        assert.strictEqual(first!.message.occurredAt.getTime(), written[0]!.occurredAt.getTime())
+        assert.strictEqual(first!.attempts, 1)
+        assert.strictEqual(second!.message.orderingKey, "customer-9")
+        assert.deepStrictEqual(yield* store.claim({ relayId: "r2", batchSize: 10, lease }), [])
+      })))
+
+    it.live("a rolled-back transaction writes nothing and runs no after-commit hook", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        let hooks = 0
+        const exit = yield* Effect.exit(store.withTransaction(Effect.gen(function*() {
+          yield* Outbox.appendAll([draft(1), draft(2)])
+          yield* store.afterCommit(Effect.sync(() => void hooks++))
+          return yield* Effect.fail("business rule violated" as const)
+        })))
+        assert.isTrue(Exit.isFailure(exit))
+        assert.strictEqual(hooks, 0)
+        assert.deepStrictEqual(yield* store.claim({ relayId: "r", batchSize: 10, lease }), [])
+        yield* store.withTransaction(Effect.andThen(Outbox.appendAll([draft(3)]), store.afterCommit(Effect.sync(() => void hooks++))))
+        assert.strictEqual(hooks, 1)
+      })))
+
+    it.live("interruption of the transaction rolls it back", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const fiber = yield* Effect.forkChild(store.withTransaction(Effect.andThen(Outbox.appendAll([draft(1)]), Effect.never)))
+        yield* Effect.sleep("100 millis")
+        yield* Fiber.interrupt(fiber)
+        assert.strictEqual((yield* store.stats).pending, 0)
+      })))
+
+    it.live("concurrent claims take disjoint batches that cover every event", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const all = yield* seed(200)
+        const claims = yield* Effect.forEach(
+          Array.from({ length: 8 }, (_, i) => `r${i}`),
+          (relayId) => store.claim({ relayId, batchSize: 30, lease }),
+          { concurrency: "unbounded" }
+        )
+        const more = yield* store.claim({ relayId: "late", batchSize: 1000, lease })
+        const got = [...claims.flatMap(ids), ...ids(more)]
+        assert.strictEqual(got.length, 200)
+        assert.strictEqual(new Set(got).size, 200)
+        assert.deepStrictEqual([...got].sort(), [...all].sort())
+        for (const c of claims) assert.isAtMost(c.length, 30)
+      })))
+
+    it.live("settle: published, retried after its delay, failed; a lost claim is left alone", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const [a, b, c, d] = yield* seed(4)
+        yield* store.claim({ relayId: "r1", batchSize: 4, lease })
+        const settled = yield* store.settle("r1", {
+          published: [a!],
+          retry: [{ id: b!, delay: Duration.millis(400), error: "broker said no" }],
+          failed: [{ id: c!, error: "poison" }]
+        })
+        assert.strictEqual(settled, 3)
+        // d is claimed by r1: another relay's settle must not touch it
+        assert.strictEqual(yield* store.settle("intruder", { published: [d!], retry: [], failed: [] }), 0)
+        let stats = yield* store.stats
+        assert.deepStrictEqual([stats.published, stats.pending, stats.processing, stats.failed], [1, 1, 1, 1])
+        assert.deepStrictEqual(yield* store.claim({ relayId: "r2", batchSize: 10, lease }), [])
+        yield* Effect.sleep("600 millis")
+        const again = yield* store.claim({ relayId: "r2", batchSize: 10, lease })
+        assert.deepStrictEqual(ids(again), [b!])
+        assert.strictEqual(again[0]!.attempts, 2)
+        const failed = yield* store.listFailed({ limit: 10 })
+        assert.deepStrictEqual(failed.map((f) => [f.message.id, f.lastError]), [[c!, "poison"]])
+        assert.strictEqual(yield* store.retryFailed([c!]), 1)
+        const retried = yield* store.claim({ relayId: "r3", batchSize: 10, lease })
+        assert.deepStrictEqual(ids(retried), [c!])
+        assert.strictEqual(retried[0]!.attempts, 1)
+        yield* store.settle("r3", { published: [], retry: [], failed: [{ id: c!, error: "poison again" }] })
+        assert.strictEqual(yield* store.discardFailed([c!, a!]), 1) // a is published: not discarded
+        stats = yield* store.stats
+        assert.strictEqual(stats.failed, 0)
+        assert.strictEqual(stats.published, 1)
+      })))
+
+    it.live("an expired lease is reclaimed; release gives events back without counting the attempt", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const [a, b] = yield* seed(2)
+        yield* store.claim({ relayId: "crashed", batchSize: 1, lease: Duration.millis(300) })
+        yield* store.claim({ relayId: "stopping", batchSize: 1, lease })
+        assert.strictEqual(yield* store.reclaimExpired, 0)
+        assert.strictEqual(yield* store.release("stopping", [b!]), 1)
+        yield* Effect.sleep("500 millis")
+        assert.strictEqual(yield* store.reclaimExpired, 1)
+        const claimed = yield* store.claim({ relayId: "survivor", batchSize: 10, lease })
+        assert.deepStrictEqual(new Set(ids(claimed)), new Set([a!, b!]))
+        const byId = new Map(claimed.map((c) => [c.message.id, c.attempts]))
+        assert.strictEqual(byId.get(a!), 2)
+        assert.strictEqual(byId.get(b!), 1)
+        // the crashed relay's late settle is ignored: the survivor owns the events now
+        assert.strictEqual(yield* store.settle("crashed", { published: [a!], retry: [], failed: [] }), 0)
+      })))
+
+    it.live("retention prunes old published rows in bounded batches and nothing else", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        yield* seed(5)
+        const claimed = yield* store.claim({ relayId: "r", batchSize: 4, lease })
+        yield* store.settle("r", { published: ids(claimed), retry: [], failed: [] })
+        assert.strictEqual(yield* store.prune({ olderThan: Duration.hours(1), limit: 10 }), 0)
+        yield* Effect.sleep("50 millis")
+        assert.strictEqual(yield* store.prune({ olderThan: Duration.millis(10), limit: 3 }), 3)
+        assert.strictEqual(yield* store.prune({ olderThan: Duration.millis(10), limit: 3 }), 1)
+        const stats = yield* store.stats
+        assert.deepStrictEqual([stats.published, stats.pending], [0, 1])
+        assert.isNotNull(stats.oldestPendingAgeMs)
+      })))
+  })
+}

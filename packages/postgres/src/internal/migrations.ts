@@ -1,0 +1,20 @@
+// Generated from migrations/*.sql by packages/postgres/scripts/compile-migrations.ts. Do not edit.
+export interface Migration {
+  readonly version: number
+  readonly name: string
+  readonly statements: ReadonlyArray<string>
+}
+
+export const migrations: ReadonlyArray<Migration> = [
+  {
+    version: 1,
+    name: "outbox",
+    statements: [
+      "CREATE TABLE outbox (\n  id              uuid        PRIMARY KEY,           \n  seq             bigint      GENERATED ALWAYS AS IDENTITY,\n  tx_id           xid8        NOT NULL DEFAULT pg_current_xact_id(), \n  aggregate_type  text        NOT NULL,\n  aggregate_id    text        NOT NULL,\n  ordering_key    text        NOT NULL,\n  event_type      text        NOT NULL,\n  event_version   integer     NOT NULL CHECK (event_version >= 1),\n  payload         jsonb       NOT NULL,\n  headers         jsonb       NOT NULL DEFAULT '{}'::jsonb,\n  occurred_at     timestamptz NOT NULL,\n  status          text        NOT NULL DEFAULT 'pending'\n                              CHECK (status IN ('pending', 'processing', 'published', 'failed')),\n  attempts        integer     NOT NULL DEFAULT 0,\n  available_at    timestamptz NOT NULL DEFAULT now(),\n  claimed_until   timestamptz,\n  claimed_by      text,\n  last_error      text,\n  created_at      timestamptz NOT NULL DEFAULT now(),\n  published_at    timestamptz\n)",
+      "CREATE INDEX outbox_pending_idx ON outbox (available_at, seq) WHERE status = 'pending'",
+      "CREATE INDEX outbox_processing_idx ON outbox (claimed_until) WHERE status = 'processing'",
+      "CREATE INDEX outbox_published_idx ON outbox (published_at) WHERE status = 'published'",
+      "CREATE INDEX outbox_failed_idx ON outbox (created_at) WHERE status = 'failed'"
+    ]
+  }
+]
