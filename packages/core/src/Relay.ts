@@ -40,7 +40,7 @@ export interface Config {
   readonly retry?: Schedule.Schedule<unknown, unknown>
   /** Attempts after which an event is marked failed (default 10). */
   readonly maxAttempts?: number
-  /** A publish that takes longer fails (retryably) (default 30 s). */
+  /** A publish that takes longer fails (retryably); must be shorter than the lease (default: half the lease, at most 30 s). */
   readonly publishTimeout?: Duration.Input
   /** How often expired leases are taken back (default a quarter of the lease). */
   readonly reclaimInterval?: Duration.Input
@@ -103,7 +103,9 @@ export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidCo
         throw new InvalidConfig({ path: "pollInterval", message: "must satisfy min <= base <= max" })
       }
       const lease = duration("lease", config.lease, "30 seconds")
-      const publishTimeout = duration("publishTimeout", config.publishTimeout, "30 seconds")
+      const publishTimeout = config.publishTimeout === undefined
+        ? Duration.millis(Math.min(30_000, Duration.toMillis(lease) / 2))
+        : duration("publishTimeout", config.publishTimeout, "30 seconds")
       if (!Duration.isLessThan(publishTimeout, lease)) {
         throw new InvalidConfig({ path: "publishTimeout", message: "must be shorter than the lease, or another relay could reclaim events still being published" })
       }

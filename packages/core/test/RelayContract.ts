@@ -1,0 +1,207 @@
+/**
+ * Relay behaviour on any store: the memory store here, Postgres in `@tidings/postgres`.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Duration, Effect, Exit, Layer, Metric, Schedule, Scope } from "effect"
+import { PublishError } from "../src/Errors.ts"
+import * as MemoryBroker from "../src/MemoryBroker.ts"
+import type { Message } from "../src/Message.ts"
+import * as Metrics from "../src/Metrics.ts"
+import * as Outbox from "../src/Outbox.ts"
+import { OutboxStore, type Service } from "../src/OutboxStore.ts"
+import { Publisher } from "../src/Publisher.ts"
+import * as Relay from "../src/Relay.ts"
+import { seed, Thing } from "./OutboxStoreContract.ts"
+
+/** Polls `check` every 20 ms until it returns true, failing after `timeout`. */
+export const eventually = <E, R>(check: Effect.Effect<boolean, E, R>, timeout: Duration.Input = "10 seconds", what = "condition") =>
+  check.pipe(
+    Effect.flatMap((ok) => ok ? Effect.void : Effect.fail("not yet" as const)),
+    Effect.retry(Schedule.spaced("20 millis")),
+    Effect.timeoutOrElse({ duration: timeout, orElse: () => Effect.die(new Error(`timed out waiting for ${what}`)) })
+  )
+
+/** Starts a relay in its own scope; returns a function that shuts it down. */
+export const startRelay = (config: Relay.Config) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    const context = yield* Layer.buildWithScope(Relay.layer(config), scope)
+    return { relay: context, stop: Scope.close(scope, Exit.void) }
+  })
+
+/** A publisher that takes `delay` per batch, then hands over to the memory broker. */
+export const slowPublisher = (delay: Duration.Input) =>
+  Layer.effect(Publisher, Effect.gen(function*() {
+    const inner = yield* Publisher
+    return Publisher.of({ publish: (messages) => Effect.andThen(Effect.sleep(delay), inner.publish(messages)) })
+  }))
+
+const quiet: Relay.Config = { statsInterval: false, retention: false, pollInterval: { base: "20 millis", max: "100 millis" } }
+
+/** Registers the relay suite for a store built fresh for each test. */
+export const relayContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>) => {
+  const run = <A, E>(
+    body: Effect.Effect<A, E, OutboxStore | MemoryBroker.MemoryBroker | Publisher | Scope.Scope>,
+    broker: MemoryBroker.Options = {}
+  ) =>
+    Effect.scoped(Effect.gen(function*() {
+      const store = yield* makeStore
+      return yield* body.pipe(Effect.provide(Layer.mergeAll(Layer.succeed(OutboxStore, store), MemoryBroker.layer(broker))))
+    }))
+
+  const deliveredIds = Effect.map(MemoryBroker.MemoryBroker.use((b) => b.delivered), (ds) => ds.map((d) => d.message.id))
+
+  describe(`Relay: ${name}`, () => {
+    it.live("4 pollers publish 2,000 events exactly once", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const ids: Array<string> = []
+        for (let i = 0; i < 4; i++) ids.push(...(yield* seed(500, i * 500)))
+        const { stop } = yield* startRelay({ ...quiet, concurrency: 4, batchSize: 50 })
+        yield* eventually(Effect.map(deliveredIds, (d) => d.length >= 2000), "30 seconds", "2,000 deliveries")
+        yield* stop
+        const delivered = yield* deliveredIds
+        assert.strictEqual(delivered.length, 2000)
+        assert.strictEqual(new Set(delivered).size, 2000)
+        assert.deepStrictEqual([...delivered].sort(), [...ids].sort())
+        const stats = yield* store.stats
+        assert.deepStrictEqual([stats.published, stats.pending, stats.processing], [2000, 0, 0])
+      })))
+
+    it.live("an idle relay is woken by a committed append, long before its poll interval", () =>
+      run(Effect.gen(function*() {
+        const { stop } = yield* startRelay({ ...quiet, pollInterval: { base: "5 seconds", max: "5 seconds" } })
+        yield* Effect.sleep("100 millis") // the relay has polled once and is now idle
+        const start = Date.now()
+        yield* seed(1)
+        yield* eventually(Effect.map(deliveredIds, (d) => d.length === 1), "3 seconds", "the woken relay")
+        const elapsed = Date.now() - start
+        yield* stop
+        assert.isBelow(elapsed, 1000, `woke after ${elapsed} ms; the poll interval is 5 s`)
+      })))
+
+    it.live("a rolled-back transaction publishes nothing", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const { stop } = yield* startRelay(quiet)
+        yield* Effect.exit(store.withTransaction(Effect.andThen(
+          Outbox.append(Thing, { aggregateId: "x", payload: { n: 1, label: "rolled back" } }),
+          Effect.fail("abort")
+        )))
+        const [kept] = yield* seed(1)
+        yield* eventually(Effect.map(deliveredIds, (d) => d.length === 1), "5 seconds", "the committed event")
+        yield* Effect.sleep("200 millis")
+        yield* stop
+        assert.deepStrictEqual(yield* deliveredIds, [kept!])
+      })))
+
+    it.live("failed publishes back off per the schedule, then succeed", () => {
+      const attempts: Array<number> = []
+      let failures = 3
+      const fault = (_: Message) => {
+        attempts.push(Date.now())
+        return failures-- > 0 ? new PublishError({ reason: "broker unavailable", retryable: true }) : undefined
+      }
+      return run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const [id] = yield* seed(1)
+        const { stop } = yield* startRelay({
+          ...quiet,
+          retry: Retry.exponential("150 millis"),
+          maxAttempts: 10,
+          pollInterval: { base: "10 millis", max: "20 millis" }
+        })
+        yield* eventually(Effect.map(deliveredIds, (d) => d.length === 1), "10 seconds", "the retried event")
+        yield* stop
+        assert.deepStrictEqual(yield* deliveredIds, [id!])
+        assert.strictEqual(attempts.length, 4)
+        const gaps = attempts.slice(1).map((t, i) => t - attempts[i]!)
+        // exponential 150 ms: 150, 300, 600 (never earlier; a little later is the poll and the clock)
+        ;[150, 300, 600].forEach((expected, i) => {
+          assert.isAtLeast(gaps[i]!, expected - 15, `gap ${i + 1} was ${gaps[i]} ms, schedule says ${expected}`)
+          assert.isBelow(gaps[i]!, expected + 400, `gap ${i + 1} was ${gaps[i]} ms, schedule says ${expected}`)
+        })
+        assert.strictEqual((yield* store.stats).published, 1)
+      }), { fault })
+    })
+
+    it.live("an event that keeps failing ends failed after max attempts; a non-retryable error fails it at once", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const failedBefore = (yield* Metric.value(Metrics.failed)).count
+        const broker = yield* MemoryBroker.MemoryBroker
+        const tries = new Map<string, number>()
+        yield* broker.setFault((m) => {
+          tries.set(m.id, (tries.get(m.id) ?? 0) + 1)
+          const label = (m.payload as { label: string }).label
+          if (label === "#0") return new PublishError({ reason: "temporarily down", retryable: true })
+          if (label === "#1") return new PublishError({ reason: "message too large", retryable: false })
+          return undefined
+        })
+        const [flaky, poison, fine] = yield* seed(3)
+        const { stop } = yield* startRelay({
+          ...quiet,
+          retry: Schedule.spaced("20 millis"),
+          maxAttempts: 3,
+          pollInterval: { base: "10 millis", max: "20 millis" }
+        })
+        yield* eventually(Effect.map(store.stats, (s) => s.failed === 2 && s.published === 1), "10 seconds", "2 failed + 1 published")
+        yield* stop
+        assert.strictEqual(tries.get(flaky!), 3)
+        assert.strictEqual(tries.get(poison!), 1)
+        assert.strictEqual(tries.get(fine!), 1)
+        const failed = yield* store.listFailed({ limit: 10 })
+        const errors = new Map(failed.map((f) => [f.message.id, f.lastError ?? ""]))
+        assert.match(errors.get(flaky!)!, /temporarily down; gave up after 3 attempts/)
+        assert.match(errors.get(poison!)!, /message too large \(not retryable\)/)
+        assert.strictEqual((yield* Metric.value(Metrics.failed)).count - failedBefore, 2)
+        // replay from the dead-letter state once the broker accepts again
+        yield* broker.setFault(undefined)
+        assert.strictEqual(yield* store.retryFailed(), 2)
+        const again = yield* startRelay({ ...quiet, pollInterval: { base: "10 millis", max: "20 millis" } })
+        yield* eventually(Effect.map(store.stats, (s) => s.published === 3), "5 seconds", "replayed events")
+        yield* again.stop
+      })))
+
+    it.live("shutdown waits for the in-flight batch and loses nothing", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const ids = yield* seed(30)
+        const { stop } = yield* startRelay({ ...quiet, batchSize: 10 }).pipe(Effect.provide(slowPublisher("300 millis")))
+        yield* Effect.sleep("150 millis") // first batch is being published
+        yield* stop
+        const stats = yield* store.stats
+        assert.strictEqual(stats.processing, 0, "no claim is left behind")
+        assert.strictEqual(stats.published + stats.pending, 30)
+        assert.isAtLeast(stats.published, 10, "the in-flight batch completed")
+        const again = yield* startRelay(quiet)
+        yield* eventually(Effect.map(store.stats, (s) => s.published === 30), "5 seconds", "the rest")
+        yield* again.stop
+        const delivered = yield* deliveredIds
+        assert.deepStrictEqual([...delivered].sort(), [...ids].sort())
+      })))
+
+    it.live("shutdown past its deadline interrupts the publish and releases the claims", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const ids = yield* seed(10)
+        const { stop } = yield* startRelay({ ...quiet, batchSize: 10, shutdownTimeout: "50 millis", publishTimeout: "20 seconds" }).pipe(
+          Effect.provide(slowPublisher("10 seconds"))
+        )
+        yield* Effect.sleep("150 millis")
+        const t0 = Date.now()
+        yield* stop
+        assert.isBelow(Date.now() - t0, 2000)
+        const stats = yield* store.stats
+        assert.deepStrictEqual([stats.pending, stats.processing, stats.published], [10, 0, 0])
+        // released, not counted: the next claim is attempt 1 again
+        const claimed = yield* store.claim({ relayId: "check", batchSize: 10, lease: Duration.seconds(30) })
+        assert.deepStrictEqual(claimed.map((c) => c.attempts), Array(10).fill(1))
+        assert.deepStrictEqual(claimed.map((c) => c.message.id).sort(), [...ids].sort())
+      })))
+  })
+}
+
+const Retry = {
+  exponential: (base: Duration.Input) => Schedule.exponential(base, 2)
+}
