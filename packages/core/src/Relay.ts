@@ -167,9 +167,8 @@ const spanOf = (message: Message, relayId: string) =>
   })
 
 /** Publishes one claimed batch; never fails: every message gets a result. */
-const publishBatch = (claimed: ReadonlyArray<ClaimedEvent>, relayId: string, timeout: Duration.Duration) =>
+const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<ClaimedEvent>, relayId: string, timeout: Duration.Duration) =>
   Effect.gen(function*() {
-    const publisher = yield* Publisher
     const messages = claimed.map((c) => c.message)
     const spans = yield* Effect.forEach(messages, (m) => spanOf(m, relayId))
     const exit = yield* publisher.publish(messages).pipe(
@@ -243,12 +242,13 @@ export const processBatch = (s: Settings, relayId: string): Effect.Effect<number
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const store = yield* OutboxStore
+      const publisher = yield* Publisher
       const claimed = yield* store.claim({ relayId, batchSize: s.batchSize, lease: s.lease }).pipe(
         Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } })
       )
       if (claimed.length === 0) return 0
       yield* Metric.update(Metrics.batchSize, claimed.length)
-      const published = yield* Effect.exit(restore(publishBatch(claimed, relayId, s.publishTimeout)))
+      const published = yield* Effect.exit(restore(publishBatch(publisher, claimed, relayId, s.publishTimeout)))
       if (Exit.isFailure(published)) {
         // Only interruption gets here (publishBatch turns failures into results): give the events back.
         yield* store.release(relayId, claimed.map((c) => c.message.id)).pipe(Effect.ignore({ log: true }))

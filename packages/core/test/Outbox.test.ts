@@ -1,0 +1,190 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Cause, Duration, Effect, Exit, Layer, Option, Schedule, Schema, Tracer } from "effect"
+import type { InvalidConfig, InvalidEvent } from "../src/Errors.ts"
+import * as Event from "../src/Event.ts"
+import { uuidv7, uuidv7Time } from "../src/internal/uuid.ts"
+import * as MemoryBroker from "../src/MemoryBroker.ts"
+import * as Outbox from "../src/Outbox.ts"
+import * as OutboxStore from "../src/OutboxStore.ts"
+import * as Relay from "../src/Relay.ts"
+import * as Retry from "../src/Retry.ts"
+import { failureTag } from "./OutboxStoreContract.ts"
+import { eventually, startRelay } from "./RelayContract.ts"
+
+const OrderPlaced = Event.define("order.placed", {
+  aggregateType: "order",
+  version: 2,
+  schema: Schema.Struct({
+    orderId: Schema.String.check(Schema.isMinLength(1)),
+    totalCents: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
+    placedAt: Schema.DateFromString
+  })
+})
+
+const Loose = Event.define("loose", { aggregateType: "x", schema: Schema.Unknown })
+
+const firstError = <E>(exit: Exit.Exit<unknown, E>): E => {
+  if (Exit.isSuccess(exit)) throw new Error("expected a failure")
+  return Option.getOrThrow(Cause.findErrorOption(exit.cause))
+}
+
+const withStore = <A, E>(body: Effect.Effect<A, E, OutboxStore.OutboxStore>) => Effect.provide(body, OutboxStore.layerMemory)
+
+describe("Outbox.append", () => {
+  it.effect("encodes the payload with its schema and fills the envelope", () =>
+    withStore(Effect.gen(function*() {
+      const store = yield* OutboxStore.OutboxStore
+      const message = yield* store.withTransaction(Outbox.append(OrderPlaced, {
+        aggregateId: "o-1",
+        payload: { orderId: "o-1", totalCents: 1250, placedAt: new Date("2026-01-02T03:04:05.000Z") }
+      }))
+      assert.strictEqual(message.type, "order.placed")
+      assert.strictEqual(message.version, 2)
+      assert.strictEqual(message.aggregateType, "order")
+      assert.strictEqual(message.orderingKey, "o-1")
+      assert.deepStrictEqual(message.payload, { orderId: "o-1", totalCents: 1250, placedAt: "2026-01-02T03:04:05.000Z" })
+      assert.match(message.id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+      assert.strictEqual((yield* store.stats).pending, 1)
+    })))
+
+  it.effect("a payload that fails its schema is a typed error with the issue path, and nothing of the batch is written", () =>
+    withStore(Effect.gen(function*() {
+      const store = yield* OutboxStore.OutboxStore
+      const exit = yield* Effect.exit(store.withTransaction(Outbox.appendAll([
+        OrderPlaced.make({ aggregateId: "o-1", payload: { orderId: "o-1", totalCents: 1, placedAt: new Date() } }),
+        OrderPlaced.make({ aggregateId: "o-2", payload: { orderId: "o-2", totalCents: -5, placedAt: new Date() } })
+      ])))
+      const error = firstError(exit) as InvalidEvent
+      assert.strictEqual(error._tag, "InvalidEvent")
+      assert.strictEqual(error.eventType, "order.placed")
+      assert.strictEqual(error.version, 2)
+      assert.isFalse(error.isRetryable)
+      assert.deepStrictEqual(error.issues.map((i) => i.path), [["totalCents"]])
+      assert.strictEqual((yield* store.stats).pending, 0)
+    })))
+
+  it.effect("payloads that are not JSON, and bad envelopes, are typed errors too", () =>
+    withStore(Effect.gen(function*() {
+      const store = yield* OutboxStore.OutboxStore
+      const cyclic: Record<string, unknown> = {}
+      cyclic["self"] = cyclic
+      const cases = [
+        Loose.make({ aggregateId: "a", payload: { big: 10n } }),
+        Loose.make({ aggregateId: "a", payload: cyclic }),
+        Loose.make({ aggregateId: "a", payload: undefined }),
+        Loose.make({ aggregateId: "", payload: 1 }),
+        Loose.make({ aggregateId: "a", orderingKey: "", payload: 1 })
+      ]
+      for (const draft of cases) {
+        const exit = yield* Effect.exit(store.withTransaction(Outbox.appendAll([draft])))
+        assert.strictEqual(failureTag(exit), "InvalidEvent")
+      }
+      assert.strictEqual((yield* store.stats).pending, 0)
+    })))
+
+  it.effect("records the current span as a W3C traceparent header", () =>
+    withStore(Effect.gen(function*() {
+      const store = yield* OutboxStore.OutboxStore
+      const [message, span] = yield* store.withTransaction(
+        Effect.all([Outbox.append(Loose, { aggregateId: "a", payload: 1 }), Effect.currentSpan])
+      ).pipe(Effect.withSpan("http.request"))
+      // the header names the append's own span, a child of the caller's
+      assert.match(message.headers["traceparent"]!, new RegExp(`^00-${span.traceId}-[0-9a-f]{16}-01$`))
+      assert.notStrictEqual(message.headers["traceparent"], `00-${span.traceId}-${span.spanId}-01`)
+    })))
+
+  it.live("the relay's publish span continues the append's trace", () => {
+    const spans: Array<Tracer.Span> = []
+    const tracer = Tracer.make({ span: (options) => (spans.push(new Tracer.NativeSpan(options)), spans.at(-1)!) })
+    return Effect.gen(function*() {
+      const store = yield* OutboxStore.OutboxStore
+      const [message, appendSpan] = yield* store.withTransaction(Effect.all([Outbox.append(Loose, { aggregateId: "a", payload: 1 }), Effect.currentSpan])).pipe(
+        Effect.withSpan("http.request")
+      )
+      const { stop } = yield* startRelay({ statsInterval: false, retention: false })
+      yield* eventually(Effect.sync(() => spans.some((s) => s.name === "tidings.relay.publish" && s.status._tag === "Ended")), "5 seconds")
+      yield* stop
+      const publish = spans.find((s) => s.name === "tidings.relay.publish")!
+      assert.strictEqual(publish.traceId, appendSpan.traceId)
+      assert.strictEqual(`00-${publish.traceId}-${Option.getOrThrow(publish.parent).spanId}-01`, message.headers["traceparent"])
+      assert.strictEqual(publish.kind, "producer")
+    }).pipe(
+      Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer())),
+      Effect.provideService(Tracer.Tracer, tracer)
+    )
+  })
+})
+
+describe("Relay settings", () => {
+  const invalid = (config: Relay.Config) => Effect.map(Effect.exit(Relay.settings(config)), (exit) => firstError(exit) as InvalidConfig)
+
+  it.effect("defaults are valid", () =>
+    Effect.gen(function*() {
+      const s = yield* Relay.settings()
+      assert.strictEqual(s.batchSize, 100)
+      assert.isTrue(Duration.isLessThan(s.publishTimeout, s.lease))
+    }))
+
+  it.effect("bad settings are typed InvalidConfig errors naming the setting", () =>
+    Effect.gen(function*() {
+      const cases: Array<[Relay.Config, string]> = [
+        [{ batchSize: 0 }, "batchSize"],
+        [{ batchSize: 1.5 }, "batchSize"],
+        [{ concurrency: -1 }, "concurrency"],
+        [{ maxAttempts: 0 }, "maxAttempts"],
+        [{ lease: "-1 seconds" as Duration.Input }, "lease"],
+        [{ lease: Duration.infinity }, "lease"],
+        [{ pollInterval: { min: "2 seconds", base: "1 second" } }, "pollInterval"],
+        [{ lease: "1 second", publishTimeout: "5 seconds" }, "publishTimeout"],
+        [{ name: "has spaces" }, "name"],
+        [{ retention: { batchSize: 0 } }, "retention.batchSize"]
+      ]
+      for (const [config, path] of cases) {
+        const error = yield* invalid(config)
+        assert.strictEqual(error._tag, "InvalidConfig")
+        assert.strictEqual(error.path, path, JSON.stringify(config))
+      }
+    }))
+
+  it.effect("a relay layer with bad settings fails to build and starts nothing", () =>
+    Effect.gen(function*() {
+      const exit = yield* Effect.exit(Layer.build(Relay.layer({ batchSize: 0 })).pipe(
+        Effect.scoped,
+        Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer()))
+      ))
+      assert.strictEqual(failureTag(exit), "InvalidConfig")
+    }))
+})
+
+describe("Retry", () => {
+  it.effect("delayFor follows the schedule and ends when it is exhausted", () =>
+    Effect.gen(function*() {
+      const schedule = Retry.exponentialBackoff({ base: "1 second", max: "10 seconds", jitter: false }).pipe(Schedule.upTo({ times: 5 }))
+      const delays: Array<string> = []
+      for (const n of [1, 2, 3, 4, 5, 6]) {
+        const d = yield* Retry.delayFor(schedule, n, undefined)
+        delays.push(Option.match(d, { onNone: () => "none", onSome: (x) => `${Duration.toMillis(x)}` }))
+      }
+      assert.deepStrictEqual(delays, ["1000", "2000", "4000", "8000", "10000", "none"])
+    }))
+
+  it.effect("jittered delays stay within 80-120% of the base", () =>
+    Effect.gen(function*() {
+      for (let i = 0; i < 20; i++) {
+        const d = Option.getOrThrow(yield* Retry.delayFor(Retry.exponentialBackoff({ base: "1 second" }), 1, undefined))
+        assert.isAtLeast(Duration.toMillis(d), 800)
+        assert.isAtMost(Duration.toMillis(d), 1200)
+      }
+    }))
+})
+
+describe("UUIDv7", () => {
+  it("ids are version 7, carry their timestamp, and sort by creation", () => {
+    const now = Date.now() + 86_400_000 // ahead of ids made earlier in this process
+    const ids = Array.from({ length: 5000 }, (_, i) => uuidv7(now + Math.floor(i / 1000)))
+    assert.deepStrictEqual([...ids].sort(), ids)
+    assert.strictEqual(new Set(ids).size, ids.length)
+    assert.strictEqual(uuidv7Time(ids[0]!), now)
+    for (const id of ids.slice(0, 50)) assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+  })
+})

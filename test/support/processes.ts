@@ -1,0 +1,42 @@
+/**
+ * Spawning TypeScript child processes on the runtime the tests run on: Node (type stripping) or Deno.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+
+declare const Deno: { execPath(): string } | undefined
+
+/** Starts `script` with the current runtime; stdout/stderr are collected. */
+export const spawnScript = (script: string, env: Record<string, string>): ChildProcess & { output: () => string } => {
+  const isDeno = typeof Deno !== "undefined"
+  const [cmd, args] = isDeno ? [Deno!.execPath(), ["run", "-A", script]] : [process.execPath, [script]]
+  const child = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] })
+  let output = ""
+  child.stdout?.on("data", (d: Buffer) => void (output += d.toString()))
+  child.stderr?.on("data", (d: Buffer) => void (output += d.toString()))
+  return Object.assign(child, { output: () => output })
+}
+
+/** Resolves with the exit code (or signal) once the child exits. */
+export const exited = (child: ChildProcess): Promise<number | string> =>
+  new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve(child.exitCode)
+    child.once("exit", (code, signal) => resolve(code ?? signal ?? -1))
+  })
+
+/** Resolves when the child prints `text`; rejects if it exits first or `timeoutMs` passes. */
+export const waitForOutput = (child: ChildProcess & { output: () => string }, text: string, timeoutMs = 20_000): Promise<void> =>
+  new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`timed out waiting for "${text}"; output:\n${child.output()}`)), timeoutMs)
+    const check = () => {
+      if (child.output().includes(text)) {
+        clearTimeout(timer)
+        resolve()
+      }
+    }
+    child.stdout?.on("data", check)
+    child.once("exit", () => {
+      clearTimeout(timer)
+      if (!child.output().includes(text)) reject(new Error(`exited before "${text}"; output:\n${child.output()}`))
+    })
+    check()
+  })
