@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -12,7 +12,7 @@ import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 const dropAfter = (schema: string) =>
   Effect.addFinalizer(() => SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.ignore))
 
-const run = <A, E>(body: Effect.Effect<A, E, SqlClient.SqlClient>) => Effect.scoped(body).pipe(Effect.provide(sqlPgLayer()))
+const run = <A, E>(body: Effect.Effect<A, E, SqlClient.SqlClient | Scope.Scope>) => Effect.scoped(body).pipe(Effect.provide(sqlPgLayer()))
 
 describe("Migrator", () => {
   it.live("applies every migration once, records it, and is idempotent", () =>

@@ -1,0 +1,31 @@
+/**
+ * Cross-process wake-ups: LISTEN on the outbox channel and wake this process's relays when another
+ * process appends (with `PgOutboxStore` option `notify: true`). Relays in the appending process are
+ * woken after commit without it. A notification is only a hint: if one is lost (connection drop),
+ * the relay's polling still finds the events.
+ * @module
+ */
+import * as Retry from "@tidings/core/Retry"
+import { Wakeups } from "@tidings/core/Wakeup"
+import { Effect, Layer, Stream } from "effect"
+import { PgClient } from "./PgClient.ts"
+import { channel } from "./PgOutboxStore.ts"
+
+/** Options of {@link layer}. */
+export interface Options {
+  /** The outbox schema whose appends to listen for; default `tidings`. */
+  readonly schema?: string
+}
+
+/** Listens while the layer is alive; reconnects with backoff if the listening connection fails. */
+export const layer = (options: Options = {}): Layer.Layer<never, never, PgClient> =>
+  Layer.effectDiscard(Effect.gen(function*() {
+    const pg = yield* PgClient
+    const wakeups = yield* Wakeups
+    yield* pg.listen(channel(options.schema ?? "tidings")).pipe(
+      Stream.runForEach(() => wakeups.signal("notify")),
+      Effect.tapError((e) => Effect.logWarning("outbox LISTEN failed; retrying", e)),
+      Effect.retry(Retry.exponentialBackoff({ base: "100 millis", max: "10 seconds" })),
+      Effect.forkScoped
+    )
+  }))

@@ -1,0 +1,51 @@
+import { assert, describe, it } from "@effect/vitest"
+import * as MemoryBroker from "@tidings/core/MemoryBroker"
+import * as Wakeup from "@tidings/core/Wakeup"
+import { Effect, Layer } from "effect"
+import { seed } from "../../core/test/OutboxStoreContract.ts"
+import { eventually, startRelay } from "../../core/test/RelayContract.ts"
+import { freshSchema, pgUrl } from "../../../test/support/pg.ts"
+import * as PgClient from "../src/PgClient.ts"
+import * as PgOutboxStore from "../src/PgOutboxStore.ts"
+import * as PgWakeup from "../src/PgWakeup.ts"
+
+// The relay and its listener get a private wake-up hub, as if they ran in another process than the
+// appender (whose after-commit wake-up goes to the default hub): only NOTIFY can wake them.
+const scenario = (notify: boolean) =>
+  Effect.scoped(Effect.gen(function*() {
+    const schema = yield* freshSchema("wk")
+    const remote = Wakeup.makeHub()
+    const relayLayers = Layer.mergeAll(PgWakeup.layer({ schema }), PgOutboxStore.layer({ schema }), MemoryBroker.layer())
+    const { broker, stop } = yield* Effect.gen(function*() {
+      const context = yield* Layer.build(relayLayers)
+      const broker = Layer.succeedContext(context)
+      const relay = yield* startRelay({ statsInterval: false, retention: false, pollInterval: { base: "4 seconds", max: "4 seconds" } }).pipe(
+        Effect.provide(broker)
+      )
+      return { broker: context, stop: relay.stop }
+    }).pipe(Effect.provideService(Wakeup.Wakeups, remote))
+    yield* Effect.sleep("300 millis") // the relay polled once and is idle for 4 s
+    const started = Date.now()
+    yield* seed(1).pipe(Effect.provide(PgOutboxStore.layer({ schema, notify })))
+    const delivered = yield* eventually(
+      Effect.map(MemoryBroker.MemoryBroker.use((b) => b.delivered).pipe(Effect.provide(Layer.succeedContext(broker))), (d) => d.length === 1),
+      "1500 millis",
+      "delivery"
+    ).pipe(Effect.as(Date.now() - started), Effect.catchDefect(() => Effect.succeed(undefined)))
+    yield* stop
+    return delivered
+  })).pipe(Effect.provide(PgClient.layer({ url: pgUrl() })))
+
+describe("PgWakeup", () => {
+  it.live("a NOTIFY from another process's append wakes an idle relay at once", () =>
+    Effect.gen(function*() {
+      const elapsed = yield* scenario(true)
+      assert.isDefined(elapsed, "not delivered within 1.5 s although the poll interval is 4 s")
+      assert.isBelow(elapsed!, 1000)
+    }))
+
+  it.live("without NOTIFY the other process's relay waits for its poll (control)", () =>
+    Effect.gen(function*() {
+      assert.isUndefined(yield* scenario(false))
+    }))
+})
