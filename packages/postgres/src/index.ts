@@ -1,0 +1,9 @@
+/**
+ * Tidings on Postgres: an effect/sql `SqlClient` on postgres.js, the Postgres outbox store,
+ * LISTEN/NOTIFY wake-ups and the migrator.
+ * @module
+ */
+export * as Migrator from "./Migrator.ts"
+export * as PgClient from "./PgClient.ts"
+export * as PgOutboxStore from "./PgOutboxStore.ts"
+export * as PgWakeup from "./PgWakeup.ts"
