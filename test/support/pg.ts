@@ -4,7 +4,9 @@
  */
 import * as SqlPg from "@effect/sql-pg/PgClient"
 import * as Migrator from "@tidings/postgres/Migrator"
-import { Effect, type Layer, Redacted } from "effect"
+import * as PgClient from "@tidings/postgres/PgClient"
+import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
+import { Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { inject } from "vitest"
 
@@ -34,3 +36,16 @@ export const freshSchema = (prefix = "t") =>
     }),
     (schema) => SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.ignore)
   )
+
+/** Our own driver (`@tidings/postgres` PgClient) as a SqlClient. */
+export const pgClientLayer = (url: string = pgUrl(), maxConnections = 10) => PgClient.layer({ url, maxConnections })
+
+/** A fresh store on a fresh schema, over the given SqlClient layer, living as long as the scope. */
+export const makePgStore = (client: Layer.Layer<SqlClient.SqlClient, unknown>, options: { readonly notify?: boolean } = {}) =>
+  Effect.gen(function*() {
+    const context = yield* Layer.build(client)
+    return yield* Effect.gen(function*() {
+      const schema = yield* freshSchema()
+      return yield* PgOutboxStore.make({ schema, ...options })
+    }).pipe(Effect.provideContext(context))
+  })

@@ -1,17 +1,7 @@
-import { Effect, Layer } from "effect"
 import { outboxStoreContract } from "../../core/test/OutboxStoreContract.ts"
-import { freshSchema, sqlPgLayer } from "../../../test/support/pg.ts"
-import * as PgOutboxStore from "../src/PgOutboxStore.ts"
+import { makePgStore, pgClientLayer, sqlPgLayer } from "../../../test/support/pg.ts"
 
-// The Postgres store passes the same contract as the memory store, here through @effect/sql-pg's
-// SqlClient (the stores depend only on effect/sql).
-outboxStoreContract(
-  "postgres via @effect/sql-pg",
-  Effect.gen(function*() {
-    const context = yield* Layer.build(sqlPgLayer())
-    return yield* Effect.gen(function*() {
-      const schema = yield* freshSchema()
-      return yield* PgOutboxStore.make({ schema })
-    }).pipe(Effect.provideContext(context))
-  })
-)
+// The Postgres store passes the same contract as the memory store, on our postgres.js client and on
+// @effect/sql-pg's (the stores depend only on effect/sql's SqlClient).
+outboxStoreContract("postgres via PgClient (postgres.js)", makePgStore(pgClientLayer()))
+outboxStoreContract("postgres via @effect/sql-pg", makePgStore(sqlPgLayer()))
