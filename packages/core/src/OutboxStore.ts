@@ -8,8 +8,19 @@ import type { NotInTransaction, StoreError } from "./Errors.ts"
 import { makeMemoryOutboxStore } from "./internal/memoryOutboxStore.ts"
 import type { Message } from "./Message.ts"
 
-/** Lifecycle of an outbox row. `failed` is the dead-letter state, kept for inspection and replay. */
-export type Status = "pending" | "processing" | "published" | "failed"
+/**
+ * Lifecycle of an outbox row. `failed` is the dead-letter state, kept for inspection and replay;
+ * `suspect` marks an event whose relay died while publishing it (retried alone, failed after too
+ * many crashes).
+ */
+export type Status = "pending" | "processing" | "published" | "failed" | "suspect"
+
+/**
+ * How events are claimed. `unordered` (the default, and the fastest) takes any due events.
+ * `per-key` publishes the events of one ordering key strictly in order, (transaction id, append
+ * order), while different keys go in parallel; every relay on a table must use the same mode.
+ */
+export type Ordering = "unordered" | "per-key"
 
 /** A row claimed by a relay: the message plus how often it has been claimed (this claim included). */
 export interface ClaimedEvent {
@@ -24,6 +35,10 @@ export interface ClaimOptions {
   readonly batchSize: number
   /** How long the claim holds; after it, the row can be reclaimed by another relay. */
   readonly lease: Duration.Duration
+  /** Default `unordered`. */
+  readonly ordering?: Ordering
+  /** `per-key`: resume the walk over keys after this one (spreads concurrent relays over the keys). */
+  readonly afterKey?: string
 }
 
 /** The outcome of one claimed batch, written back in one statement. */
@@ -31,6 +46,16 @@ export interface Settlement {
   readonly published: ReadonlyArray<string>
   readonly retry: ReadonlyArray<{ readonly id: string; readonly delay: Duration.Duration; readonly error: string }>
   readonly failed: ReadonlyArray<{ readonly id: string; readonly error: string }>
+  /** Claimed but not attempted (held back behind a failed event of their key): back to pending, attempt not counted. */
+  readonly released?: ReadonlyArray<string>
+}
+
+/** What `reclaimExpired` did with rows whose lease expired. */
+export interface Reclaimed {
+  /** Made claimable again, as `suspect` (retried alone). */
+  readonly suspect: number
+  /** Failed for good: their publish kept crashing the relay. */
+  readonly failed: number
 }
 
 /** Counts by status and the age of the oldest pending event. */
@@ -39,6 +64,7 @@ export interface Stats {
   readonly processing: number
   readonly published: number
   readonly failed: number
+  readonly suspect: number
   readonly oldestPendingAgeMs: number | null
 }
 
@@ -62,10 +88,20 @@ export interface Service {
   readonly claim: (options: ClaimOptions) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
   /** Settles a claimed batch; rows no longer claimed by `relayId` (lease lost) are left alone. */
   readonly settle: (relayId: string, settlement: Settlement) => Effect.Effect<number, StoreError>
+  /**
+   * Settles one batch and claims the next in a single transaction (one commit per batch instead of
+   * two). Returns the new claim.
+   */
+  readonly settleAndClaim: (relayId: string, settlement: Settlement, next: ClaimOptions) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
   /** Gives claimed rows back (shutdown) without counting the attempt. */
   readonly release: (relayId: string, ids: ReadonlyArray<string>) => Effect.Effect<number, StoreError>
-  /** Makes rows whose lease expired (their relay crashed) claimable again; returns how many. */
-  readonly reclaimExpired: Effect.Effect<number, StoreError>
+  /**
+   * Takes back rows whose lease expired (their relay died or hung mid-publish): as `suspect`, or as
+   * `failed` once `maxCrashes` publish attempts started and none finished.
+   */
+  readonly reclaimExpired: (options: { readonly maxCrashes: number }) => Effect.Effect<Reclaimed, StoreError>
+  /** Claims the oldest `suspect` event, alone, so that a poison event cannot take a batch down with it. */
+  readonly claimSuspect: (options: { readonly relayId: string; readonly lease: Duration.Duration }) => Effect.Effect<ClaimedEvent | undefined, StoreError>
   /**
    * Deletes up to `limit` published rows older than `olderThan`. Only one instance prunes at a time:
    * returns `undefined` when another holds the retention lock.

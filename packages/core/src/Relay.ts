@@ -16,10 +16,10 @@ import { InvalidConfig, PublishError, type StoreError } from "./Errors.ts"
 import * as Traceparent from "./internal/traceparent.ts"
 import { HeaderNames, type Message } from "./Message.ts"
 import * as Metrics from "./Metrics.ts"
-import { type ClaimedEvent, OutboxStore, type Settlement } from "./OutboxStore.ts"
+import { type ClaimedEvent, type ClaimOptions, type Ordering, OutboxStore, type Settlement } from "./OutboxStore.ts"
 import { Publisher, type PublishResult } from "./Publisher.ts"
 import * as Retry from "./Retry.ts"
-import { Wakeups } from "./Wakeup.ts"
+import { type Source as WakeSource, Wakeups } from "./Wakeup.ts"
 
 /** Relay settings; every field has a default. */
 export interface Config {
@@ -27,6 +27,16 @@ export interface Config {
   readonly name?: string
   /** Pollers in this process (default 1). */
   readonly concurrency?: number
+  /**
+   * `unordered` (default, fastest) or `per-key`: the events of one ordering key are published
+   * strictly in order (writing transaction, then append order) while keys go in parallel. Every
+   * relay on one outbox table must use the same mode. Per-key only publishes events written by
+   * transactions older than every running one, so a long-running transaction anywhere in the
+   * database delays ordered publishing until it ends.
+   */
+  readonly ordering?: Ordering
+  /** Publish attempts that may start without finishing (the relay died) before an event is failed (default 3). */
+  readonly maxCrashes?: number
   /** Events claimed per batch (default 100). */
   readonly batchSize?: number
   /** How long a claim holds before another relay may take the events (default 30 s). */
@@ -60,6 +70,8 @@ export interface Config {
 export interface Settings {
   readonly name: string
   readonly concurrency: number
+  readonly ordering: Ordering
+  readonly maxCrashes: number
   readonly batchSize: number
   readonly lease: Duration.Duration
   readonly pollMin: Duration.Duration
@@ -90,6 +102,11 @@ const integer = (path: string, input: number | undefined, fallback: number, min:
   return n
 }
 
+const ordering = (input: Ordering | undefined): Ordering => {
+  if (input === undefined || input === "unordered" || input === "per-key") return input ?? "unordered"
+  throw new InvalidConfig({ path: "ordering", message: `must be "unordered" or "per-key", got ${JSON.stringify(input)}` })
+}
+
 /** Applies defaults and validates; invalid settings fail with `InvalidConfig`. */
 export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidConfig> =>
   Effect.try({
@@ -117,6 +134,8 @@ export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidCo
       return {
         name,
         concurrency: integer("concurrency", config.concurrency, 1, 1, 256),
+        ordering: ordering(config.ordering),
+        maxCrashes: integer("maxCrashes", config.maxCrashes, 3, 1, 100),
         batchSize: integer("batchSize", config.batchSize, 100, 1, 10_000),
         lease,
         pollMin,
@@ -201,16 +220,48 @@ const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<Cl
     return results
   })
 
+/**
+ * Publishes a claimed batch. Unordered: all at once. Per-key: in waves, the i-th event of every key
+ * in wave i, so that when an event fails, the later events of its key are not sent at all (they go
+ * back unattempted, behind the failed one). Never fails except by interruption.
+ */
+const publishClaimed = (publisher: Publisher["Service"], claimed: ReadonlyArray<ClaimedEvent>, s: Settings, relayId: string) =>
+  Effect.gen(function*() {
+    const results = new Map<string, PublishResult>()
+    if (s.ordering !== "per-key") {
+      const rs = yield* publishBatch(publisher, claimed, relayId, s.publishTimeout)
+      rs.forEach((r) => results.set(r.id, r))
+      return results
+    }
+    const byKey = new Map<string, Array<ClaimedEvent>>()
+    for (const c of claimed) {
+      const list = byKey.get(c.message.orderingKey)
+      if (list === undefined) byKey.set(c.message.orderingKey, [c])
+      else list.push(c)
+    }
+    let keys = [...byKey.keys()]
+    for (let wave = 0; keys.length > 0; wave++) {
+      const rs = yield* publishBatch(publisher, keys.map((k) => byKey.get(k)![wave]!), relayId, s.publishTimeout)
+      rs.forEach((r) => results.set(r.id, r))
+      keys = keys.filter((k, i) => rs[i]!._tag === "Published" && byKey.get(k)!.length > wave + 1)
+    }
+    return results
+  })
+
 /** Turns publish results into a settlement, using the retry schedule for the delays. */
-const settlementOf = (claimed: ReadonlyArray<ClaimedEvent>, results: ReadonlyArray<PublishResult>, s: Settings) =>
+const settlementOf = (claimed: ReadonlyArray<ClaimedEvent>, results: ReadonlyMap<string, PublishResult>, s: Settings) =>
   Effect.gen(function*() {
     const published: Array<string> = []
     const retry: Array<Settlement["retry"][number]> = []
     const failed: Array<Settlement["failed"][number]> = []
+    const released: Array<string> = []
     const now = yield* Clock.currentTimeMillis
-    for (let i = 0; i < claimed.length; i++) {
-      const event = claimed[i]!
-      const result = results[i]!
+    for (const event of claimed) {
+      const result = results.get(event.message.id)
+      if (result === undefined) {
+        released.push(event.message.id)
+        continue
+      }
       if (result._tag === "Published") {
         published.push(event.message.id)
         yield* Metric.update(Metrics.publishLatency, Math.max(0, now - event.message.occurredAt.getTime()) / 1000)
@@ -227,47 +278,166 @@ const settlementOf = (claimed: ReadonlyArray<ClaimedEvent>, results: ReadonlyArr
         else retry.push({ id: event.message.id, delay: delay.value, error })
       }
     }
-    return { published, retry, failed } satisfies Settlement
+    return { published, retry, failed, released } satisfies Settlement
+  })
+
+const recordSettlement = (settlement: Settlement, relayId: string) =>
+  Effect.gen(function*() {
+    yield* Metric.update(Metrics.published, settlement.published.length)
+    if (settlement.retry.length > 0) yield* Metric.update(Metrics.retried, settlement.retry.length)
+    if (settlement.failed.length > 0) {
+      yield* Metric.update(Metrics.failed, settlement.failed.length)
+      yield* Effect.logWarning("outbox events failed for good").pipe(
+        Effect.annotateLogs({ relayId, events: settlement.failed.map((f) => `${f.id}: ${f.error}`).join("; ") })
+      )
+    }
   })
 
 // A settle that fails (database blip) is retried briefly; if it still fails, the lease expires and
 // the events are published again by whoever reclaims them (at-least-once, never lost).
 const settleRetry = Schedule.exponential("50 millis").pipe(Schedule.upTo({ times: 5 }))
 
+const claimOptions = (s: Settings, relayId: string, afterKey: string | undefined): ClaimOptions => ({
+  relayId,
+  batchSize: s.batchSize,
+  lease: s.lease,
+  ordering: s.ordering,
+  ...(afterKey === undefined ? {} : { afterKey })
+})
+
 /**
- * Claims, publishes and settles one batch as `relayId`. Returns the number of events claimed.
- * If interrupted while publishing, the claims are released so that nothing waits for the lease.
+ * Publishes what a relay holds; on interruption, gives the claims back so that nothing waits for
+ * the lease. Must run inside `uninterruptibleMask`, with its `restore`.
+ */
+const publishHeld = (
+  restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>,
+  store: OutboxStore["Service"],
+  publisher: Publisher["Service"],
+  held: ReadonlyArray<ClaimedEvent>,
+  s: Settings,
+  relayId: string
+) =>
+  Effect.gen(function*() {
+    yield* Metric.update(Metrics.batchSize, held.length)
+    const published = yield* Effect.exit(restore(publishClaimed(publisher, held, s, relayId)))
+    if (Exit.isFailure(published)) {
+      // Only interruption gets here (publishing turns failures into results).
+      yield* store.release(relayId, held.map((c) => c.message.id)).pipe(Effect.ignore({ log: true }))
+      return yield* Effect.failCause(published.cause)
+    }
+    return yield* settlementOf(held, published.value, s)
+  })
+
+/**
+ * Claims, publishes and settles one batch as `relayId` (two commits). Returns the number of events
+ * claimed. The relay's own loop instead settles each batch in the statement that claims the next.
  */
 export const processBatch = (s: Settings, relayId: string): Effect.Effect<number, StoreError, OutboxStore | Publisher> =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const store = yield* OutboxStore
       const publisher = yield* Publisher
-      const claimed = yield* store.claim({ relayId, batchSize: s.batchSize, lease: s.lease }).pipe(
+      const claimed = yield* store.claim(claimOptions(s, relayId, undefined)).pipe(
         Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } })
       )
       if (claimed.length === 0) return 0
-      yield* Metric.update(Metrics.batchSize, claimed.length)
-      const published = yield* Effect.exit(restore(publishBatch(publisher, claimed, relayId, s.publishTimeout)))
-      if (Exit.isFailure(published)) {
-        // Only interruption gets here (publishBatch turns failures into results): give the events back.
-        yield* store.release(relayId, claimed.map((c) => c.message.id)).pipe(Effect.ignore({ log: true }))
-        return yield* Effect.failCause(published.cause)
-      }
-      const settlement = yield* settlementOf(claimed, published.value, s)
+      const settlement = yield* publishHeld(restore, store, publisher, claimed, s, relayId)
       yield* store.settle(relayId, settlement).pipe(
         Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
         Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } })
       )
-      yield* Metric.update(Metrics.published, settlement.published.length)
-      if (settlement.retry.length > 0) yield* Metric.update(Metrics.retried, settlement.retry.length)
-      if (settlement.failed.length > 0) {
-        yield* Metric.update(Metrics.failed, settlement.failed.length)
-        yield* Effect.logWarning("outbox events failed for good").pipe(
-          Effect.annotateLogs({ relayId, events: settlement.failed.map((f) => `${f.id}: ${f.error}`).join("; ") })
-        )
-      }
+      yield* recordSettlement(settlement, relayId)
       return claimed.length
+    })
+  )
+
+/**
+ * One poller: claim; then, while it holds events, publish them and settle them in the statement
+ * that claims the next batch. It waits (adaptively, or until woken) only when it holds nothing, and
+ * only the waits and the publish can be interrupted: a claim is never dropped on the floor.
+ */
+const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>, mailbox: Queue.Dequeue<WakeSource>) =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.gen(function*() {
+      const store = yield* OutboxStore
+      const publisher = yield* Publisher
+      let held: ReadonlyArray<ClaimedEvent> = []
+      let afterKey: string | undefined
+      let delay = s.pollBase
+      let lastClaim = 0
+      while (true) {
+        if (held.length === 0) {
+          if (yield* Deferred.isDone(stop)) return
+          yield* Queue.clear(mailbox) // signals so far are answered by this claim
+          const claimed = yield* Effect.result(store.claim(claimOptions(s, relayId, afterKey)).pipe(
+            Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } })
+          ))
+          if (claimed._tag === "Failure") {
+            yield* Effect.logWarning("relay claim failed; backing off", claimed.failure).pipe(Effect.annotateLogs({ relayId }))
+            delay = nextDelay(s, delay, "error")
+          } else {
+            held = claimed.success
+            lastClaim = held.length
+            delay = nextDelay(s, delay, held.length)
+          }
+          if (held.length === 0) {
+            if (s.ordering === "per-key") afterKey = undefined // walk the keys from the start next time
+            const woken = yield* restore(Effect.raceAll([
+              Effect.as(Effect.sleep(delay), "poll" as const),
+              Queue.take(mailbox),
+              Effect.as(Deferred.await(stop), "stop" as const)
+            ]))
+            if (woken === "local" || woken === "notify") delay = s.pollBase
+            continue
+          }
+        }
+        const settlement = yield* publishHeld(restore, store, publisher, held, s, relayId)
+        if (s.ordering === "per-key") afterKey = held[held.length - 1]!.message.orderingKey
+        const stopping = yield* Deferred.isDone(stop)
+        const next = yield* (stopping ? Effect.as(store.settle(relayId, settlement), []) : store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey))).pipe(
+          Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
+          Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }),
+          Effect.result
+        )
+        yield* recordSettlement(settlement, relayId)
+        if (next._tag === "Failure") {
+          // The settle is lost with the claims: the lease expires and the events go out again.
+          yield* Effect.logWarning("relay settle failed; its events will be reclaimed after the lease", next.failure).pipe(Effect.annotateLogs({ relayId }))
+          held = []
+          delay = nextDelay(s, delay, "error")
+          continue
+        }
+        held = next.success
+        if (lastClaim >= s.batchSize && Duration.toMillis(s.pollMin) > 0) yield* restore(Effect.sleep(s.pollMin))
+        lastClaim = held.length
+        if (held.length === 0) delay = nextDelay(s, delay, 0)
+      }
+    })
+  )
+
+/** Takes back expired leases, then publishes suspects (events whose relay died) one at a time. */
+const recoverCrashed = (s: Settings, relayId: string) =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.gen(function*() {
+      const store = yield* OutboxStore
+      const publisher = yield* Publisher
+      const reclaimed = yield* store.reclaimExpired({ maxCrashes: s.maxCrashes })
+      if (reclaimed.suspect + reclaimed.failed > 0) {
+        yield* Metric.update(Metrics.reclaimed, reclaimed.suspect + reclaimed.failed)
+        yield* Effect.logWarning(`took back ${reclaimed.suspect + reclaimed.failed} events whose relay stopped mid-publish`)
+      }
+      if (reclaimed.failed > 0) {
+        yield* Metric.update(Metrics.failed, reclaimed.failed)
+        yield* Effect.logError(`${reclaimed.failed} events failed for good: their publish crashed the relay ${s.maxCrashes} times`)
+      }
+      // Bounded per round; alone, so that a poison event crashes no batch but its own.
+      for (let i = 0; i < 20; i++) {
+        const suspect = yield* store.claimSuspect({ relayId, lease: s.lease })
+        if (suspect === undefined) return
+        const settlement = yield* publishHeld(restore, store, publisher, [suspect], s, relayId)
+        yield* store.settle(relayId, settlement).pipe(Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }))
+        yield* recordSettlement(settlement, relayId)
+      }
     })
   )
 
@@ -284,7 +454,7 @@ const nextDelay = (s: Settings, previous: Duration.Duration, claimed: number | "
 const randomId = () => Math.random().toString(36).slice(2, 8)
 
 /** Runs `effect` every `interval` until interrupted, logging (not dying on) failures. */
-const every = <E>(interval: Duration.Duration, label: string, effect: Effect.Effect<void, E>) =>
+const every = <E, R>(interval: Duration.Duration, label: string, effect: Effect.Effect<void, E, R>) =>
   effect.pipe(
     Effect.catchCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.logWarning(`${label} failed`, cause)),
     Effect.andThen(Effect.sleep(interval)),
@@ -309,37 +479,13 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
     const poller = (relayId: string) =>
       Effect.gen(function*() {
         const mailbox = yield* wakeups.subscribe
-        let delay = s.pollBase
         running++
-        while (!(yield* Deferred.isDone(stop))) {
-          yield* Queue.clear(mailbox) // signals so far are answered by the claim below
-          const claimed = yield* processBatch(s, relayId).pipe(
-            Effect.catchCause((cause) =>
-              Cause.hasInterruptsOnly(cause)
-                ? Effect.failCause(cause)
-                : Effect.as(Effect.logWarning("relay batch failed; backing off", cause).pipe(Effect.annotateLogs({ relayId })), "error" as const)
-            )
-          )
-          delay = nextDelay(s, delay, claimed)
-          if (Duration.toMillis(delay) === 0) {
-            yield* Effect.yieldNow
-            continue
-          }
-          const woken = yield* Effect.raceAll([
-            Effect.as(Effect.sleep(delay), "poll" as const),
-            Queue.take(mailbox),
-            Effect.as(Deferred.await(stop), "stop" as const)
-          ])
-          if (woken === "local" || woken === "notify") delay = s.pollBase
-        }
+        yield* pollerLoop(s, relayId, stop, mailbox)
       }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => running--)))
 
     const pollers = yield* Effect.forEach(relayIds, (id) => Effect.forkScoped(poller(id)))
 
-    yield* Effect.forkScoped(every(s.reclaimInterval, "lease reclaim", Effect.flatMap(store.reclaimExpired, (n) => {
-      if (n === 0) return Effect.void
-      return Effect.andThen(Metric.update(Metrics.reclaimed, n), Effect.logInfo(`reclaimed ${n} events with expired leases`))
-    })))
+    yield* Effect.forkScoped(every(s.reclaimInterval, "lease reclaim", recoverCrashed(s, `${group}-recovery`)))
     if (s.retention !== false) {
       const r = s.retention
       // Bounded: at most 100 batches per round, so one round never runs unbounded.

@@ -150,17 +150,78 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         const [a, b] = yield* seed(2)
         yield* store.claim({ relayId: "crashed", batchSize: 1, lease: Duration.millis(300) })
         yield* store.claim({ relayId: "stopping", batchSize: 1, lease })
-        assert.strictEqual(yield* store.reclaimExpired, 0)
+        assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 3 }), { suspect: 0, failed: 0 })
         assert.strictEqual(yield* store.release("stopping", [b!]), 1)
         yield* Effect.sleep("500 millis")
-        assert.strictEqual(yield* store.reclaimExpired, 1)
+        assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 3 }), { suspect: 1, failed: 0 })
+        // the crashed relay's event is now suspect: not in normal batches, claimed alone
         const claimed = yield* store.claim({ relayId: "survivor", batchSize: 10, lease })
-        assert.deepStrictEqual(new Set(ids(claimed)), new Set([a!, b!]))
-        const byId = new Map(claimed.map((c) => [c.message.id, c.attempts]))
-        assert.strictEqual(byId.get(a!), 2)
-        assert.strictEqual(byId.get(b!), 1)
+        assert.deepStrictEqual(ids(claimed), [b!])
+        assert.strictEqual(claimed[0]!.attempts, 1)
+        const suspect = yield* store.claimSuspect({ relayId: "survivor", lease })
+        assert.strictEqual(suspect?.message.id, a!)
+        assert.strictEqual(suspect?.attempts, 2)
+        assert.isUndefined(yield* store.claimSuspect({ relayId: "survivor", lease }))
         // the crashed relay's late settle is ignored: the survivor owns the events now
         assert.strictEqual(yield* store.settle("crashed", { published: [a!], retry: [], failed: [] }), 0)
+      })))
+
+    it.live("per-key: a key's events are claimed in order, and a key with an event in flight is skipped", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const [a1, a2, b1] = yield* store.withTransaction(Outbox.appendAll([draft(1, "A"), draft(2, "A"), draft(3, "B")])).pipe(
+          Effect.map((ms) => ms.map((m) => m.id))
+        )
+        const first = yield* store.claim({ relayId: "r1", batchSize: 1, lease, ordering: "per-key" })
+        assert.deepStrictEqual(ids(first), [a1!])
+        const second = yield* store.claim({ relayId: "r2", batchSize: 10, lease, ordering: "per-key" })
+        assert.deepStrictEqual(ids(second), [b1!], "A is blocked while A1 is in flight")
+        const next = yield* store.settleAndClaim("r1", { published: [a1!], retry: [], failed: [] }, { relayId: "r1", batchSize: 10, lease, ordering: "per-key" })
+        const after = next.length > 0 ? next : yield* store.claim({ relayId: "r1", batchSize: 10, lease, ordering: "per-key" })
+        assert.deepStrictEqual(ids(after), [a2!])
+      })))
+
+    it.live("per-key: a claim takes a key's consecutive events; a retried event holds back its key until due", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const written = yield* store.withTransaction(Outbox.appendAll([draft(1, "A"), draft(2, "A"), draft(3, "A"), draft(4, "B")]))
+        const [a1, a2, a3, b1] = written.map((m) => m.id)
+        const claimed = yield* store.claim({ relayId: "r", batchSize: 10, lease, ordering: "per-key" })
+        assert.deepStrictEqual(ids(claimed), [a1!, a2!, a3!, b1!])
+        // A1 failed once: A2 and A3 were never attempted and go back behind it
+        yield* store.settle("r", { published: [b1!], retry: [{ id: a1!, delay: Duration.millis(400), error: "nack" }], failed: [], released: [a2!, a3!] })
+        assert.deepStrictEqual(yield* store.claim({ relayId: "r", batchSize: 10, lease, ordering: "per-key" }), [])
+        yield* Effect.sleep("550 millis")
+        const again = yield* store.claim({ relayId: "r", batchSize: 10, lease, ordering: "per-key" })
+        assert.deepStrictEqual(ids(again), [a1!, a2!, a3!])
+        assert.deepStrictEqual(again.map((c) => c.attempts), [2, 1, 1])
+        // a failed head lets its key move on
+        yield* store.settle("r", { published: [], retry: [], failed: [{ id: a1!, error: "poison" }], released: [a2!, a3!] })
+        assert.deepStrictEqual(ids(yield* store.claim({ relayId: "r", batchSize: 10, lease, ordering: "per-key" })), [a2!, a3!])
+      })))
+
+    it.live("crash-loop guard: an event whose publish keeps dying is failed after maxCrashes, with the reason", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const [poison] = yield* seed(1)
+        const short = Duration.millis(150)
+        yield* store.claim({ relayId: "dies-1", batchSize: 10, lease: short })
+        yield* Effect.sleep("250 millis")
+        assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 2 }), { suspect: 1, failed: 0 })
+        const suspect = yield* store.claimSuspect({ relayId: "dies-2", lease: short })
+        assert.strictEqual(suspect?.message.id, poison!)
+        yield* Effect.sleep("250 millis")
+        assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 2 }), { suspect: 0, failed: 1 })
+        const failed = yield* store.listFailed({ limit: 10 })
+        assert.strictEqual(failed[0]?.message.id, poison!)
+        assert.match(failed[0]?.lastError ?? "", /crash loop: 2 publish attempts started and none finished/)
+        // a publish that finishes (even failing) is not a crash
+        assert.strictEqual(yield* store.retryFailed(), 1)
+        yield* store.claim({ relayId: "r", batchSize: 1, lease: short })
+        yield* store.settle("r", { published: [], retry: [{ id: poison!, delay: Duration.zero, error: "nack" }], failed: [] })
+        yield* store.claim({ relayId: "r", batchSize: 1, lease: short })
+        yield* Effect.sleep("250 millis")
+        assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 2 }), { suspect: 1, failed: 0 })
       })))
 
     it.live("retention prunes old published rows in bounded batches and nothing else", () =>

@@ -7,7 +7,7 @@
  */
 import { type InvalidConfig, NotInTransaction, StoreError } from "@tidings/core/Errors"
 import type { Message } from "@tidings/core/Message"
-import { OutboxStore, type Service } from "@tidings/core/OutboxStore"
+import { type ClaimedEvent, type ClaimOptions, OutboxStore, type Service, type Settlement } from "@tidings/core/OutboxStore"
 import { Duration, Effect, Layer, Option } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { validateSchema } from "./internal/identifier.ts"
@@ -30,6 +30,7 @@ export const channel = (schema: string): string => `tidings_outbox_${schema}`
 interface ClaimRow {
   readonly id: string
   readonly seq: string | number
+  readonly tx_id: string
   readonly event_type: string
   readonly event_version: number
   readonly aggregate_type: string
@@ -55,12 +56,42 @@ const toMessage = (row: ClaimRow): Message => ({
   occurredAt: new Date(Number(row.occurred_at_ms))
 })
 
-const columns = (t: string) => `${t}.id, ${t}.seq, ${t}.event_type, ${t}.event_version, ${t}.aggregate_type, ${t}.aggregate_id,
+const columns = (t: string) => `${t}.id, ${t}.seq, ${t}.tx_id::text AS tx_id, ${t}.event_type, ${t}.event_version, ${t}.aggregate_type, ${t}.aggregate_id,
   ${t}.ordering_key, ${t}.payload::text AS payload, ${t}.headers::text AS headers,
   (extract(epoch FROM ${t}.occurred_at) * 1000)::float8 AS occurred_at_ms,
   (extract(epoch FROM ${t}.created_at) * 1000)::float8 AS created_at_ms, ${t}.attempts`
 
 const seconds = (d: Duration.Duration) => Duration.toMillis(d) / 1000
+
+const toClaimed = (rows: ReadonlyArray<ClaimRow>, ordering?: ClaimOptions["ordering"]): Array<ClaimedEvent> =>
+  [...rows].sort(ordering === "per-key" ? byKeyOrder : bySeq).map((row) => ({
+    message: toMessage(row),
+    attempts: Number(row.attempts),
+    createdAt: new Date(Number(row.created_at_ms))
+  }))
+
+// Rows come back from RETURNING in no particular order: restore (key, tx_id, seq) for per-key
+// batches and append order otherwise.
+const bySeq = (a: ClaimRow, b: ClaimRow) => Number(a.seq) - Number(b.seq)
+const byKeyOrder = (a: ClaimRow, b: ClaimRow) =>
+  a.ordering_key < b.ordering_key ? -1 : a.ordering_key > b.ordering_key ? 1 :
+  BigInt(a.tx_id) < BigInt(b.tx_id) ? -1 : BigInt(a.tx_id) > BigInt(b.tx_id) ? 1 :
+  Number(a.seq) - Number(b.seq)
+
+interface SettlementRow {
+  readonly id: string
+  readonly status: string
+  readonly delay_ms: number
+  readonly error: string | null
+  readonly released: boolean
+}
+
+const settlementRows = (settlement: Settlement): Array<SettlementRow> => [
+  ...settlement.published.map((id) => ({ id, status: "published", delay_ms: 0, error: null, released: false })),
+  ...settlement.retry.map((r) => ({ id: r.id, status: "pending", delay_ms: Duration.toMillis(r.delay), error: r.error, released: false })),
+  ...settlement.failed.map((f) => ({ id: f.id, status: "failed", delay_ms: 0, error: f.error, released: false })),
+  ...(settlement.released ?? []).map((id) => ({ id, status: "pending", delay_ms: 0, error: null, released: true }))
+]
 
 /** Builds the store; fails with `InvalidConfig` for a bad schema name. */
 export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfig, SqlClient.SqlClient> =>
@@ -74,6 +105,90 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
     const lockKey = `tidings.retention.${schema}`
     const cols = sql.literal(columns("o"))
     const inTransaction = Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
+
+    const xmin = sql.literal("pg_snapshot_xmin(pg_current_snapshot())")
+    const unsettled = sql.literal("('pending', 'processing', 'suspect')")
+
+    // The CTEs choosing the rows to claim, ending in one named `picked (id)`.
+    const claimCtes = (options: ClaimOptions) => {
+      if (options.ordering !== "per-key") {
+        return sql`picked AS (
+          SELECT id FROM ${outbox}
+          WHERE status = 'pending' AND available_at <= now()
+          ORDER BY available_at, seq
+          LIMIT ${options.batchSize}
+          FOR UPDATE SKIP LOCKED
+        )`
+      }
+      // Per key, the head is the first unsettled event in (tx_id, seq) order. A key is claimable when
+      // its head is pending, due, and written by a transaction older than every running one (so no
+      // earlier event of the key can still commit). Keys are walked with a skip scan over the index
+      // of unsettled rows, from after the relay's last key, so the cost follows the number of keys,
+      // not of events, and concurrent relays spread over the key space.
+      return sql`keys AS (
+          (SELECT ordering_key AS k FROM ${outbox} WHERE status IN ${unsettled} AND ordering_key > ${options.afterKey ?? ""}
+            ORDER BY ordering_key LIMIT 1)
+          UNION ALL
+          SELECT (SELECT o.ordering_key FROM ${outbox} o WHERE o.status IN ${unsettled} AND o.ordering_key > keys.k
+            ORDER BY o.ordering_key LIMIT 1)
+          FROM keys WHERE keys.k IS NOT NULL
+        ),
+        heads AS (
+          SELECT h.id FROM keys
+          CROSS JOIN LATERAL (
+            SELECT o.id, o.status, o.available_at, o.tx_id FROM ${outbox} o
+            WHERE o.ordering_key = keys.k AND o.status IN ${unsettled}
+            ORDER BY o.tx_id, o.seq LIMIT 1
+          ) h
+          WHERE keys.k IS NOT NULL AND h.status = 'pending' AND h.available_at <= now() AND h.tx_id < ${xmin}
+          LIMIT ${options.batchSize * 2}
+        ),
+        locked AS (
+          SELECT o.id, o.ordering_key FROM ${outbox} o
+          WHERE o.id IN (SELECT id FROM heads) AND o.status = 'pending'
+          ORDER BY o.ordering_key
+          LIMIT ${options.batchSize}
+          FOR UPDATE SKIP LOCKED
+        ),
+        runs AS (
+          SELECT r.id, l.ordering_key, r.tx_id, r.seq FROM locked l
+          CROSS JOIN LATERAL (
+            SELECT s.id, s.tx_id, s.seq, bool_and(s.ok) OVER (ORDER BY s.tx_id, s.seq) AS ok FROM (
+              SELECT o.id, o.tx_id, o.seq, (o.status = 'pending' AND o.available_at <= now() AND o.tx_id < ${xmin}) AS ok
+              FROM ${outbox} o
+              WHERE o.ordering_key = l.ordering_key AND o.status IN ${unsettled}
+              ORDER BY o.tx_id, o.seq LIMIT ${options.batchSize}
+            ) s
+          ) r
+          WHERE r.ok
+        ),
+        picked AS (
+          SELECT id FROM runs ORDER BY ordering_key, tx_id, seq LIMIT ${options.batchSize}
+        )`
+    }
+
+    const claimUpdate = (options: ClaimOptions) =>
+      sql`UPDATE ${outbox} o SET status = 'processing', attempts = o.attempts + 1, claimed_by = ${options.relayId},
+          claimed_until = now() + make_interval(secs => ${seconds(options.lease)})
+        FROM picked WHERE o.id = picked.id
+        RETURNING ${cols}`
+
+    // Settles rows still claimed by this relay; `released` rows go back without counting the attempt.
+    const settleCte = (relayId: string, rows: ReadonlyArray<SettlementRow>) =>
+      sql`settled AS (
+        UPDATE ${outbox} o SET
+          status = v.status,
+          published_at = CASE WHEN v.status = 'published' THEN now() ELSE o.published_at END,
+          available_at = CASE WHEN v.status = 'pending' THEN now() + make_interval(secs => v.delay_ms / 1000.0) ELSE o.available_at END,
+          last_error = COALESCE(v.error, o.last_error),
+          attempts = CASE WHEN v.released THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+          finished_attempts = CASE WHEN v.released THEN o.finished_attempts ELSE o.finished_attempts + 1 END,
+          claimed_by = NULL,
+          claimed_until = NULL
+        FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS v(id uuid, status text, delay_ms float8, error text, released boolean)
+        WHERE o.id = v.id AND o.status = 'processing' AND o.claimed_by = ${relayId}
+        RETURNING 1
+      )`
 
     const store: Service = {
       append: (messages) =>
@@ -110,66 +225,65 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
 
       afterCommit: (effect) => sql.afterCommit(effect),
 
-      claim: ({ batchSize, lease, relayId }) =>
-        sql<ClaimRow>`WITH picked AS (
-            SELECT id FROM ${outbox}
-            WHERE status = 'pending' AND available_at <= now()
-            ORDER BY available_at, seq
-            LIMIT ${batchSize}
-            FOR UPDATE SKIP LOCKED
-          )
-          UPDATE ${outbox} o SET status = 'processing', attempts = o.attempts + 1, claimed_by = ${relayId},
-            claimed_until = now() + make_interval(secs => ${seconds(lease)})
-          FROM picked WHERE o.id = picked.id
-          RETURNING ${cols}`.pipe(
-          Effect.map((rows) =>
-            [...rows].sort((a, b) => Number(a.seq) - Number(b.seq)).map((row) => ({
-              message: toMessage(row),
-              attempts: Number(row.attempts),
-              createdAt: new Date(Number(row.created_at_ms))
-            }))
-          ),
+      claim: (options) =>
+        sql<ClaimRow>`WITH RECURSIVE ${claimCtes(options)} ${claimUpdate(options)}`.pipe(
+          Effect.map((rows) => toClaimed(rows, options.ordering)),
           mapSqlError("claim")
         ),
 
       settle: (relayId, settlement) => {
-        const rows = [
-          ...settlement.published.map((id) => ({ id, status: "published", delay_ms: 0, error: null })),
-          ...settlement.retry.map((r) => ({ id: r.id, status: "pending", delay_ms: Duration.toMillis(r.delay), error: r.error })),
-          ...settlement.failed.map((f) => ({ id: f.id, status: "failed", delay_ms: 0, error: f.error }))
-        ]
+        const rows = settlementRows(settlement)
         if (rows.length === 0) return Effect.succeed(0)
-        return sql<{ n: number | string }>`WITH settled AS (
-            UPDATE ${outbox} o SET
-              status = v.status,
-              published_at = CASE WHEN v.status = 'published' THEN now() ELSE o.published_at END,
-              available_at = CASE WHEN v.status = 'pending' THEN now() + make_interval(secs => v.delay_ms / 1000.0) ELSE o.available_at END,
-              last_error = COALESCE(v.error, o.last_error),
-              claimed_by = NULL,
-              claimed_until = NULL
-            FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS v(id uuid, status text, delay_ms float8, error text)
-            WHERE o.id = v.id AND o.status = 'processing' AND o.claimed_by = ${relayId}
-            RETURNING 1
-          ) SELECT count(*)::int AS n FROM settled`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("settle"))
+        return sql<{ n: number | string }>`WITH ${settleCte(relayId, rows)} SELECT count(*)::int AS n FROM settled`.pipe(
+          Effect.map((r) => Number(r[0]?.n ?? 0)),
+          mapSqlError("settle")
+        )
       },
 
-      release: (relayId, ids) =>
-        ids.length === 0 ? Effect.succeed(0) : sql<{ n: number | string }>`WITH released AS (
-            UPDATE ${outbox} SET status = 'pending', attempts = greatest(attempts - 1, 0), claimed_by = NULL, claimed_until = NULL
-            WHERE id IN (SELECT jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)::uuid)
-              AND status = 'processing' AND claimed_by = ${relayId}
-            RETURNING 1
-          ) SELECT count(*)::int AS n FROM released`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("release")),
+      // One statement, so one commit: data-modifying CTEs all run, on the same snapshot; the rows
+      // being settled are 'processing' in it, so the claim cannot take them.
+      settleAndClaim: (relayId, settlement, next) => {
+        const rows = settlementRows(settlement)
+        if (rows.length === 0) return store.claim(next)
+        return sql<ClaimRow>`WITH RECURSIVE ${settleCte(relayId, rows)}, ${claimCtes(next)} ${claimUpdate(next)}`.pipe(
+          Effect.map((rows) => toClaimed(rows, next.ordering)),
+          mapSqlError("settleAndClaim")
+        )
+      },
 
-      reclaimExpired: sql<{ n: number | string }>`WITH expired AS (
-          UPDATE ${outbox} SET status = 'pending', claimed_by = NULL, claimed_until = NULL,
-            last_error = 'lease expired: the relay holding it stopped'
-          WHERE id IN (
-            SELECT id FROM ${outbox} WHERE status = 'processing' AND claimed_until < now()
-            LIMIT 10000 FOR UPDATE SKIP LOCKED
+      release: (relayId, ids) => store.settle(relayId, { published: [], retry: [], failed: [], released: ids }),
+
+      reclaimExpired: ({ maxCrashes }) =>
+        sql<{ suspect: number; failed: number }>`WITH expired AS (
+            UPDATE ${outbox} SET
+              status = CASE WHEN attempts - finished_attempts >= ${maxCrashes} THEN 'failed' ELSE 'suspect' END,
+              last_error = CASE WHEN attempts - finished_attempts >= ${maxCrashes}
+                THEN 'crash loop: ' || (attempts - finished_attempts) || ' publish attempts started and none finished'
+                ELSE 'lease expired: the relay holding it stopped' END,
+              claimed_by = NULL, claimed_until = NULL
+            WHERE id IN (
+              SELECT id FROM ${outbox} WHERE status = 'processing' AND claimed_until < now()
+              LIMIT 10000 FOR UPDATE SKIP LOCKED
+            )
+            RETURNING status
+          ) SELECT count(*) FILTER (WHERE status = 'suspect')::int AS suspect, count(*) FILTER (WHERE status = 'failed')::int AS failed FROM expired`.pipe(
+          Effect.map(([r]) => ({ suspect: Number(r?.suspect ?? 0), failed: Number(r?.failed ?? 0) })),
+          mapSqlError("reclaim")
+        ),
+
+      claimSuspect: ({ lease, relayId }) =>
+        sql<ClaimRow>`WITH picked AS (
+            SELECT s.id FROM ${outbox} s
+            WHERE s.status = 'suspect' AND NOT EXISTS (
+              SELECT 1 FROM ${outbox} e WHERE e.ordering_key = s.ordering_key AND e.status IN ${unsettled}
+                AND (e.tx_id, e.seq) < (s.tx_id, s.seq)
+            )
+            ORDER BY s.seq LIMIT 1 FOR UPDATE SKIP LOCKED
           )
-          RETURNING 1
-        ) SELECT count(*)::int AS n FROM expired`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("reclaim")),
+          UPDATE ${outbox} o SET status = 'processing', attempts = o.attempts + 1, claimed_by = ${relayId},
+            claimed_until = now() + make_interval(secs => ${seconds(lease)})
+          FROM picked WHERE o.id = picked.id
+          RETURNING ${cols}`.pipe(Effect.map((rows) => toClaimed(rows)[0]), mapSqlError("claimSuspect")),
 
       prune: ({ limit, olderThan }) =>
         sql.withTransaction(Effect.gen(function*() {
@@ -187,17 +301,19 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           return Number(row?.n ?? 0)
         })).pipe(mapSqlError("prune")),
 
-      stats: sql<{ pending: number; processing: number; published: number; failed: number; oldest_ms: number | string | null }>`SELECT
+      stats: sql<{ pending: number; processing: number; published: number; failed: number; suspect: number; oldest_ms: number | string | null }>`SELECT
           (SELECT count(*)::int FROM ${outbox} WHERE status = 'pending') AS pending,
           (SELECT count(*)::int FROM ${outbox} WHERE status = 'processing') AS processing,
           (SELECT count(*)::int FROM ${outbox} WHERE status = 'published') AS published,
           (SELECT count(*)::int FROM ${outbox} WHERE status = 'failed') AS failed,
+          (SELECT count(*)::int FROM ${outbox} WHERE status = 'suspect') AS suspect,
           (SELECT (extract(epoch FROM now() - min(created_at)) * 1000)::float8 FROM ${outbox} WHERE status = 'pending') AS oldest_ms`.pipe(
         Effect.map(([r]) => ({
           pending: Number(r?.pending ?? 0),
           processing: Number(r?.processing ?? 0),
           published: Number(r?.published ?? 0),
           failed: Number(r?.failed ?? 0),
+          suspect: Number(r?.suspect ?? 0),
           oldestPendingAgeMs: r?.oldest_ms === null || r?.oldest_ms === undefined ? null : Math.max(0, Number(r.oldest_ms))
         })),
         mapSqlError("stats")
@@ -221,7 +337,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           ? sql`status = 'failed'`
           : sql`status = 'failed' AND id IN (SELECT jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)::uuid)`
         return sql<{ n: number | string }>`WITH retried AS (
-            UPDATE ${outbox} SET status = 'pending', attempts = 0, available_at = now() WHERE ${filter} RETURNING 1
+            UPDATE ${outbox} SET status = 'pending', attempts = 0, finished_attempts = 0, available_at = now() WHERE ${filter} RETURNING 1
           ) SELECT count(*)::int AS n FROM retried`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("retryFailed"))
       },
 

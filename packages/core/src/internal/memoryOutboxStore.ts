@@ -5,9 +5,11 @@ import type * as OutboxStore from "../OutboxStore.ts"
 
 interface Row {
   readonly message: Message
+  /** Commit order: stands in for Postgres's (tx_id, seq); memory commits are atomic and ordered. */
   readonly seq: number
   status: OutboxStore.Status
   attempts: number
+  finishedAttempts: number
   availableAt: number
   claimedBy: string | null
   claimedUntil: number
@@ -22,6 +24,8 @@ interface Transaction {
 }
 
 let instances = 0
+
+const unsettled = (row: Row) => row.status === "pending" || row.status === "processing" || row.status === "suspect"
 
 /** The in-memory store. Mutations are synchronous, so each one is atomic, as a statement would be. */
 export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
@@ -44,6 +48,7 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
                 seq: ++seq,
                 status: "pending",
                 attempts: 0,
+                finishedAttempts: 0,
                 availableAt: now,
                 claimedBy: null,
                 claimedUntil: 0,
@@ -63,6 +68,70 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
     return row !== undefined && row.status === "processing" && row.claimedBy === relayId ? row : undefined
   }
 
+  const take = (row: Row, relayId: string, lease: Duration.Duration, now: number): OutboxStore.ClaimedEvent => {
+    row.status = "processing"
+    row.attempts++
+    row.claimedBy = relayId
+    row.claimedUntil = now + Duration.toMillis(lease)
+    return { message: row.message, attempts: row.attempts, createdAt: new Date(row.createdAt) }
+  }
+
+  const claimNow = (options: OutboxStore.ClaimOptions, now: number): Array<OutboxStore.ClaimedEvent> => {
+    const { batchSize, lease, relayId } = options
+    if (options.ordering !== "per-key") {
+      const due: Array<Row> = []
+      for (const row of rows.values()) {
+        if (row.status === "pending" && row.availableAt <= now) due.push(row)
+      }
+      due.sort((a, b) => a.availableAt - b.availableAt || a.seq - b.seq)
+      return due.slice(0, batchSize).map((row) => take(row, relayId, lease, now))
+    }
+    // per-key: a key is claimable when its first unsettled event is pending and due; then take the
+    // consecutive due events that follow it.
+    const byKey = new Map<string, Array<Row>>()
+    for (const row of rows.values()) {
+      if (!unsettled(row)) continue
+      const list = byKey.get(row.message.orderingKey)
+      if (list === undefined) byKey.set(row.message.orderingKey, [row])
+      else list.push(row)
+    }
+    const keys = [...byKey.keys()].sort()
+    const start = options.afterKey === undefined ? 0 : keys.findIndex((k) => k > options.afterKey!)
+    const ordered = start <= 0 ? keys : [...keys.slice(start), ...keys.slice(0, start)]
+    const out: Array<OutboxStore.ClaimedEvent> = []
+    for (const key of ordered) {
+      if (out.length >= batchSize) break
+      const list = byKey.get(key)!.sort((a, b) => a.seq - b.seq)
+      for (const row of list) {
+        if (out.length >= batchSize || row.status !== "pending" || row.availableAt > now) break
+        out.push(take(row, relayId, lease, now))
+      }
+    }
+    return out
+  }
+
+  const settleNow = (relayId: string, settlement: OutboxStore.Settlement, now: number): number => {
+    let n = 0
+    const finish = (id: string, update: Partial<Row>) => {
+      const row = claimedBy(relayId, id)
+      if (row === undefined) return
+      Object.assign(row, { ...update, claimedBy: null, claimedUntil: 0, finishedAttempts: row.finishedAttempts + 1 })
+      n++
+    }
+    for (const id of settlement.published) finish(id, { status: "published", publishedAt: now })
+    for (const { delay, error, id } of settlement.retry) {
+      finish(id, { status: "pending", availableAt: now + Duration.toMillis(delay), lastError: error })
+    }
+    for (const { error, id } of settlement.failed) finish(id, { status: "failed", lastError: error })
+    for (const id of settlement.released ?? []) {
+      const row = claimedBy(relayId, id)
+      if (row === undefined) continue
+      Object.assign(row, { status: "pending", attempts: Math.max(0, row.attempts - 1), claimedBy: null, claimedUntil: 0 })
+      n++
+    }
+    return n
+  }
+
   const service: OutboxStore.Service = {
     append: (messages) =>
       Effect.flatMap(Effect.serviceOption(Tx), (open) =>
@@ -74,68 +143,53 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
     afterCommit: (effect) =>
       Effect.flatMap(Effect.serviceOption(Tx), (open) =>
         Option.match(open, { onNone: () => effect, onSome: (tx) => Effect.sync(() => void tx.afterCommit.push(effect)) })),
-    claim: ({ batchSize, lease, relayId }) =>
+    claim: (options) => Effect.map(Clock.currentTimeMillis, (now) => claimNow(options, now)),
+    settle: (relayId, settlement) => Effect.map(Clock.currentTimeMillis, (now) => settleNow(relayId, settlement, now)),
+    settleAndClaim: (relayId, settlement, next) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        const due: Array<Row> = []
+        settleNow(relayId, settlement, now)
+        return claimNow(next, now)
+      }),
+    release: (relayId, ids) => Effect.sync(() => settleNow(relayId, { published: [], retry: [], failed: [], released: ids }, 0)),
+    reclaimExpired: ({ maxCrashes }) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const result = { suspect: 0, failed: 0 }
         for (const row of rows.values()) {
-          if (row.status === "pending" && row.availableAt <= now) due.push(row)
+          if (row.status !== "processing" || row.claimedUntil >= now) continue
+          const crashes = row.attempts - row.finishedAttempts
+          if (crashes >= maxCrashes) {
+            Object.assign(row, {
+              status: "failed",
+              lastError: `crash loop: ${crashes} publish attempts started and none finished`,
+              claimedBy: null,
+              claimedUntil: 0
+            })
+            result.failed++
+          } else {
+            Object.assign(row, { status: "suspect", lastError: "lease expired: the relay holding it stopped", claimedBy: null, claimedUntil: 0 })
+            result.suspect++
+          }
         }
-        due.sort((a, b) => a.availableAt - b.availableAt || a.seq - b.seq)
-        return due.slice(0, batchSize).map((row) => {
-          row.status = "processing"
-          row.attempts++
-          row.claimedBy = relayId
-          row.claimedUntil = now + Duration.toMillis(lease)
-          return { message: row.message, attempts: row.attempts, createdAt: new Date(row.createdAt) }
-        })
+        return result
       }),
-    settle: (relayId, settlement) =>
+    claimSuspect: ({ lease, relayId }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        let n = 0
-        for (const id of settlement.published) {
-          const row = claimedBy(relayId, id)
-          if (row === undefined) continue
-          Object.assign(row, { status: "published", publishedAt: now, claimedBy: null, claimedUntil: 0 })
-          n++
+        // The oldest suspect that heads its key: an earlier unsettled event of the key goes first.
+        const heads = new Map<string, Row>()
+        for (const row of rows.values()) {
+          if (!unsettled(row)) continue
+          const head = heads.get(row.message.orderingKey)
+          if (head === undefined || row.seq < head.seq) heads.set(row.message.orderingKey, row)
         }
-        for (const { delay, error, id } of settlement.retry) {
-          const row = claimedBy(relayId, id)
-          if (row === undefined) continue
-          Object.assign(row, { status: "pending", availableAt: now + Duration.toMillis(delay), lastError: error, claimedBy: null, claimedUntil: 0 })
-          n++
+        let oldest: Row | undefined
+        for (const row of heads.values()) {
+          if (row.status === "suspect" && (oldest === undefined || row.seq < oldest.seq)) oldest = row
         }
-        for (const { error, id } of settlement.failed) {
-          const row = claimedBy(relayId, id)
-          if (row === undefined) continue
-          Object.assign(row, { status: "failed", lastError: error, claimedBy: null, claimedUntil: 0 })
-          n++
-        }
-        return n
+        return oldest === undefined ? undefined : take(oldest, relayId, lease, now)
       }),
-    release: (relayId, ids) =>
-      Effect.sync(() => {
-        let n = 0
-        for (const id of ids) {
-          const row = claimedBy(relayId, id)
-          if (row === undefined) continue
-          Object.assign(row, { status: "pending", attempts: Math.max(0, row.attempts - 1), claimedBy: null, claimedUntil: 0 })
-          n++
-        }
-        return n
-      }),
-    reclaimExpired: Effect.map(Clock.currentTimeMillis, (now) => {
-      let n = 0
-      for (const row of rows.values()) {
-        if (row.status === "processing" && row.claimedUntil < now) {
-          Object.assign(row, { status: "pending", claimedBy: null, claimedUntil: 0, lastError: "lease expired: the relay holding it stopped" })
-          n++
-        }
-      }
-      return n
-    }),
     prune: ({ limit, olderThan }) =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => {
-        if (pruning) return Effect.succeed(undefined)
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        if (pruning) return undefined
         pruning = true
         let n = 0
         const cutoff = now - Duration.toMillis(olderThan)
@@ -147,10 +201,10 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
           }
         }
         pruning = false
-        return Effect.succeed(n)
+        return n
       }),
     stats: Effect.map(Clock.currentTimeMillis, (now) => {
-      const stats = { pending: 0, processing: 0, published: 0, failed: 0, oldestPendingAgeMs: null as number | null }
+      const stats = { pending: 0, processing: 0, published: 0, failed: 0, suspect: 0, oldestPendingAgeMs: null as number | null }
       let oldest = Infinity
       for (const row of rows.values()) {
         stats[row.status]++
@@ -176,7 +230,7 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
         const wanted = ids === undefined ? undefined : new Set(ids)
         for (const row of rows.values()) {
           if (row.status !== "failed" || (wanted !== undefined && !wanted.has(row.message.id))) continue
-          Object.assign(row, { status: "pending", attempts: 0, availableAt: now })
+          Object.assign(row, { status: "pending", attempts: 0, finishedAttempts: 0, availableAt: now })
           n++
         }
         return n

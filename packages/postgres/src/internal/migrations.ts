@@ -16,5 +16,16 @@ export const migrations: ReadonlyArray<Migration> = [
       "CREATE INDEX outbox_published_idx ON outbox (published_at) WHERE status = 'published'",
       "CREATE INDEX outbox_failed_idx ON outbox (created_at) WHERE status = 'failed'"
     ]
+  },
+  {
+    version: 2,
+    name: "ordering_and_crash_guard",
+    statements: [
+      "ALTER TABLE outbox ADD COLUMN finished_attempts integer NOT NULL DEFAULT 0",
+      "ALTER TABLE outbox DROP CONSTRAINT outbox_status_check",
+      "ALTER TABLE outbox ADD CONSTRAINT outbox_status_check\n  CHECK (status IN ('pending', 'processing', 'published', 'failed', 'suspect'))",
+      "CREATE INDEX outbox_key_order_idx ON outbox (ordering_key, tx_id, seq)\n  WHERE status IN ('pending', 'processing', 'suspect')",
+      "CREATE INDEX outbox_suspect_idx ON outbox (seq) WHERE status = 'suspect'"
+    ]
   }
 ]
