@@ -2,7 +2,7 @@
  * Relay behaviour on any store: the memory store here, Postgres in `@tidings/postgres`.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Layer, Metric, Schedule, Scope } from "effect"
+import { Duration, Effect, Exit, Layer, Metric, Schedule, Scope, Semaphore } from "effect"
 import { PublishError } from "../src/Errors.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import type { Message } from "../src/Message.ts"
@@ -162,6 +162,55 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
         yield* eventually(Effect.map(store.stats, (s) => s.published === 3), "5 seconds", "replayed events")
         yield* again.stop
       })))
+
+    it.live("per-key: each key's events are published in append order despite publish failures and a crashed relay", () => {
+      const keys = 12
+      const perKey = new Array<number>(keys).fill(0)
+      let random = 42
+      const rand = () => (random = (random * 1103515245 + 12345) % 2147483648) / 2147483648
+      const fault = () => rand() < 0.2 ? new PublishError({ reason: "random nack", retryable: true }) : undefined
+      return run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        // Producers append one or two events per transaction; a key's transactions are serialized, so
+        // its append order is the order of `n`.
+        const locks = yield* Effect.forEach(Array.from({ length: keys }), () => Semaphore.make(1))
+        const produce = (producer: number) =>
+          Effect.forEach(Array.from({ length: 25 }), (_, i) => {
+            const k = (producer * 7 + i * 5) % keys
+            return locks[k]!.withPermits(1)(store.withTransaction(Effect.suspend(() => {
+              const count = i % 2 === 0 ? 2 : 1
+              const drafts = Array.from({ length: count }, () => Thing.make({ aggregateId: `key-${k}`, payload: { n: perKey[k]!++, label: `p${producer}` } }))
+              return Outbox.appendAll(drafts)
+            })))
+          }, { discard: true })
+        const relays = yield* startRelay({
+          ...quiet,
+          ordering: "per-key",
+          concurrency: 4,
+          batchSize: 10,
+          retry: Schedule.spaced("10 millis"),
+          maxAttempts: 100,
+          lease: "2 seconds",
+          reclaimInterval: "100 millis"
+        })
+        yield* Effect.forEach([0, 1, 2, 3, 4, 5, 6, 7], produce, { concurrency: "unbounded", discard: true })
+        // A relay that claims and dies: its claims expire and are recovered without breaking the order.
+        yield* store.claim({ relayId: "crashed", batchSize: 5, lease: Duration.millis(300), ordering: "per-key" })
+        const total = perKey.reduce((a, b) => a + b, 0)
+        yield* eventually(Effect.map(store.stats, (st) => st.published === total), "30 seconds", `${total} published`)
+        yield* relays.stop
+        const delivered = yield* MemoryBroker.MemoryBroker.use((b) => b.delivered)
+        const seen = new Map<string, Array<number>>()
+        for (const { message } of delivered) {
+          const list = seen.get(message.orderingKey) ?? []
+          list.push((message.payload as { n: number }).n)
+          seen.set(message.orderingKey, list)
+        }
+        for (let k = 0; k < keys; k++) {
+          assert.deepStrictEqual(seen.get(`key-${k}`) ?? [], Array.from({ length: perKey[k]! }, (_, i) => i), `order of key-${k}`)
+        }
+      }), { fault })
+    })
 
     it.live("shutdown waits for the in-flight batch and loses nothing", () =>
       run(Effect.gen(function*() {
