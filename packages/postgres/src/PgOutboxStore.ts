@@ -8,7 +8,7 @@
 import { type InvalidConfig, NotInTransaction, StoreError } from "@tidings/core/Errors"
 import type { Message } from "@tidings/core/Message"
 import { type ClaimedEvent, type ClaimOptions, OutboxStore, type Service, type Settlement } from "@tidings/core/OutboxStore"
-import { Duration, Effect, Layer, Option } from "effect"
+import { Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { validateSchema } from "./internal/identifier.ts"
 import { mapSqlError } from "./internal/storeError.ts"
@@ -18,10 +18,14 @@ export interface Options {
   /** Schema holding the tables (see `Migrator`); default `tidings`. */
   readonly schema?: string
   /**
-   * Send a `NOTIFY` in each appending transaction so relays in other processes wake at once
-   * (see `PgWakeup`). Relays in the same process are woken after commit without it. Default false.
+   * Wake relays in other processes (see `PgWakeup`) when events are appended. Relays in the same
+   * process are woken after commit without it. Default false.
+   * - `true`: after the commit, one `NOTIFY` from a background fiber, coalesced: commits that land
+   *   while a `NOTIFY` is in flight share the next one. Producers do not wait for it.
+   * - `"in-transaction"`: a `NOTIFY` inside every appending transaction. Simplest, but on a small
+   *   machine it costs saturated producers about a third of their throughput.
    */
-  readonly notify?: boolean
+  readonly notify?: boolean | "in-transaction"
 }
 
 /** The `NOTIFY` channel of a schema's outbox. */
@@ -94,7 +98,7 @@ const settlementRows = (settlement: Settlement): Array<SettlementRow> => [
 ]
 
 /** Builds the store; fails with `InvalidConfig` for a bad schema name. */
-export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfig, SqlClient.SqlClient> =>
+export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfig, SqlClient.SqlClient | Scope.Scope> =>
   Effect.gen(function*() {
     const schema = options.schema ?? "tidings"
     const invalid = validateSchema(schema)
@@ -104,6 +108,28 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
     const notifyChannel = channel(schema)
     const lockKey = `tidings.retention.${schema}`
     const cols = sql.literal(columns("o"))
+
+    // Coalesced cross-process wake-up: a one-slot mailbox and one fiber sending NOTIFYs outside the
+    // producers' transactions. A signal during a NOTIFY in flight is kept for the next one.
+    let notifier: Effect.Effect<void> | undefined
+    if (options.notify === true) {
+      const mailbox = yield* Queue.sliding<void>(1)
+      notifier = Effect.asVoid(Queue.offer(mailbox, undefined))
+      yield* Queue.take(mailbox).pipe(
+        Effect.andThen(sql`SELECT pg_notify(${notifyChannel}, '')`),
+        Effect.catch((e) => Effect.logWarning("outbox NOTIFY failed; relays elsewhere will poll", e)),
+        Effect.forever,
+        Effect.forkScoped
+      )
+      // On shutdown, a commit still waiting for its NOTIFY gets it (best effort, bounded).
+      yield* Effect.addFinalizer(() =>
+        Queue.poll(mailbox).pipe(
+          Effect.flatMap((pending) => Option.isSome(pending) ? sql`SELECT pg_notify(${notifyChannel}, '')` : Effect.void),
+          Effect.timeout("1 second"),
+          Effect.ignore
+        )
+      )
+    }
     const inTransaction = Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
 
     const xmin = sql.literal("pg_snapshot_xmin(pg_current_snapshot())")
@@ -213,7 +239,8 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
             SELECT id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at
             FROM jsonb_to_recordset(${rows}::jsonb) AS x(id uuid, aggregate_type text, aggregate_id text, ordering_key text,
               event_type text, event_version integer, payload jsonb, headers jsonb, occurred_at timestamptz)`.pipe(mapSqlError("append"))
-          if (options.notify === true) yield* sql`SELECT pg_notify(${notifyChannel}, '')`.pipe(mapSqlError("append"))
+          if (options.notify === "in-transaction") yield* sql`SELECT pg_notify(${notifyChannel}, '')`.pipe(mapSqlError("append"))
+          else if (notifier !== undefined) yield* sql.afterCommit(notifier)
         }),
 
       // SqlErrors of the transaction (BEGIN/COMMIT, or the caller's own queries) become StoreErrors.

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as MemoryBroker from "@tidings/core/MemoryBroker"
 import * as Wakeup from "@tidings/core/Wakeup"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Stream } from "effect"
 import { seed } from "../../core/test/OutboxStoreContract.ts"
 import { eventually, startRelay } from "../../core/test/RelayContract.ts"
 import { freshSchema, pgUrl } from "../../../test/support/pg.ts"
@@ -11,7 +11,7 @@ import * as PgWakeup from "../src/PgWakeup.ts"
 
 // The relay and its listener get a private wake-up hub, as if they ran in another process than the
 // appender (whose after-commit wake-up goes to the default hub): only NOTIFY can wake them.
-const scenario = (notify: boolean) =>
+const scenario = (notify: boolean | "in-transaction") =>
   Effect.scoped(Effect.gen(function*() {
     const schema = yield* freshSchema("wk")
     const remote = Wakeup.makeHub()
@@ -24,9 +24,11 @@ const scenario = (notify: boolean) =>
       )
       return { broker: context, stop: relay.stop }
     }).pipe(Effect.provideService(Wakeup.Wakeups, remote))
+    // the producer's store lives as long as the test, as it would in an app
+    const producer = yield* Layer.build(PgOutboxStore.layer({ schema, notify }))
     yield* Effect.sleep("300 millis") // the relay polled once and is idle for 4 s
     const started = Date.now()
-    yield* seed(1).pipe(Effect.provide(PgOutboxStore.layer({ schema, notify })))
+    yield* seed(1).pipe(Effect.provideContext(producer))
     const delivered = yield* eventually(
       Effect.map(MemoryBroker.MemoryBroker.use((b) => b.delivered).pipe(Effect.provide(Layer.succeedContext(broker))), (d) => d.length === 1),
       "1500 millis",
@@ -43,6 +45,31 @@ describe("PgWakeup", () => {
       assert.isDefined(elapsed, "not delivered within 1.5 s although the poll interval is 4 s")
       assert.isBelow(elapsed!, 1000)
     }))
+
+  it.live("the in-transaction NOTIFY mode wakes it too", () =>
+    Effect.gen(function*() {
+      const elapsed = yield* scenario("in-transaction")
+      assert.isDefined(elapsed)
+      assert.isBelow(elapsed!, 1000)
+    }))
+
+  it.live("coalesced NOTIFYs: a burst of commits sends far fewer NOTIFYs, and the last commit is always followed by one", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const schema = yield* freshSchema("wk")
+      const pg = yield* PgClient.PgClient
+      const heard: Array<number> = []
+      yield* pg.listen(PgOutboxStore.channel(schema)).pipe(Stream.runForEach(() => Effect.sync(() => void heard.push(Date.now()))), Effect.forkScoped)
+      yield* Effect.sleep("200 millis") // LISTEN is in place
+      const producer = yield* Layer.build(PgOutboxStore.layer({ schema, notify: true }))
+      const lastCommit = yield* Effect.gen(function*() {
+        yield* Effect.forEach(Array.from({ length: 8 }), () => seed(25), { concurrency: 8, discard: true })
+        return Date.now()
+      }).pipe(Effect.provideContext(producer))
+      yield* Effect.sleep("300 millis")
+      assert.isAbove(heard.length, 0)
+      assert.isBelow(heard.length, 200, `${heard.length} NOTIFYs for 200 commits`)
+      assert.isAtLeast(heard.at(-1)!, lastCommit - 5, "a NOTIFY follows the last commit")
+    })).pipe(Effect.provide(PgClient.layer({ url: pgUrl() }))))
 
   it.live("without NOTIFY the other process's relay waits for its poll (control)", () =>
     Effect.gen(function*() {
