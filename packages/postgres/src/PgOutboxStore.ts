@@ -124,7 +124,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       // On shutdown, a commit still waiting for its NOTIFY gets it (best effort, bounded).
       yield* Effect.addFinalizer(() =>
         Queue.poll(mailbox).pipe(
-          Effect.flatMap((pending) => Option.isSome(pending) ? sql`SELECT pg_notify(${notifyChannel}, '')` : Effect.void),
+          Effect.flatMap((pending) => Option.isSome(pending) ? Effect.asVoid(sql`SELECT pg_notify(${notifyChannel}, '')`) : Effect.void),
           Effect.timeout("1 second"),
           Effect.ignore
         )
