@@ -370,6 +370,8 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
           if (yield* Deferred.isDone(stop)) return
           yield* Queue.clear(mailbox) // signals so far are answered by this claim
           const claimed = yield* Effect.result(store.claim(claimOptions(s, relayId, afterKey)).pipe(
+            // per-key walks the keys from after the last one it took; at the end, wrap around at once
+            Effect.flatMap((got) => got.length === 0 && afterKey !== undefined ? store.claim(claimOptions(s, relayId, undefined)) : Effect.succeed(got)),
             Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } })
           ))
           if (claimed._tag === "Failure") {
@@ -381,7 +383,7 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
             delay = nextDelay(s, delay, held.length)
           }
           if (held.length === 0) {
-            if (s.ordering === "per-key") afterKey = undefined // walk the keys from the start next time
+            afterKey = undefined
             const woken = yield* restore(Effect.raceAll([
               Effect.as(Effect.sleep(delay), "poll" as const),
               Queue.take(mailbox),

@@ -148,30 +148,31 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       }
       // Per key, the head is the first unsettled event in (tx_id, seq) order. A key is claimable when
       // its head is pending, due, and written by a transaction older than every running one (so no
-      // earlier event of the key can still commit). Keys are walked with a skip scan over the index
-      // of unsettled rows, from after the relay's last key, so the cost follows the number of keys,
-      // not of events, and concurrent relays spread over the key space.
-      return sql`keys AS (
-          (SELECT ordering_key AS k FROM ${outbox} WHERE status IN ${unsettled} AND ordering_key > ${options.afterKey ?? ""}
-            ORDER BY ordering_key LIMIT 1)
+      // earlier event of the key can still commit). Heads are found with a skip scan over the index
+      // of unsettled rows, (ordering_key, tx_id, seq), one probe per key, from after the relay's last
+      // key, so the cost follows the number of keys,
+      // not of events, and concurrent relays spread over the key space. Each locked key contributes
+      // its fair share of the batch, so a claim reads about `batchSize` rows however long runs are.
+      return sql`heads AS (
+          (SELECT o.ordering_key, o.id, o.status, o.available_at, o.tx_id FROM ${outbox} o
+            WHERE o.status IN ${unsettled} AND o.ordering_key > ${options.afterKey ?? ""}
+            ORDER BY o.ordering_key, o.tx_id, o.seq LIMIT 1)
           UNION ALL
-          SELECT (SELECT o.ordering_key FROM ${outbox} o WHERE o.status IN ${unsettled} AND o.ordering_key > keys.k
-            ORDER BY o.ordering_key LIMIT 1)
-          FROM keys WHERE keys.k IS NOT NULL
-        ),
-        heads AS (
-          SELECT h.id FROM keys
+          SELECT n.ordering_key, n.id, n.status, n.available_at, n.tx_id FROM heads h
           CROSS JOIN LATERAL (
-            SELECT o.id, o.status, o.available_at, o.tx_id FROM ${outbox} o
-            WHERE o.ordering_key = keys.k AND o.status IN ${unsettled}
-            ORDER BY o.tx_id, o.seq LIMIT 1
-          ) h
-          WHERE keys.k IS NOT NULL AND h.status = 'pending' AND h.available_at <= now() AND h.tx_id < ${xmin}
+            SELECT o.ordering_key, o.id, o.status, o.available_at, o.tx_id FROM ${outbox} o
+            WHERE o.status IN ${unsettled} AND o.ordering_key > h.ordering_key
+            ORDER BY o.ordering_key, o.tx_id, o.seq LIMIT 1
+          ) n
+        ),
+        eligible AS (
+          SELECT id FROM heads
+          WHERE status = 'pending' AND available_at <= now() AND tx_id < ${xmin}
           LIMIT ${options.batchSize * 2}
         ),
         locked AS (
           SELECT o.id, o.ordering_key FROM ${outbox} o
-          WHERE o.id IN (SELECT id FROM heads) AND o.status = 'pending'
+          WHERE o.id IN (SELECT id FROM eligible) AND o.status = 'pending'
           ORDER BY o.ordering_key
           LIMIT ${options.batchSize}
           FOR UPDATE SKIP LOCKED
@@ -183,7 +184,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
               SELECT o.id, o.tx_id, o.seq, (o.status = 'pending' AND o.available_at <= now() AND o.tx_id < ${xmin}) AS ok
               FROM ${outbox} o
               WHERE o.ordering_key = l.ordering_key AND o.status IN ${unsettled}
-              ORDER BY o.tx_id, o.seq LIMIT ${options.batchSize}
+              ORDER BY o.tx_id, o.seq LIMIT (SELECT greatest(1, ceil(${options.batchSize}::float8 / greatest(count(*), 1)))::int FROM locked)
             ) s
           ) r
           WHERE r.ok

@@ -40,7 +40,8 @@ describe("per-key ordering on Postgres", () => {
         yield* Deferred.await(t1Appended)
         // T2 starts later, appends for K and commits first.
         yield* store.withTransaction(Outbox.append(Step, { aggregateId: "K", payload: { n: 2 } }))
-        yield* Effect.sleep("500 millis")
+        yield* eventually(Effect.map(broker.delivered, (d) => d.length >= 1), "5 seconds", "the unrelated event")
+        yield* Effect.sleep("300 millis")
         const early = yield* broker.delivered
         assert.deepStrictEqual(early.map((d) => d.message.id), [before!.id], "K's later event waits while T1 may still commit")
         yield* Deferred.succeed(commitT1, undefined)
@@ -72,12 +73,15 @@ describe("per-key ordering on Postgres", () => {
         assert.strictEqual((yield* claim("per-key")).length, 0, "held back while an older transaction runs")
         yield* Deferred.succeed(release, undefined)
         yield* Fiber.join(blocker)
-        assert.strictEqual((yield* claim("per-key")).length, 1)
+        yield* eventually(Effect.map(claim("per-key"), (got) => got.length === 1), "5 seconds", "the per-key claim after the transaction ended")
         // unordered never waits
-        yield* Effect.forkChild(sql.withTransaction(Effect.andThen(sql`INSERT INTO blocker VALUES (2)`, Effect.never)))
+        const held = yield* Deferred.make<void>()
+        const another = yield* Effect.forkChild(sql.withTransaction(Effect.andThen(sql`INSERT INTO blocker VALUES (2)`, Deferred.await(held))))
         yield* Effect.sleep("100 millis")
         yield* store.withTransaction(Outbox.append(Step, { aggregateId: "J", payload: { n: 1 } }))
         assert.strictEqual((yield* claim("unordered")).length, 1)
+        yield* Deferred.succeed(held, undefined)
+        yield* Fiber.join(another)
       })
     ))
 })
