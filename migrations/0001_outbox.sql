@@ -10,8 +10,8 @@ CREATE TABLE outbox (
   ordering_key    text        NOT NULL,
   event_type      text        NOT NULL,
   event_version   integer     NOT NULL CHECK (event_version >= 1),
-  payload         jsonb       NOT NULL,
-  headers         jsonb       NOT NULL DEFAULT '{}'::jsonb,
+  payload         json        NOT NULL,           -- json, not jsonb: stored and returned as written, never queried
+  headers         json        NOT NULL DEFAULT '{}'::json,
   occurred_at     timestamptz NOT NULL,
   status          text        NOT NULL DEFAULT 'pending'
                               CHECK (status IN ('pending', 'processing', 'published', 'failed')),

@@ -201,8 +201,18 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         RETURNING ${cols}`
 
     // Settles rows still claimed by this relay; `released` rows go back without counting the attempt.
-    const settleCte = (relayId: string, rows: ReadonlyArray<SettlementRow>) =>
-      sql`settled AS (
+    const settleCte = (relayId: string, rows: ReadonlyArray<SettlementRow>) => {
+      if (rows.every((r) => r.status === "published")) {
+        // The common case, kept lean: one uuid[] parameter, no per-row record to unpack.
+        const ids = `{${rows.map((r) => r.id).join(",")}}`
+        return sql`settled AS (
+          UPDATE ${outbox} o SET status = 'published', published_at = now(), finished_attempts = o.finished_attempts + 1,
+            claimed_by = NULL, claimed_until = NULL
+          WHERE o.id = ANY(${ids}::text::uuid[]) AND o.status = 'processing' AND o.claimed_by = ${relayId}
+          RETURNING 1
+        )`
+      }
+      return sql`settled AS (
         UPDATE ${outbox} o SET
           status = v.status,
           published_at = CASE WHEN v.status = 'published' THEN now() ELSE o.published_at END,
@@ -212,10 +222,11 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           finished_attempts = CASE WHEN v.released THEN o.finished_attempts ELSE o.finished_attempts + 1 END,
           claimed_by = NULL,
           claimed_until = NULL
-        FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS v(id uuid, status text, delay_ms float8, error text, released boolean)
+        FROM json_to_recordset(${JSON.stringify(rows)}::json) AS v(id uuid, status text, delay_ms float8, error text, released boolean)
         WHERE o.id = v.id AND o.status = 'processing' AND o.claimed_by = ${relayId}
         RETURNING 1
       )`
+    }
 
     const store: Service = {
       append: (messages) =>
@@ -238,8 +249,8 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           })))
           yield* sql`INSERT INTO ${outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at)
             SELECT id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at
-            FROM jsonb_to_recordset(${rows}::jsonb) AS x(id uuid, aggregate_type text, aggregate_id text, ordering_key text,
-              event_type text, event_version integer, payload jsonb, headers jsonb, occurred_at timestamptz)`.pipe(mapSqlError("append"))
+            FROM json_to_recordset(${rows}::json) AS x(id uuid, aggregate_type text, aggregate_id text, ordering_key text,
+              event_type text, event_version integer, payload json, headers json, occurred_at timestamptz)`.pipe(mapSqlError("append"))
           if (options.notify === "in-transaction") yield* sql`SELECT pg_notify(${notifyChannel}, '')`.pipe(mapSqlError("append"))
           else if (notifier !== undefined) yield* sql.afterCommit(notifier)
         }),

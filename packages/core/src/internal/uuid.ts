@@ -6,9 +6,17 @@ let counter = 0
 
 const hex: Array<string> = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"))
 
+// Random bytes are drawn from the OS in blocks: one call per id costs more than the rest of the id.
+const pool = new Uint8Array(4096)
+let offset = pool.length
+
 export const uuidv7 = (nowMs: number): string => {
-  const bytes = new Uint8Array(16)
-  globalThis.crypto.getRandomValues(bytes)
+  if (offset + 16 > pool.length) {
+    globalThis.crypto.getRandomValues(pool)
+    offset = 0
+  }
+  const bytes = pool.subarray(offset, offset + 16)
+  offset += 16
   let ms = Math.floor(nowMs)
   if (ms <= lastMs) {
     // Same (or an earlier, after a clock step back) millisecond: keep the last timestamp and bump
