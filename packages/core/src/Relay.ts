@@ -11,7 +11,7 @@
  * holding a lease leaves its events to be reclaimed once the lease expires.
  * @module
  */
-import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Queue, Schedule, Tracer } from "effect"
+import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schedule, Tracer } from "effect"
 import { InvalidConfig, PublishError, type StoreError } from "./Errors.ts"
 import * as Traceparent from "./internal/traceparent.ts"
 import { HeaderNames, type Message } from "./Message.ts"
@@ -19,7 +19,7 @@ import * as Metrics from "./Metrics.ts"
 import { type ClaimedEvent, type ClaimOptions, type Ordering, OutboxStore, type Settlement } from "./OutboxStore.ts"
 import { Publisher, type PublishResult } from "./Publisher.ts"
 import * as Retry from "./Retry.ts"
-import { type Source as WakeSource, Wakeups } from "./Wakeup.ts"
+import { type Mailbox, Wakeups } from "./Wakeup.ts"
 
 /** Relay settings; every field has a default. */
 export interface Config {
@@ -356,7 +356,7 @@ export const processBatch = (s: Settings, relayId: string): Effect.Effect<number
  * that claims the next batch. It waits (adaptively, or until woken) only when it holds nothing, and
  * only the waits and the publish can be interrupted: a claim is never dropped on the floor.
  */
-const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>, mailbox: Queue.Dequeue<WakeSource>) =>
+const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>, mailbox: Mailbox) =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const store = yield* OutboxStore
@@ -368,7 +368,7 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
       while (true) {
         if (held.length === 0) {
           if (yield* Deferred.isDone(stop)) return
-          yield* Queue.clear(mailbox) // signals so far are answered by this claim
+          yield* mailbox.clear // signals so far are answered by this claim
           const claimed = yield* Effect.result(store.claim(claimOptions(s, relayId, afterKey)).pipe(
             // per-key walks the keys from after the last one it took; at the end, wrap around at once
             Effect.flatMap((got) => got.length === 0 && afterKey !== undefined ? store.claim(claimOptions(s, relayId, undefined)) : Effect.succeed(got)),
@@ -386,7 +386,7 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
             afterKey = undefined
             const woken = yield* restore(Effect.raceAll([
               Effect.as(Effect.sleep(delay), "poll" as const),
-              Queue.take(mailbox),
+              mailbox.take,
               Effect.as(Deferred.await(stop), "stop" as const)
             ]))
             if (woken === "local" || woken === "notify") delay = s.pollBase

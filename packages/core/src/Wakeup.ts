@@ -1,7 +1,9 @@
 /**
- * Wake-ups for idle relays. Producers signal after their transaction commits; each relay has a
- * one-slot mailbox, so a signal that arrives while the relay is busy is remembered (never dropped)
- * and many signals coalesce into one extra poll.
+ * Wake-ups for idle relays. Producers signal after their transaction commits. A signal goes to one
+ * idle relay (the one idle longest), so that one commit costs one claim, not one per relay; a burst
+ * of signals wakes one relay each. When no relay is idle, every relay keeps the signal in a
+ * one-slot mailbox, so a signal that arrives while relays are busy is remembered (never dropped)
+ * and many coalesce into one extra claim.
  * @module
  */
 import { Context, Effect, Metric, Queue, type Scope } from "effect"
@@ -10,25 +12,59 @@ import * as Metrics from "./Metrics.ts"
 /** Where a wake-up came from. */
 export type Source = "local" | "notify" | "poll"
 
+/** One relay's mailbox. */
+export interface Mailbox {
+  /** Waits for a signal; while waiting, the relay counts as idle. */
+  readonly take: Effect.Effect<Source>
+  /** Drops remembered signals (the claim about to run answers them). */
+  readonly clear: Effect.Effect<void>
+}
+
 /** The wake-up hub of a process. */
 export interface Service {
-  /** Wakes every subscribed relay. */
+  /** Wakes one idle relay, or, when none is idle, leaves the signal with every relay. */
   readonly signal: (source: Source) => Effect.Effect<void>
   /** A mailbox for one relay, removed when the scope closes. */
-  readonly subscribe: Effect.Effect<Queue.Dequeue<Source>, never, Scope.Scope>
+  readonly subscribe: Effect.Effect<Mailbox, never, Scope.Scope>
+}
+
+interface Entry {
+  readonly queue: Queue.Queue<Source>
+  idleSince: number | undefined
 }
 
 const make = (): Service => {
-  const mailboxes = new Set<Queue.Queue<Source>>()
+  const entries = new Set<Entry>()
+  let clock = 0
   return {
     signal: (source) =>
       Effect.suspend(() => {
-        for (const mailbox of mailboxes) Queue.offerUnsafe(mailbox, source)
+        let pick: Entry | undefined
+        for (const e of entries) {
+          if (e.idleSince !== undefined && (pick === undefined || e.idleSince < pick.idleSince!)) pick = e
+        }
+        if (pick !== undefined) {
+          pick.idleSince = undefined // the next signal goes to another idle relay
+          Queue.offerUnsafe(pick.queue, source)
+        } else {
+          for (const e of entries) Queue.offerUnsafe(e.queue, source)
+        }
         return source === "poll" ? Effect.void : Metric.update(Metric.withAttributes(Metrics.wakeups, { source }), 1)
       }),
     subscribe: Effect.acquireRelease(
-      Effect.tap(Queue.sliding<Source>(1), (q) => Effect.sync(() => mailboxes.add(q))),
-      (q) => Effect.sync(() => mailboxes.delete(q))
+      Effect.map(Queue.sliding<Source>(1), (queue): Mailbox & { entry: Entry } => {
+        const entry: Entry = { queue, idleSince: undefined }
+        entries.add(entry)
+        return {
+          entry,
+          take: Effect.suspend(() => {
+            entry.idleSince = ++clock
+            return Queue.take(queue)
+          }).pipe(Effect.ensuring(Effect.sync(() => void (entry.idleSince = undefined)))),
+          clear: Effect.asVoid(Queue.clear(queue))
+        }
+      }),
+      (m) => Effect.sync(() => void entries.delete(m.entry))
     )
   }
 }
