@@ -1,9 +1,10 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Duration, Effect, Exit, Layer, Option, Schedule, Schema, Tracer } from "effect"
-import type { InvalidConfig, InvalidEvent } from "../src/Errors.ts"
+import { Cause, Duration, Effect, Exit, Layer, Metric, Option, Schedule, Schema, Tracer } from "effect"
+import { type InvalidConfig, type InvalidEvent, PublishError } from "../src/Errors.ts"
 import * as Event from "../src/Event.ts"
 import { uuidv7, uuidv7Time } from "../src/internal/uuid.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
+import * as Metrics from "../src/Metrics.ts"
 import * as Outbox from "../src/Outbox.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Relay from "../src/Relay.ts"
@@ -113,6 +114,41 @@ describe("Outbox.append", () => {
       Effect.provideService(Tracer.Tracer, tracer)
     )
   })
+})
+
+describe("Relay metrics", () => {
+  it.live("counters, the latency histogram and the pending gauge follow what the relay does", () =>
+    Effect.gen(function*() {
+      const store = yield* OutboxStore.OutboxStore
+      const before = {
+        published: (yield* Metric.value(Metrics.published)).count,
+        latency: (yield* Metric.value(Metrics.publishLatency)).count,
+        wakeups: (yield* Metric.value(Metric.withAttributes(Metrics.wakeups, { source: "local" }))).count
+      }
+      // events appended while no relay runs: the stats loop reports them as pending
+      yield* store.withTransaction(Outbox.appendAll(Array.from({ length: 7 }, (_, i) => Loose.make({ aggregateId: `a${i}`, payload: i }))))
+      yield* MemoryBroker.MemoryBroker.use((b) => b.setFault(() => new PublishError({ reason: "paused", retryable: true })))
+      // the broker refuses everything for now: the events wait as pending between retries
+      const relay = yield* startRelay({
+        retention: false,
+        statsInterval: "30 millis",
+        retry: Schedule.spaced("300 millis"),
+        pollInterval: { base: "10 millis", max: "20 millis" }
+      })
+      yield* eventually(Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 7), "3 seconds", "pending gauge = 7")
+      yield* MemoryBroker.MemoryBroker.use((b) => b.setFault(undefined))
+      yield* store.withTransaction(Outbox.append(Loose, { aggregateId: "late", payload: 1 }))
+      yield* eventually(Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 0), "5 seconds", "pending gauge = 0")
+      yield* relay.stop
+      const after = {
+        published: (yield* Metric.value(Metrics.published)).count,
+        latency: (yield* Metric.value(Metrics.publishLatency)).count,
+        wakeups: (yield* Metric.value(Metric.withAttributes(Metrics.wakeups, { source: "local" }))).count
+      }
+      assert.strictEqual(after.published - before.published, 8)
+      assert.strictEqual(after.latency - before.latency, 8)
+      assert.isAtLeast(after.wakeups - before.wakeups, 2, "one wake-up per committed append transaction")
+    }).pipe(Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer()))))
 })
 
 describe("Relay settings", () => {
