@@ -1,0 +1,80 @@
+/**
+ * `pnpm bench <claim|latency> [--json] [--quick] [filters]`: the Tidings benchmarks.
+ * Tables and progress go to stderr; with `--json`, stdout gets exactly one JSON object.
+ * @module
+ */
+import { writeStdout } from "./lib/stdio.ts" // first: keeps stray console output off stdout
+import { Cause, Effect, Exit, Fiber, References, type Scope } from "effect"
+import * as Claim from "./claim.ts"
+import { parse, Reader, UsageError } from "./lib/cli.ts"
+import { log } from "./lib/report.ts"
+import * as Latency from "./latency.ts"
+
+const usage = `usage: pnpm bench <claim|latency> [--json] [--quick] [options]
+
+  claim     events claimed + marked published per second (ceiling, Tidings relay, hand-written SQL loop)
+            --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,sql-loop  --table clean,dirty
+            --events N (pending rows per run; 50000, quick 10000)  --cap S (seconds per run; 15, quick 3)
+            --driver process-batch|layer (how the relay runs: Relay.processBatch loops, or Relay.layer's pollers)
+  latency   append-commit → publish latency under paced load, wake-ups by NOTIFY vs polling only
+            --rates 200,1000  --wakeup notify,poll[,local]  --duration S (15, quick 5)  --relays 4  --producers 16
+            --notify coalesced|in-transaction (how the store sends its NOTIFY in notify mode)
+
+  --json    print one JSON object with the results on stdout
+  --quick   smaller counts and shorter runs (a check that finishes in under 2 minutes)`
+
+const commands = {
+  claim: (args: Reader) => {
+    const opts = Claim.options(args)
+    return () => Claim.run(opts)
+  },
+  latency: (args: Reader) => {
+    const opts = Latency.options(args)
+    return () => Latency.run(opts)
+  }
+} as const
+
+const main = async (): Promise<number> => {
+  let program: () => Effect.Effect<unknown, never, Scope.Scope>
+  let json: boolean
+  try {
+    const flags = parse(process.argv.slice(2))
+    const args = new Reader(flags)
+    if (args.bool("help") || args.bool("h")) {
+      log(usage)
+      return 0
+    }
+    const name = flags.positional[0]
+    if (name === undefined || !(name in commands) || flags.positional.length > 1) {
+      throw new UsageError(name === undefined ? "which benchmark?" : `unknown benchmark ${flags.positional.join(" ")}`)
+    }
+    json = args.bool("json")
+    program = commands[name as keyof typeof commands](args)
+    args.rejectUnknown()
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error
+    log(`error: ${error.message}\n\n${usage}`)
+    return 2
+  }
+
+  const fiber = Effect.runFork(
+    program().pipe(
+      Effect.scoped,
+      // Effect's loggers (relay warnings) write to stderr like everything else.
+      Effect.provideService(References.LogToStderr, true)
+    )
+  )
+  // Ctrl-C: interrupt, so that finalizers stop the embedded server and drop schemas.
+  const interrupt = () => void Effect.runFork(Fiber.interrupt(fiber))
+  process.once("SIGINT", interrupt)
+  process.once("SIGTERM", interrupt)
+  const exit = await Effect.runPromise(Fiber.await(fiber))
+  if (Exit.isFailure(exit)) {
+    log(Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : Cause.pretty(exit.cause))
+    return Cause.hasInterruptsOnly(exit.cause) ? 130 : 1
+  }
+  if (json) await writeStdout(`${JSON.stringify(exit.value)}\n`)
+  return typeof process.exitCode === "number" ? process.exitCode : 0
+}
+
+process.exitCode = await main()

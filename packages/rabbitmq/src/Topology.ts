@@ -1,0 +1,237 @@
+/**
+ * Declarative RabbitMQ topology: exchanges, queues and bindings as data, declared at start and again
+ * after every reconnect (declaring is idempotent, and a broker restart may have lost non-durable
+ * entities). {@link consumerQueue} builds the usual shape of a Tidings consumer queue: a quorum queue
+ * with a delivery limit, a dead-letter exchange and queue, and TTL retry queues for delayed retries.
+ * @module
+ */
+import { Duration, Effect } from "effect"
+import type { Channel } from "amqplib"
+import { AmqpConfigError, type TopologyError } from "./AmqpErrors.ts"
+import { topologyError } from "./internal/amqpError.ts"
+
+/** An exchange to declare. */
+export interface Exchange {
+  readonly name: string
+  /** Default `topic`. */
+  readonly type?: "direct" | "topic" | "fanout" | "headers"
+  /** Default true: survives a broker restart. */
+  readonly durable?: boolean
+  readonly autoDelete?: boolean
+  readonly internal?: boolean
+  readonly arguments?: Readonly<Record<string, unknown>>
+}
+
+/** A queue to declare. */
+export interface Queue {
+  readonly name: string
+  /** Default `quorum` (replicated, durable, with delivery counting). */
+  readonly type?: "quorum" | "classic"
+  /** Default true. Quorum queues are always durable. */
+  readonly durable?: boolean
+  /** Classic queues only. */
+  readonly autoDelete?: boolean
+  /** Classic queues only. */
+  readonly exclusive?: boolean
+  /** Where rejected, expired or over-the-limit messages go. */
+  readonly deadLetterExchange?: string
+  readonly deadLetterRoutingKey?: string
+  /** Messages older than this expire (and are dead-lettered when a dead-letter exchange is set). */
+  readonly messageTtl?: Duration.Input
+  /** Quorum queues only: after this many deliveries a message is dead-lettered by the broker. */
+  readonly deliveryLimit?: number
+  /** Extra `x-` arguments, e.g. `x-max-length`. */
+  readonly arguments?: Readonly<Record<string, unknown>>
+}
+
+/** A binding of a queue to an exchange. */
+export interface Binding {
+  readonly exchange: string
+  readonly queue: string
+  /** Default `""`; for a topic exchange a pattern such as `order.*` or `#`. */
+  readonly routingKey?: string
+  readonly arguments?: Readonly<Record<string, unknown>>
+}
+
+/** A set of entities, declared in order: exchanges, queues, then bindings. */
+export interface Topology {
+  readonly exchanges: ReadonlyArray<Exchange>
+  readonly queues: ReadonlyArray<Queue>
+  readonly bindings: ReadonlyArray<Binding>
+}
+
+/** Nothing to declare. */
+export const empty: Topology = { exchanges: [], queues: [], bindings: [] }
+
+/** A topology from any of its parts. */
+export const make = (parts: Partial<Topology>): Topology => ({
+  exchanges: parts.exchanges ?? [],
+  queues: parts.queues ?? [],
+  bindings: parts.bindings ?? []
+})
+
+const bindingKey = (b: Binding) => `${b.exchange}\u0000${b.queue}\u0000${b.routingKey ?? ""}\u0000${JSON.stringify(b.arguments ?? {})}`
+
+/** Several topologies as one; an entity named twice is declared once (the first declaration wins). */
+export const merge = (...topologies: ReadonlyArray<Topology>): Topology => {
+  const exchanges = new Map<string, Exchange>()
+  const queues = new Map<string, Queue>()
+  const bindings = new Map<string, Binding>()
+  for (const t of topologies) {
+    for (const e of t.exchanges) if (!exchanges.has(e.name)) exchanges.set(e.name, e)
+    for (const q of t.queues) if (!queues.has(q.name)) queues.set(q.name, q)
+    for (const b of t.bindings) if (!bindings.has(bindingKey(b))) bindings.set(bindingKey(b), b)
+  }
+  return { exchanges: [...exchanges.values()], queues: [...queues.values()], bindings: [...bindings.values()] }
+}
+
+/** The `x-` arguments of a queue declaration. */
+export const queueArguments = (queue: Queue): Record<string, unknown> => {
+  const type = queue.type ?? "quorum"
+  const args: Record<string, unknown> = { "x-queue-type": type }
+  if (queue.deadLetterExchange !== undefined) args["x-dead-letter-exchange"] = queue.deadLetterExchange
+  if (queue.deadLetterRoutingKey !== undefined) args["x-dead-letter-routing-key"] = queue.deadLetterRoutingKey
+  if (queue.messageTtl !== undefined) args["x-message-ttl"] = Math.round(Duration.toMillis(Duration.fromInputUnsafe(queue.messageTtl)))
+  if (queue.deliveryLimit !== undefined && type === "quorum") args["x-delivery-limit"] = queue.deliveryLimit
+  if (type === "quorum" && queue.deadLetterExchange !== undefined) {
+    // Quorum queues dead-letter at most once unless told otherwise; a DLQ that may lose messages
+    // defeats its purpose. At-least-once needs reject-publish overflow.
+    args["x-dead-letter-strategy"] = "at-least-once"
+    args["x-overflow"] = "reject-publish"
+  }
+  return { ...args, ...queue.arguments }
+}
+
+const run = <A>(operation: string, entity: string, secrets: ReadonlyArray<string>, f: () => Promise<A>): Effect.Effect<A, TopologyError> =>
+  Effect.tryPromise({ try: f, catch: (error) => topologyError(operation, entity, error, secrets) })
+
+/**
+ * Declares a topology on a channel. A failed declaration closes the channel (AMQP's rule), so use a
+ * channel of its own. Fails with the first `TopologyError`.
+ */
+export const apply = (channel: Channel, topology: Topology, secrets: ReadonlyArray<string> = []): Effect.Effect<void, TopologyError> =>
+  Effect.gen(function*() {
+    for (const e of topology.exchanges) {
+      yield* run("assertExchange", e.name, secrets, () =>
+        channel.assertExchange(e.name, e.type ?? "topic", {
+          durable: e.durable ?? true,
+          autoDelete: e.autoDelete ?? false,
+          internal: e.internal ?? false,
+          ...(e.arguments === undefined ? {} : { arguments: e.arguments })
+        }))
+    }
+    for (const q of topology.queues) {
+      const classic = (q.type ?? "quorum") === "classic"
+      yield* run("assertQueue", q.name, secrets, () =>
+        channel.assertQueue(q.name, {
+          durable: classic ? q.durable ?? true : true,
+          autoDelete: classic ? q.autoDelete ?? false : false,
+          exclusive: classic ? q.exclusive ?? false : false,
+          arguments: queueArguments(q)
+        }))
+    }
+    for (const b of topology.bindings) {
+      yield* run("bindQueue", `${b.exchange} -> ${b.queue}`, secrets, () =>
+        channel.bindQueue(b.queue, b.exchange, b.routingKey ?? "", b.arguments ?? {}))
+    }
+  }).pipe(Effect.withSpan("tidings.amqp.topology", {
+    attributes: {
+      "tidings.amqp.exchanges": topology.exchanges.length,
+      "tidings.amqp.queues": topology.queues.length,
+      "tidings.amqp.bindings": topology.bindings.length
+    }
+  }))
+
+/** Options of {@link consumerQueue}. */
+export interface ConsumerQueueOptions {
+  /** The work queue; the other names derive from it (`<queue>.dlx`, `<queue>.dlq`, `<queue>.retry.<ms>`). */
+  readonly queue: string
+  /** The exchange events are published to (declared too when given as an object; default type topic). */
+  readonly exchange: string | Exchange
+  /** Binding patterns (default `["#"]`: every event of the exchange). */
+  readonly routingKeys?: ReadonlyArray<string>
+  /** Default `quorum`. Classic queues have no broker-side delivery limit. */
+  readonly type?: "quorum" | "classic"
+  /** Broker-side limit of deliveries of one message copy (quorum only; default 20): the poison-message guard. */
+  readonly deliveryLimit?: number
+  /**
+   * Delays of the retry queues (default `["1 second", "10 seconds", "1 minute"]`): retry n waits
+   * `retryDelays[min(n, length) - 1]`. An empty list declares no retry queues (retries requeue).
+   */
+  readonly retryDelays?: ReadonlyArray<Duration.Input>
+}
+
+/** A retry queue: messages wait `delay` there, then go back to the work queue. */
+export interface RetryQueue {
+  readonly name: string
+  readonly delay: Duration.Duration
+}
+
+/** A consumer queue with its dead-letter and retry queues, and the topology declaring all of it. */
+export interface ConsumerQueue {
+  readonly queue: string
+  readonly type: "quorum" | "classic"
+  readonly deliveryLimit: number | undefined
+  readonly deadLetterExchange: string
+  readonly deadLetterQueue: string
+  readonly retryQueues: ReadonlyArray<RetryQueue>
+  readonly topology: Topology
+}
+
+const validName = (path: string, name: string) => {
+  // AMQP short strings: at most 255 bytes; the derived names add up to ~25 characters.
+  if (name.length === 0 || name.length > 200 || name.startsWith("amq.")) {
+    throw new AmqpConfigError({ path, message: "must be 1-200 characters and not start with 'amq.'" })
+  }
+}
+
+/**
+ * The topology of a consumer queue:
+ * - the work queue, bound to `exchange` with `routingKeys`, dead-lettering to `<queue>.dlx`;
+ * - `<queue>.dlx` (fanout) and `<queue>.dlq`, where rejected and over-the-limit messages stay for inspection;
+ * - one classic retry queue per delay, `<queue>.retry.<ms>`, whose messages expire back into the work
+ *   queue through the default exchange (so other queues bound to `exchange` do not get them again).
+ *
+ * Throws `AmqpConfigError` for invalid names or limits.
+ */
+export const consumerQueue = (options: ConsumerQueueOptions): ConsumerQueue => {
+  validName("queue", options.queue)
+  const type = options.type ?? "quorum"
+  const deliveryLimit = type === "quorum" ? options.deliveryLimit ?? 20 : undefined
+  if (deliveryLimit !== undefined && (!Number.isInteger(deliveryLimit) || deliveryLimit < 1)) {
+    throw new AmqpConfigError({ path: "deliveryLimit", message: "must be an integer >= 1" })
+  }
+  const exchange: Exchange = typeof options.exchange === "string" ? { name: options.exchange } : options.exchange
+  const deadLetterExchange = `${options.queue}.dlx`
+  const deadLetterQueue = `${options.queue}.dlq`
+  const retryQueues = (options.retryDelays ?? ["1 second", "10 seconds", "1 minute"]).map((input): RetryQueue => {
+    const delay = Duration.fromInputUnsafe(input)
+    const ms = Math.round(Duration.toMillis(delay))
+    if (!Number.isFinite(ms) || ms < 1) throw new AmqpConfigError({ path: "retryDelays", message: "must be finite positive durations" })
+    return { name: `${options.queue}.retry.${ms}`, delay }
+  })
+  const topology = make({
+    exchanges: [exchange, { name: deadLetterExchange, type: "fanout" }],
+    queues: [
+      {
+        name: options.queue,
+        type,
+        deadLetterExchange,
+        ...(deliveryLimit === undefined ? {} : { deliveryLimit })
+      },
+      { name: deadLetterQueue, type },
+      ...retryQueues.map((r): Queue => ({
+        name: r.name,
+        type: "classic",
+        messageTtl: r.delay,
+        deadLetterExchange: "",
+        deadLetterRoutingKey: options.queue
+      }))
+    ],
+    bindings: [
+      ...(options.routingKeys ?? ["#"]).map((routingKey): Binding => ({ exchange: exchange.name, queue: options.queue, routingKey })),
+      { exchange: deadLetterExchange, queue: deadLetterQueue }
+    ]
+  })
+  return { queue: options.queue, type, deliveryLimit, deadLetterExchange, deadLetterQueue, retryQueues, topology }
+}

@@ -1,0 +1,98 @@
+// Turning amqplib's errors into typed ones, at the boundary. amqplib gives a numeric `code` for
+// channel and connection closes but not for a refused handshake, whose reply code only appears in
+// the text ("Handshake terminated by server: 403 (ACCESS-REFUSED) ..."): it is read out here once,
+// so that everything after this point decides on codes.
+import { AmqpConnectionError, TopologyError } from "../AmqpErrors.ts"
+
+/** AMQP reply codes after which trying again cannot help. */
+const permanentCodes = new Set([
+  403, // ACCESS_REFUSED
+  404, // NOT_FOUND
+  406, // PRECONDITION_FAILED
+  402, // INVALID_PATH
+  501, // FRAME_ERROR
+  502, // SYNTAX_ERROR
+  503, // COMMAND_INVALID
+  504, // CHANNEL_ERROR
+  530, // NOT_ALLOWED (e.g. unknown vhost)
+  540 // NOT_IMPLEMENTED
+])
+
+/** Socket errors of a peer that may come back. */
+const transientSocketCodes = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EAI_AGAIN",
+  "ENOTFOUND"
+])
+
+/** The reply code or socket code of an amqplib error, if any. */
+export const errorCode = (error: unknown): number | string | undefined => {
+  if (typeof error !== "object" || error === null) return undefined
+  const code = (error as { readonly code?: unknown }).code
+  if (typeof code === "number" || typeof code === "string") return code
+  const message = (error as { readonly message?: unknown }).message
+  if (typeof message === "string") {
+    const m = /\b([2-5]\d\d) \(([A-Z_-]+)\)/.exec(message)
+    if (m !== null) return Number(m[1])
+  }
+  return undefined
+}
+
+/** Whether an error with this code is worth another try. Unknown errors are: the connection loop backs off. */
+export const isRetryableCode = (code: number | string | undefined): boolean => {
+  if (typeof code === "number") return !permanentCodes.has(code)
+  // errno-style codes (ECONNRESET, ...) are the network's; TLS and Node's ERR_* codes are configuration.
+  if (typeof code === "string") return transientSocketCodes.has(code) || /^E[A-Z]+$/.test(code)
+  return true
+}
+
+/** The secrets to remove from texts, or a function that removes them. */
+export type Secrets = ReadonlyArray<string> | ((text: string) => string)
+
+/** Removes every secret (password, user name) from a text. */
+export const scrub = (text: string, secrets: Secrets): string => {
+  if (typeof secrets === "function") return secrets(text)
+  let out = text
+  for (const secret of secrets) if (secret.length > 0) out = out.split(secret).join("<redacted>")
+  return out
+}
+
+const messageOf = (error: unknown): string =>
+  error instanceof Error ? error.message : typeof error === "string" ? error : (() => {
+    try {
+      return JSON.stringify(error) ?? String(error)
+    } catch {
+      return String(error)
+    }
+  })()
+
+/** A typed connection error with the secrets scrubbed out. */
+export const connectionError = (operation: string, error: unknown, secrets: Secrets): AmqpConnectionError => {
+  if (error instanceof AmqpConnectionError) return error
+  const code = errorCode(error)
+  return new AmqpConnectionError({
+    operation,
+    message: scrub(messageOf(error), secrets),
+    ...(code === undefined ? {} : { code }),
+    retryable: isRetryableCode(code)
+  })
+}
+
+/** A typed topology error with the secrets scrubbed out. */
+export const topologyError = (operation: string, entity: string, error: unknown, secrets: Secrets): TopologyError => {
+  if (error instanceof TopologyError) return error
+  const code = errorCode(error)
+  return new TopologyError({
+    operation,
+    entity,
+    message: scrub(messageOf(error), secrets),
+    ...(code === undefined ? {} : { code }),
+    retryable: isRetryableCode(code)
+  })
+}
