@@ -188,8 +188,13 @@ const spanOf = (message: Message, relayId: string) =>
 /** Publishes one claimed batch; never fails: every message gets a result. */
 const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<ClaimedEvent>, relayId: string, timeout: Duration.Duration) =>
   Effect.gen(function*() {
-    const messages = claimed.map((c) => c.message)
-    const spans = yield* Effect.forEach(messages, (m) => spanOf(m, relayId))
+    const spans = yield* Effect.forEach(claimed, (c) => spanOf(c.message, relayId))
+    // The published message carries the publish span as its trace parent, so a consumer's span
+    // continues append → relay publish → consume as one trace.
+    const messages = claimed.map((c, i): Message => ({
+      ...c.message,
+      headers: { ...c.message.headers, [HeaderNames.traceparent]: Traceparent.format(spans[i]!.traceId, spans[i]!.spanId, spans[i]!.sampled) }
+    }))
     const exit = yield* publisher.publish(messages).pipe(
       Effect.timeoutOrElse({
         duration: timeout,

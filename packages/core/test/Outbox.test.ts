@@ -109,6 +109,9 @@ describe("Outbox.append", () => {
       assert.strictEqual(publish.traceId, appendSpan.traceId)
       assert.strictEqual(`00-${publish.traceId}-${Option.getOrThrow(publish.parent).spanId}-01`, message.headers["traceparent"])
       assert.strictEqual(publish.kind, "producer")
+      // what the broker got names the publish span as parent, for the consumer to continue
+      const [delivered] = yield* MemoryBroker.MemoryBroker.use((b) => b.delivered)
+      assert.strictEqual(delivered!.message.headers["traceparent"], `00-${publish.traceId}-${publish.spanId}-01`)
     }).pipe(
       Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer())),
       Effect.provideService(Tracer.Tracer, tracer)
