@@ -40,7 +40,7 @@ describe("packages as published", () => {
     try {
       const env = { ...process.env, npm_config_audit: "false", npm_config_fund: "false", npm_config_update_notifier: "false" }
       const tarballs: Record<string, string> = {}
-      for (const name of ["core", "postgres"]) {
+      for (const name of ["core", "postgres", "rabbitmq"]) {
         const out = execFileSync(pnpm(), ["pack", "--pack-destination", work], { cwd: path.join(root, "packages", name), env, encoding: "utf8" })
         const file = out.trim().split("\n").map((l) => l.trim()).reverse().find((l) => l.endsWith(".tgz"))!
         tarballs[name] = path.isAbsolute(file) ? file : path.join(work, path.basename(file))
@@ -55,6 +55,7 @@ describe("packages as published", () => {
         dependencies: {
           "@tidings/core": `file:${tarballs["core"]}`,
           "@tidings/postgres": `file:${tarballs["postgres"]}`,
+          "@tidings/rabbitmq": `file:${tarballs["rabbitmq"]}`,
           effect: "4.1.0"
         }
       }))
@@ -62,13 +63,18 @@ describe("packages as published", () => {
       expect(install.status, install.stderr).toBe(0)
 
       // The installed packages are the built ones: exports lead to dist/*.js, and no TypeScript source is needed.
-      for (const name of ["core", "postgres"]) {
+      for (const name of ["core", "postgres", "rabbitmq"]) {
         const manifest = JSON.parse(fs.readFileSync(path.join(app, "node_modules/@tidings", name, "package.json"), "utf8"))
         expect(manifest.exports["."].default).toBe("./dist/index.js")
         expect(manifest.dependencies?.["@tidings/core"] ?? "^").not.toContain("workspace:")
         expect(fs.existsSync(path.join(app, "node_modules/@tidings", name, "dist/index.js"))).toBe(true)
         expect(fs.existsSync(path.join(app, "node_modules/@tidings", name, "dist/index.d.ts"))).toBe(true)
       }
+
+      // The RabbitMQ driver loads from its build too (its tests run against a broker elsewhere).
+      const rabbit = spawnSync(nodeBinary(), ["-e", "import('@tidings/rabbitmq').then((m) => console.log(Object.keys(m).sort().join(',')))"], { cwd: app, env, encoding: "utf8" })
+      expect(rabbit.status, rabbit.stderr).toBe(0)
+      expect(rabbit.stdout).toContain("AmqpPublisher")
 
       fs.writeFileSync(path.join(app, "main.ts"), quickstart)
       const runEnv = { ...env, DATABASE_URL: inject("pgUrl") }
