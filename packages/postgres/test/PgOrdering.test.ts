@@ -54,16 +54,17 @@ describe("per-key ordering on Postgres", () => {
     ))
 
   it.live("a long-running transaction anywhere delays per-key publishing, not unordered (the documented trade-off)", () =>
-    withStore(() =>
+    withStore((schema) =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
+        const blockerTable = sql(`${schema}.blocker`)
+        yield* sql`CREATE TABLE ${blockerTable} (x int)`
         const store = yield* OutboxStore
         const release = yield* Deferred.make<void>()
         const started = yield* Deferred.make<void>()
         // An unrelated transaction that has written something (so it holds an xid) and stays open.
         const blocker = yield* Effect.forkChild(sql.withTransaction(Effect.gen(function*() {
-          yield* sql`CREATE TEMP TABLE IF NOT EXISTS blocker (x int)`
-          yield* sql`INSERT INTO blocker VALUES (1)`
+          yield* sql`INSERT INTO ${blockerTable} VALUES (1)`
           yield* Deferred.succeed(started, undefined)
           yield* Deferred.await(release)
         })))
@@ -76,7 +77,7 @@ describe("per-key ordering on Postgres", () => {
         yield* eventually(Effect.map(claim("per-key"), (got) => got.length === 1), "5 seconds", "the per-key claim after the transaction ended")
         // unordered never waits
         const held = yield* Deferred.make<void>()
-        const another = yield* Effect.forkChild(sql.withTransaction(Effect.andThen(sql`INSERT INTO blocker VALUES (2)`, Deferred.await(held))))
+        const another = yield* Effect.forkChild(sql.withTransaction(Effect.andThen(sql`INSERT INTO ${blockerTable} VALUES (2)`, Deferred.await(held))))
         yield* Effect.sleep("100 millis")
         yield* store.withTransaction(Outbox.append(Step, { aggregateId: "J", payload: { n: 1 } }))
         assert.strictEqual((yield* claim("unordered")).length, 1)
