@@ -149,17 +149,21 @@ class LatencyTracker {
   }
 }
 
-/** Counts the relays' claim statements, and the empty ones (polls or wake-ups that found nothing). */
+/**
+ * Counts the relays' claim statements (plain claims and settle-and-claim), and the empty ones: a
+ * poll or wake-up that found nothing.
+ */
 const countingClaims = (store: OutboxStorePort.Service) => {
   const counts = { claims: 0, empty: 0 }
+  const count = (rows: ReadonlyArray<unknown>) =>
+    Effect.sync(() => {
+      counts.claims++
+      if (rows.length === 0) counts.empty++
+    })
   const wrapped: OutboxStorePort.Service = {
     ...store,
-    claim: (o) =>
-      Effect.tap(store.claim(o), (rows) =>
-        Effect.sync(() => {
-          counts.claims++
-          if (rows.length === 0) counts.empty++
-        }))
+    claim: (o) => Effect.tap(store.claim(o), count),
+    settleAndClaim: (relayId, settlement, next) => Effect.tap(store.settleAndClaim(relayId, settlement, next), count)
   }
   return { store: wrapped, counts }
 }
@@ -267,7 +271,8 @@ const paced = (url: string, wakeup: WakeupMode, rate: number, opts: Options): Ef
 /**
  * Saturated producers: `producers` fibers appending one event per transaction as fast as they can
  * for `seconds` (after a 0.5 s warm-up). A LISTEN session is open when notifying, as relays would
- * have one. Returns [transactions, seconds].
+ * have one; it counts the notifications, to show how much the coalescing saves. Returns
+ * [transactions, seconds, notifications].
  */
 const saturated = (url: string, notify: StoreNotify, producers: number, seconds: number) =>
   Effect.scoped(Effect.gen(function*() {
@@ -275,9 +280,14 @@ const saturated = (url: string, notify: StoreNotify, producers: number, seconds:
     return yield* Effect.gen(function*() {
       const schema = yield* Pg.freshSchema("producer")
       const store = yield* PgOutboxStore.make({ schema, notify }).pipe(Effect.orDie)
-      if (notify !== false) yield* listen(schema, Wakeup.makeHub())
       const from = performance.now() + 500
       const until = from + seconds * 1000
+      let notifications = 0
+      const counter: Wakeup.Service = {
+        ...Wakeup.makeHub(),
+        signal: () => Effect.sync(() => void (performance.now() >= from && performance.now() < until && notifications++))
+      }
+      if (notify !== false) yield* listen(schema, counter)
       let commits = 0
       let k = 0
       yield* Effect.forEach(Array.from({ length: producers }), () =>
@@ -288,7 +298,7 @@ const saturated = (url: string, notify: StoreNotify, producers: number, seconds:
             if (now >= from && now < until) commits++
           }
         }), { concurrency: "unbounded", discard: true }).pipe(Effect.provideService(OutboxStore, store), Effect.orDie)
-      return [commits, seconds] as const
+      return [commits, seconds, notifications] as const
     }).pipe(Effect.provideContext(context))
   }))
 
@@ -312,10 +322,10 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
     const totals = { withoutWakeup: [0, 0], withWakeup: [0, 0], withWakeupInTransaction: [0, 0] }
     for (let round = 0; round < opts.producerRounds; round++) {
       for (const [key, notify] of modes) {
-        const [commits, seconds] = yield* saturated(server.url, notify, 4, opts.producerSeconds)
+        const [commits, seconds, notifications] = yield* saturated(server.url, notify, 4, opts.producerSeconds)
         totals[key][0]! += commits
         totals[key][1]! += seconds
-        log(`  producers (4, saturated) notify=${String(notify)}: ${int(commits / seconds)} tx/s`)
+        log(`  producers (4, saturated) notify=${String(notify)}: ${int(commits / seconds)} tx/s${notify === false ? "" : `, ${int(notifications / seconds)} notifications/s`}`)
       }
     }
     const tps = (key: keyof typeof totals) => Math.round(totals[key][0]! / totals[key][1]!)

@@ -14,7 +14,7 @@ const usage = `usage: pnpm bench <claim|latency> [--json] [--quick] [options]
 
   claim     events claimed + marked published per second (ceiling, Tidings relay, hand-written SQL loop)
             --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,sql-loop  --table clean,dirty
-            --events N (pending rows per run; 50000, quick 10000)  --cap S (seconds per run; 15, quick 3)
+            --events N (pending rows per run; 50000, quick 10000)  --cap S (seconds per run; 15, quick 2)
             --driver process-batch|layer (how the relay runs: Relay.processBatch loops, or Relay.layer's pollers)
   latency   append-commit → publish latency under paced load, wake-ups by NOTIFY vs polling only
             --rates 200,1000  --wakeup notify,poll[,local]  --duration S (15, quick 5)  --relays 4  --producers 16

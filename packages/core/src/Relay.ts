@@ -370,6 +370,14 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
       let afterKey: string | undefined
       let delay = s.pollBase
       let lastClaim = 0
+      const waitForWork = Effect.gen(function*() {
+        const woken = yield* restore(Effect.raceAll([
+          Effect.as(Effect.sleep(delay), "poll" as const),
+          mailbox.take,
+          Effect.as(Deferred.await(stop), "stop" as const)
+        ]))
+        if (woken === "local" || woken === "notify") delay = s.pollBase
+      })
       while (true) {
         if (held.length === 0) {
           if (yield* Deferred.isDone(stop)) return
@@ -389,12 +397,7 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
           }
           if (held.length === 0) {
             afterKey = undefined
-            const woken = yield* restore(Effect.raceAll([
-              Effect.as(Effect.sleep(delay), "poll" as const),
-              mailbox.take,
-              Effect.as(Deferred.await(stop), "stop" as const)
-            ]))
-            if (woken === "local" || woken === "notify") delay = s.pollBase
+            yield* waitForWork
             continue
           }
         }
@@ -417,7 +420,13 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
         held = next.success
         if (lastClaim >= s.batchSize && Duration.toMillis(s.pollMin) > 0) yield* restore(Effect.sleep(s.pollMin))
         lastClaim = held.length
-        if (held.length === 0) delay = nextDelay(s, delay, 0)
+        if (held.length === 0) {
+          delay = nextDelay(s, delay, 0)
+          // Unordered: the combined claim saw every due event, so wait (signals that arrived while
+          // publishing are in the mailbox). Per-key: the keys just settled were still in flight in
+          // that claim's snapshot, so look once more.
+          if (s.ordering !== "per-key") yield* waitForWork
+        }
       }
     })
   )

@@ -11,6 +11,7 @@ import { type ClaimedEvent, type ClaimOptions, OutboxStore, type Service, type S
 import { Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { validateSchema } from "./internal/identifier.ts"
+import { instanceId } from "./internal/instance.ts"
 import { mapSqlError } from "./internal/storeError.ts"
 
 /** Options of the Postgres outbox store. */
@@ -27,6 +28,8 @@ export interface Options {
    */
   readonly notify?: boolean | "in-transaction"
 }
+
+const notifyGap = Duration.millis(5)
 
 /** The `NOTIFY` channel of a schema's outbox. */
 export const channel = (schema: string): string => `tidings_outbox_${schema}`
@@ -116,7 +119,9 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       const mailbox = yield* Queue.sliding<void>(1)
       notifier = Effect.asVoid(Queue.offer(mailbox, undefined))
       yield* Queue.take(mailbox).pipe(
-        Effect.andThen(sql`SELECT pg_notify(${notifyChannel}, '')`),
+        Effect.andThen(sql`SELECT pg_notify(${notifyChannel}, ${instanceId})`),
+        // At most one NOTIFY per few milliseconds: under load, commits share them.
+        Effect.andThen(Effect.sleep(notifyGap)),
         Effect.catch((e) => Effect.logWarning("outbox NOTIFY failed; relays elsewhere will poll", e)),
         Effect.forever,
         Effect.forkScoped
@@ -124,7 +129,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       // On shutdown, a commit still waiting for its NOTIFY gets it (best effort, bounded).
       yield* Effect.addFinalizer(() =>
         Queue.poll(mailbox).pipe(
-          Effect.flatMap((pending) => Option.isSome(pending) ? Effect.asVoid(sql`SELECT pg_notify(${notifyChannel}, '')`) : Effect.void),
+          Effect.flatMap((pending) => Option.isSome(pending) ? Effect.asVoid(sql`SELECT pg_notify(${notifyChannel}, ${instanceId})`) : Effect.void),
           Effect.timeout("1 second"),
           Effect.ignore
         )
@@ -203,12 +208,13 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
     // Settles rows still claimed by this relay; `released` rows go back without counting the attempt.
     const settleCte = (relayId: string, rows: ReadonlyArray<SettlementRow>) => {
       if (rows.every((r) => r.status === "published")) {
-        // The common case, kept lean: one uuid[] parameter, no per-row record to unpack.
+        // The common case, kept lean: one array parameter, no per-row record to unpack. The array is
+        // parsed once (an InitPlan), so the primary key finds the rows.
         const ids = `{${rows.map((r) => r.id).join(",")}}`
         return sql`settled AS (
           UPDATE ${outbox} o SET status = 'published', published_at = now(), finished_attempts = o.finished_attempts + 1,
             claimed_by = NULL, claimed_until = NULL
-          WHERE o.id = ANY(${ids}::text::uuid[]) AND o.status = 'processing' AND o.claimed_by = ${relayId}
+          WHERE o.id IN (SELECT unnest(${ids}::text::uuid[])) AND o.status = 'processing' AND o.claimed_by = ${relayId}
           RETURNING 1
         )`
       }
@@ -251,7 +257,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
             SELECT id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at
             FROM json_to_recordset(${rows}::json) AS x(id uuid, aggregate_type text, aggregate_id text, ordering_key text,
               event_type text, event_version integer, payload json, headers json, occurred_at timestamptz)`.pipe(mapSqlError("append"))
-          if (options.notify === "in-transaction") yield* sql`SELECT pg_notify(${notifyChannel}, '')`.pipe(mapSqlError("append"))
+          if (options.notify === "in-transaction") yield* sql`SELECT pg_notify(${notifyChannel}, ${instanceId})`.pipe(mapSqlError("append"))
           else if (notifier !== undefined) yield* sql.afterCommit(notifier)
         }),
 

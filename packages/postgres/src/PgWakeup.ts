@@ -9,12 +9,18 @@ import * as Retry from "@tidings/core/Retry"
 import { Wakeups } from "@tidings/core/Wakeup"
 import { Effect, Layer, Stream } from "effect"
 import { PgClient } from "./PgClient.ts"
+import { instanceId } from "./internal/instance.ts"
 import { channel } from "./PgOutboxStore.ts"
 
 /** Options of {@link layer}. */
 export interface Options {
   /** The outbox schema whose appends to listen for; default `tidings`. */
   readonly schema?: string
+  /**
+   * Ignore notifications sent by this process's own stores (default true): its relays were already
+   * woken after the commit, and a second wake-up would only cost an empty claim.
+   */
+  readonly ignoreOwn?: boolean
 }
 
 /** Listens while the layer is alive; reconnects with backoff if the listening connection fails. */
@@ -22,8 +28,10 @@ export const layer = (options: Options = {}): Layer.Layer<never, never, PgClient
   Layer.effectDiscard(Effect.gen(function*() {
     const pg = yield* PgClient
     const wakeups = yield* Wakeups
+    const ignoreOwn = options.ignoreOwn ?? true
     yield* pg.listen(channel(options.schema ?? "tidings")).pipe(
-      Stream.runForEach(() => wakeups.signal("notify")),
+      // Our own appends already woke this process's relays after their commit.
+      Stream.runForEach((payload) => ignoreOwn && payload === instanceId ? Effect.void : wakeups.signal("notify")),
       Effect.tapError((e) => Effect.logWarning("outbox LISTEN failed; retrying", e)),
       Effect.retry(Retry.exponentialBackoff({ base: "100 millis", max: "10 seconds" })),
       Effect.forkScoped

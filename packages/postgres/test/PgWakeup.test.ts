@@ -15,7 +15,8 @@ const scenario = (notify: boolean | "in-transaction") =>
   Effect.scoped(Effect.gen(function*() {
     const schema = yield* freshSchema("wk")
     const remote = Wakeup.makeHub()
-    const relayLayers = Layer.mergeAll(PgWakeup.layer({ schema }), PgOutboxStore.layer({ schema }), MemoryBroker.layer())
+    // One process plays both sides here, so the listener must not skip "its own" notifications.
+    const relayLayers = Layer.mergeAll(PgWakeup.layer({ schema, ignoreOwn: false }), PgOutboxStore.layer({ schema }), MemoryBroker.layer())
     const { broker, stop } = yield* Effect.gen(function*() {
       const context = yield* Layer.build(relayLayers)
       const broker = Layer.succeedContext(context)
@@ -69,6 +70,24 @@ describe("PgWakeup", () => {
       assert.isAbove(heard.length, 0)
       assert.isBelow(heard.length, 200, `${heard.length} NOTIFYs for 200 commits`)
       assert.isAtLeast(heard.at(-1)!, lastCommit - 5, "a NOTIFY follows the last commit")
+    })).pipe(Effect.provide(PgClient.layer({ url: pgUrl() }))))
+
+  it.live("by default a process ignores its own NOTIFYs (its relays were woken after commit)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const schema = yield* freshSchema("wk")
+      const hub = Wakeup.makeHub()
+      const mailbox = yield* hub.subscribe
+      yield* Layer.build(PgWakeup.layer({ schema })).pipe(Effect.provideService(Wakeup.Wakeups, hub))
+      const pg = yield* PgClient.PgClient
+      yield* Effect.sleep("200 millis")
+      const producer = yield* Layer.build(PgOutboxStore.layer({ schema, notify: true }))
+      yield* seed(3).pipe(Effect.provideContext(producer))
+      yield* Effect.sleep("300 millis")
+      const own = yield* Effect.timeoutOption(mailbox.take, "50 millis")
+      assert.strictEqual(own._tag, "None", "no wake-up from our own NOTIFY")
+      yield* pg.notify(PgOutboxStore.channel(schema), "another-process")
+      const foreign = yield* Effect.timeoutOption(mailbox.take, "2 seconds")
+      assert.strictEqual(foreign._tag, "Some", "a foreign NOTIFY wakes")
     })).pipe(Effect.provide(PgClient.layer({ url: pgUrl() }))))
 
   it.live("without NOTIFY the other process's relay waits for its poll (control)", () =>

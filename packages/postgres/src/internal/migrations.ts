@@ -27,5 +27,17 @@ export const migrations: ReadonlyArray<Migration> = [
       "CREATE INDEX outbox_key_order_idx ON outbox (ordering_key, tx_id, seq)\n  WHERE status IN ('pending', 'processing', 'suspect')",
       "CREATE INDEX outbox_suspect_idx ON outbox (seq) WHERE status = 'suspect'"
     ]
+  },
+  {
+    version: 3,
+    name: "saga",
+    statements: [
+      "CREATE TABLE saga (\n  id             uuid        PRIMARY KEY,            \n  type           text        NOT NULL,               \n  status         text        NOT NULL DEFAULT 'running'\n                             CHECK (status IN ('running', 'completed', 'compensating', 'compensated', 'failed')),\n  input          json        NOT NULL,               \n  current_step   integer     NOT NULL DEFAULT 0,     \n  version        integer     NOT NULL DEFAULT 0,     \n  deadline       timestamptz,                        \n  error          text,                               \n  claimed_by     text,                               \n  claimed_until  timestamptz,\n  created_at     timestamptz NOT NULL DEFAULT now(),\n  updated_at     timestamptz NOT NULL DEFAULT now()\n)",
+      "CREATE TABLE saga_step (\n  saga_id                uuid        NOT NULL REFERENCES saga (id) ON DELETE CASCADE,\n  index                  integer     NOT NULL CHECK (index >= 0),\n  name                   text        NOT NULL,\n  status                 text        NOT NULL DEFAULT 'pending'\n                                     CHECK (status IN ('pending', 'completed', 'failed', 'compensated', 'compensation_failed')),\n  result                 json,                       \n  error                  text,\n  attempts               integer     NOT NULL DEFAULT 0,   \n  compensation_attempts  integer     NOT NULL DEFAULT 0,   \n  started_at             timestamptz,\n  finished_at            timestamptz,\n  PRIMARY KEY (saga_id, index)\n)",
+      "CREATE INDEX saga_claim_expiry_idx ON saga (claimed_until)\n  WHERE status IN ('running', 'compensating') AND claimed_until IS NOT NULL",
+      "CREATE INDEX saga_deadline_idx ON saga (deadline)\n  WHERE status IN ('running', 'compensating') AND claimed_until IS NULL AND deadline IS NOT NULL",
+      "CREATE INDEX saga_stuck_idx ON saga (updated_at)\n  WHERE status IN ('running', 'compensating') AND claimed_until IS NULL AND deadline IS NULL",
+      "CREATE INDEX saga_type_status_idx ON saga (type, status, created_at)"
+    ]
   }
 ]
