@@ -41,7 +41,7 @@ export const freshSchema = (prefix = "t") =>
 export const pgClientLayer = (url: string = pgUrl(), maxConnections = 10) => PgClient.layer({ url, maxConnections })
 
 /** A fresh store on a fresh schema, over the given SqlClient layer, living as long as the scope. */
-export const makePgStore = (client: Layer.Layer<SqlClient.SqlClient, unknown>, options: { readonly notify?: boolean } = {}) =>
+export const makePgStore = (client: Layer.Layer<SqlClient.SqlClient, unknown>, options: Omit<PgOutboxStore.Options, "schema"> = {}) =>
   Effect.gen(function*() {
     const context = yield* Layer.build(client)
     return yield* Effect.gen(function*() {

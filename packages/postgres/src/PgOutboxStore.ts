@@ -27,6 +27,14 @@ export interface Options {
    *   machine it costs saturated producers about a third of their throughput.
    */
   readonly notify?: boolean | "in-transaction"
+  /**
+   * Commit mode of the relay's own bookkeeping (claims, settles). Default `"async"`: those commits
+   * do not wait for the WAL flush (`synchronous_commit = off` for that statement only), which takes
+   * the disk flush off every batch. A database crash can then lose the last few milliseconds of
+   * claims and marks, and those events are published again: at-least-once delivery, which the
+   * relay gives anyway. Appends, in the app's transaction, are never affected. `"sync"` waits.
+   */
+  readonly bookkeepingCommit?: "async" | "sync"
 }
 
 const notifyGap = Duration.millis(5)
@@ -199,10 +207,16 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         )`
     }
 
+    // `set_config(..., true)` lasts for the statement's own transaction, so only this commit is
+    // asynchronous. Joined by every writing part, so it runs whenever the statement writes.
+    const commitMode = options.bookkeepingCommit === "sync"
+      ? sql.literal("commit_mode AS MATERIALIZED (SELECT 1 AS on)")
+      : sql.literal("commit_mode AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS on)")
+
     const claimUpdate = (options: ClaimOptions) =>
       sql`UPDATE ${outbox} o SET status = 'processing', attempts = o.attempts + 1, claimed_by = ${options.relayId},
           claimed_until = now() + make_interval(secs => ${seconds(options.lease)})
-        FROM picked WHERE o.id = picked.id
+        FROM picked, commit_mode WHERE o.id = picked.id
         RETURNING ${cols}`
 
     // Settles rows still claimed by this relay; `released` rows go back without counting the attempt.
@@ -214,6 +228,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         return sql`settled AS (
           UPDATE ${outbox} o SET status = 'published', published_at = now(), finished_attempts = o.finished_attempts + 1,
             claimed_by = NULL, claimed_until = NULL
+          FROM commit_mode
           WHERE o.id IN (SELECT unnest(${ids}::text::uuid[])) AND o.status = 'processing' AND o.claimed_by = ${relayId}
           RETURNING 1
         )`
@@ -228,7 +243,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           finished_attempts = CASE WHEN v.released THEN o.finished_attempts ELSE o.finished_attempts + 1 END,
           claimed_by = NULL,
           claimed_until = NULL
-        FROM json_to_recordset(${JSON.stringify(rows)}::json) AS v(id uuid, status text, delay_ms float8, error text, released boolean)
+        FROM json_to_recordset(${JSON.stringify(rows)}::json) AS v(id uuid, status text, delay_ms float8, error text, released boolean), commit_mode
         WHERE o.id = v.id AND o.status = 'processing' AND o.claimed_by = ${relayId}
         RETURNING 1
       )`
@@ -271,7 +286,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       afterCommit: (effect) => sql.afterCommit(effect),
 
       claim: (options) =>
-        sql<ClaimRow>`WITH RECURSIVE ${claimCtes(options)} ${claimUpdate(options)}`.pipe(
+        sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${claimCtes(options)} ${claimUpdate(options)}`.pipe(
           Effect.map((rows) => toClaimed(rows, options.ordering)),
           mapSqlError("claim")
         ),
@@ -279,7 +294,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       settle: (relayId, settlement) => {
         const rows = settlementRows(settlement)
         if (rows.length === 0) return Effect.succeed(0)
-        return sql<{ n: number | string }>`WITH ${settleCte(relayId, rows)} SELECT count(*)::int AS n FROM settled`.pipe(
+        return sql<{ n: number | string }>`WITH ${commitMode}, ${settleCte(relayId, rows)} SELECT count(*)::int AS n FROM settled`.pipe(
           Effect.map((r) => Number(r[0]?.n ?? 0)),
           mapSqlError("settle")
         )
@@ -290,7 +305,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       settleAndClaim: (relayId, settlement, next) => {
         const rows = settlementRows(settlement)
         if (rows.length === 0) return store.claim(next)
-        return sql<ClaimRow>`WITH RECURSIVE ${settleCte(relayId, rows)}, ${claimCtes(next)} ${claimUpdate(next)}`.pipe(
+        return sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${settleCte(relayId, rows)}, ${claimCtes(next)} ${claimUpdate(next)}`.pipe(
           Effect.map((rows) => toClaimed(rows, next.ordering)),
           mapSqlError("settleAndClaim")
         )

@@ -1,0 +1,264 @@
+import { Clock, Context, Duration, Effect, Option } from "effect"
+import { StoreError } from "../Errors.ts"
+import type * as SagaStore from "../SagaStore.ts"
+import { SagaConflict, SagaNotFound } from "./sagaErrors.ts"
+
+interface SagaRow {
+  id: string
+  type: string
+  status: SagaStore.SagaStatus
+  input: unknown
+  currentStep: number
+  version: number
+  deadline: number | null
+  error: string | null
+  claimedBy: string | null
+  claimedUntil: number | null
+  createdAt: number
+  updatedAt: number
+}
+
+interface StepRow {
+  index: number
+  name: string
+  status: SagaStore.StepStatus
+  result: unknown
+  error: string | null
+  attempts: number
+  compensationAttempts: number
+  startedAt: number | null
+  finishedAt: number | null
+}
+
+interface Row {
+  saga: SagaRow
+  steps: Array<StepRow>
+}
+
+/** Rows written by an open transaction: applied at commit if nobody changed them meanwhile. */
+interface Transaction {
+  readonly writes: Map<string, { readonly baseVersion: number | undefined; readonly row: Row }>
+}
+
+let instances = 0
+
+const clone = (row: Row): Row => ({ saga: { ...row.saga }, steps: row.steps.map((s) => ({ ...s })) })
+// JSON values are stored as their JSON text would be read back (no shared references with callers).
+const json = (value: unknown): unknown => value === undefined ? null : JSON.parse(JSON.stringify(value)) as unknown
+const date = (ms: number | null) => ms === null ? null : new Date(ms)
+
+const toSaga = (s: SagaRow): SagaStore.SagaRecord => ({
+  id: s.id,
+  type: s.type,
+  status: s.status,
+  input: json(s.input),
+  currentStep: s.currentStep,
+  version: s.version,
+  deadline: date(s.deadline),
+  error: s.error,
+  claimedBy: s.claimedBy,
+  claimedUntil: date(s.claimedUntil),
+  createdAt: new Date(s.createdAt),
+  updatedAt: new Date(s.updatedAt)
+})
+
+const toStep = (s: StepRow): SagaStore.StepRecord => ({
+  index: s.index,
+  name: s.name,
+  status: s.status,
+  result: json(s.result),
+  error: s.error,
+  attempts: s.attempts,
+  compensationAttempts: s.compensationAttempts,
+  startedAt: date(s.startedAt),
+  finishedAt: date(s.finishedAt)
+})
+
+const applySteps = (row: Row, updates: ReadonlyArray<SagaStore.StepUpdate>, now: number) => {
+  for (const u of updates) {
+    const step = row.steps[u.index]
+    if (step === undefined) continue
+    if (u.status !== undefined) step.status = u.status
+    if (u.result !== undefined) step.result = json(u.result)
+    if (u.error !== undefined) step.error = u.error
+    if (u.attemptStarted === true) {
+      step.attempts++
+      step.startedAt = now
+    }
+    if (u.compensationStarted === true) step.compensationAttempts++
+    if (u.finished === true) step.finishedAt = now
+  }
+}
+
+const isActive = (s: SagaRow) => s.status === "running" || s.status === "compensating"
+
+/** The in-memory store. Each operation is synchronous, hence atomic, as a statement would be. */
+export const makeMemorySagaStore: Effect.Effect<SagaStore.Service> = Effect.sync(() => {
+  // One key per store instance, so two memory stores never join each other's transactions.
+  const Tx = Context.Service<Transaction>(`@tidings/core/MemorySagaStore/Transaction/${++instances}`)
+  const rows = new Map<string, Row>()
+
+  const current = Effect.serviceOption(Tx)
+
+  /** The row as this transaction sees it (its own writes first). */
+  const read = (tx: Option.Option<Transaction>, id: string): Row | undefined =>
+    Option.isSome(tx) ? tx.value.writes.get(id)?.row ?? rows.get(id) : rows.get(id)
+
+  /** A row to modify: a private copy inside a transaction, the stored row outside one. */
+  const writable = (tx: Option.Option<Transaction>, id: string): Row | undefined => {
+    if (Option.isNone(tx)) return rows.get(id)
+    const own = tx.value.writes.get(id)
+    if (own !== undefined) return own.row
+    const stored = rows.get(id)
+    if (stored === undefined) return undefined
+    const copy = clone(stored)
+    tx.value.writes.set(id, { baseVersion: stored.saga.version, row: copy })
+    return copy
+  }
+
+  const commit = (tx: Transaction) =>
+    Effect.suspend(() => {
+      for (const [id, { baseVersion }] of tx.writes) {
+        const stored = rows.get(id)
+        const conflict = baseVersion === undefined ? stored !== undefined : stored?.saga.version !== baseVersion
+        if (conflict) {
+          return Effect.fail(
+            new StoreError({
+              operation: "commit",
+              message: `saga ${id} was changed by another transaction (serialization failure)`,
+              retryable: true,
+              cause: new SagaConflict({ sagaId: id, expectedVersion: baseVersion ?? -1, ...(stored ? { actualVersion: stored.saga.version } : {}) })
+            })
+          )
+        }
+      }
+      for (const [id, { row }] of tx.writes) rows.set(id, row)
+      return Effect.void
+    })
+
+  const service: SagaStore.Service = {
+    withTransaction: (effect) =>
+      Effect.flatMap(current, (open) => {
+        if (Option.isSome(open)) return effect
+        const tx: Transaction = { writes: new Map() }
+        return Effect.provideService(effect, Tx, tx).pipe(Effect.tap(() => commit(tx)))
+      }),
+
+    create: (saga) =>
+      Effect.gen(function*() {
+        const tx = yield* current
+        const now = yield* Clock.currentTimeMillis
+        if (read(tx, saga.id) !== undefined) {
+          return yield* new StoreError({ operation: "create", message: `saga ${saga.id} already exists`, retryable: false })
+        }
+        const row: Row = {
+          saga: {
+            id: saga.id,
+            type: saga.type,
+            status: "running",
+            input: json(saga.input),
+            currentStep: 0,
+            version: 0,
+            deadline: saga.deadline === undefined ? null : now + Duration.toMillis(saga.deadline),
+            error: null,
+            claimedBy: saga.claim?.owner ?? null,
+            claimedUntil: saga.claim === undefined ? null : now + Duration.toMillis(saga.claim.lease),
+            createdAt: now,
+            updatedAt: now
+          },
+          steps: saga.steps.map((name, index) => ({
+            index,
+            name,
+            status: "pending",
+            result: null,
+            error: null,
+            attempts: 0,
+            compensationAttempts: 0,
+            startedAt: null,
+            finishedAt: null
+          }))
+        }
+        applySteps(row, saga.stepUpdates ?? [], now)
+        if (Option.isSome(tx)) tx.value.writes.set(saga.id, { baseVersion: undefined, row })
+        else rows.set(saga.id, row)
+        return toSaga(row.saga)
+      }),
+
+    load: (id) =>
+      Effect.map(current, (tx) => {
+        const row = read(tx, id)
+        return row === undefined ? undefined : { saga: toSaga(row.saga), steps: row.steps.map(toStep) }
+      }),
+
+    update: (id, expectedVersion, update) =>
+      Effect.gen(function*() {
+        const tx = yield* current
+        const now = yield* Clock.currentTimeMillis
+        const seen = read(tx, id)
+        if (seen === undefined) return yield* new SagaNotFound({ sagaId: id })
+        if (seen.saga.version !== expectedVersion) {
+          return yield* new SagaConflict({ sagaId: id, expectedVersion, actualVersion: seen.saga.version })
+        }
+        const row = writable(tx, id)!
+        const s = row.saga
+        if (update.status !== undefined) s.status = update.status
+        if (update.currentStep !== undefined) s.currentStep = update.currentStep
+        if (update.deadline !== undefined) s.deadline = update.deadline === null ? null : now + Duration.toMillis(update.deadline)
+        if (update.error !== undefined) s.error = update.error
+        if (update.claim !== undefined) {
+          s.claimedBy = update.claim?.owner ?? null
+          s.claimedUntil = update.claim === null ? null : now + Duration.toMillis(update.claim.lease)
+        }
+        applySteps(row, update.steps ?? [], now)
+        s.version++
+        s.updatedAt = now
+        return toSaga(s)
+      }),
+
+    claim: (id, expectedVersion, claim) =>
+      Effect.gen(function*() {
+        const tx = yield* current
+        const now = yield* Clock.currentTimeMillis
+        const seen = read(tx, id)
+        if (seen === undefined || seen.saga.version !== expectedVersion || !isActive(seen.saga)) return undefined
+        if (seen.saga.claimedUntil !== null && seen.saga.claimedUntil >= now) return undefined
+        const s = writable(tx, id)!.saga
+        s.claimedBy = claim.owner
+        s.claimedUntil = now + Duration.toMillis(claim.lease)
+        s.version++
+        s.updatedAt = now
+        return toSaga(s)
+      }),
+
+    heartbeat: (id, claim) =>
+      Effect.gen(function*() {
+        const tx = yield* current
+        const now = yield* Clock.currentTimeMillis
+        const seen = read(tx, id)
+        if (seen === undefined || seen.saga.claimedBy !== claim.owner || !isActive(seen.saga)) return false
+        writable(tx, id)!.saga.claimedUntil = now + Duration.toMillis(claim.lease)
+        return true
+      }),
+
+    findRecoverable: ({ limit, stuckAfter, types }) =>
+      Effect.gen(function*() {
+        const tx = yield* current
+        const now = yield* Clock.currentTimeMillis
+        const due: Array<{ readonly at: number; readonly saga: SagaRow }> = []
+        const ids = new Set([...rows.keys(), ...(Option.isSome(tx) ? tx.value.writes.keys() : [])])
+        for (const id of ids) {
+          const s = read(tx, id)!.saga
+          if (!isActive(s) || (types !== undefined && !types.includes(s.type))) continue
+          const at = s.claimedUntil !== null
+            ? s.claimedUntil
+            : s.deadline !== null
+            ? s.deadline
+            : s.updatedAt + Duration.toMillis(stuckAfter)
+          if (at < now) due.push({ at, saga: s })
+        }
+        due.sort((a, b) => a.at - b.at)
+        return due.slice(0, limit).map((d) => toSaga(d.saga))
+      })
+  }
+  return service
+})
