@@ -1375,6 +1375,8 @@ export const recoverOnce = <R>(config: RecoveryConfig<R>): Effect.Effect<Recover
 const recoverRound = (registry: Registry<any>, s: RecoverySettings) =>
   Effect.gen(function*() {
     const store = yield* SagaStore
+    const counts = yield* store.countByStatus
+    for (const [status, n] of Object.entries(counts)) yield* Metric.update(Metric.withAttributes(SagaMetrics.byStatus, { status }), n)
     const due = yield* store.findRecoverable({ stuckAfter: s.stuckAfter, limit: s.batchSize, types: [...registry.definitions.keys()] })
     const recovered: Array<RecoveryReport["recovered"][number]> = []
     for (const seen of due) {

@@ -160,6 +160,8 @@ export interface Service {
    * that have not changed for `stuckAfter`.
    */
   readonly findRecoverable: (query: RecoverableQuery) => Effect.Effect<ReadonlyArray<SagaRecord>, StoreError>
+  /** How many sagas are in each status (for the sagas-by-status gauge). */
+  readonly countByStatus: Effect.Effect<Record<SagaStatus, number>, StoreError>
 }
 
 /** The saga storage service. */

@@ -241,6 +241,10 @@ describe("Saga recovery (memory stores)", () => {
       assert.match(state.error!, /step confirm was interrupted: its executor dead stopped/)
       assert.strictEqual((yield* counter(Saga.metrics.recoveries)) - recoveriesBefore, 1)
       assert.deepStrictEqual((yield* Saga.recoverOnce({ registry })).recovered, [], "nothing left to do")
+      // each recovery round refreshes the sagas-by-status gauge
+      const gauge = (status: string) => Metric.value(Metric.withAttributes(Saga.metrics.byStatus, { status }))
+      assert.strictEqual((yield* gauge("compensated")).value, 1)
+      assert.strictEqual((yield* gauge("running")).value, 0)
     })))
 
   it.live("recovery of a saga of an unknown type is left to instances that know it; a stuck compensation ends failed", () =>

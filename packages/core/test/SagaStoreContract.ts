@@ -213,6 +213,19 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         assert.isFalse(yield* store.heartbeat(uuidv7(Date.now()), claim("runner-1", 1_000)))
       })))
 
+    it.live("countByStatus counts every saga by its status, transactions included", () =>
+      run(Effect.gen(function*() {
+        const store = yield* SagaStore
+        assert.deepStrictEqual(yield* store.countByStatus, { running: 0, completed: 0, compensating: 0, compensated: 0, failed: 0 })
+        const a = newSaga({})
+        const b = newSaga({})
+        yield* store.create(a)
+        yield* store.create(b)
+        yield* store.withTransaction(Effect.andThen(store.create(newSaga({})), store.update(a.id, 0, { status: "completed" })))
+        yield* store.update(b.id, 0, { status: "compensating" })
+        assert.deepStrictEqual(yield* store.countByStatus, { running: 1, completed: 1, compensating: 1, compensated: 0, failed: 0 })
+      })))
+
     it.live("findRecoverable: expired claims, past deadlines and stuck sagas, most overdue first", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore

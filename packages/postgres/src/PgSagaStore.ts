@@ -13,6 +13,7 @@ import {
   SagaConflict,
   SagaNotFound,
   type SagaRecord,
+  type SagaStatus,
   SagaStore,
   type SagaUpdate,
   type Service,
@@ -289,7 +290,16 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
             OR (g.claimed_until IS NULL AND g.deadline IS NULL AND g.updated_at < now() - make_interval(secs => ${seconds(stuckAfter)}))
           )
           ORDER BY coalesce(g.claimed_until, g.deadline, g.updated_at + make_interval(secs => ${seconds(stuckAfter)}))
-          LIMIT ${limit}`.pipe(Effect.map((rows) => rows.map((r) => toSaga(r.doc))), mapSqlError("findRecoverable"))
+          LIMIT ${limit}`.pipe(Effect.map((rows) => rows.map((r) => toSaga(r.doc))), mapSqlError("findRecoverable")),
+
+      countByStatus: sql<{ status: SagaStatus; n: number | string }>`SELECT status, count(*)::int AS n FROM ${saga} GROUP BY status`.pipe(
+        Effect.map((rows) => {
+          const counts: Record<SagaStatus, number> = { running: 0, completed: 0, compensating: 0, compensated: 0, failed: 0 }
+          for (const r of rows) counts[r.status] = Number(r.n)
+          return counts
+        }),
+        mapSqlError("countByStatus")
+      )
     }
     return store
   })

@@ -258,7 +258,18 @@ export const makeMemorySagaStore: Effect.Effect<SagaStore.Service> = Effect.sync
         }
         due.sort((a, b) => a.at - b.at)
         return due.slice(0, limit).map((d) => toSaga(d.saga))
-      })
+      }),
+
+    countByStatus: Effect.gen(function*() {
+      const tx = yield* current
+      const counts = { running: 0, completed: 0, compensating: 0, compensated: 0, failed: 0 }
+      const ids = new Set([...rows.keys(), ...(Option.isSome(tx) ? tx.value.writes.keys() : [])])
+      for (const id of ids) {
+        const row = read(tx, id)
+        if (row !== undefined) counts[row.saga.status]++
+      }
+      return counts
+    })
   }
   return service
 })

@@ -23,3 +23,6 @@ export const recoveries = Metric.counter("tidings_saga_recoveries_total", {
   description: "Sagas claimed and resumed by a recovery worker",
   incremental: true
 })
+
+/** Sagas currently in each status (`status` attribute), refreshed by the recovery worker. */
+export const byStatus = Metric.gauge("tidings_saga_sagas", { description: "Sagas by status" })
