@@ -39,5 +39,14 @@ export const migrations: ReadonlyArray<Migration> = [
       "CREATE INDEX saga_stuck_idx ON saga (updated_at)\n  WHERE status IN ('running', 'compensating') AND claimed_until IS NULL AND deadline IS NULL",
       "CREATE INDEX saga_type_status_idx ON saga (type, status, created_at)"
     ]
+  },
+  {
+    version: 4,
+    name: "inbox",
+    statements: [
+      "CREATE TABLE inbox (\n  message_id         text        NOT NULL,                 \n  consumer           text        NOT NULL,                 \n  status             text        NOT NULL DEFAULT 'processing'\n                                 CHECK (status IN ('processing', 'processed', 'failed')),\n  attempts           integer     NOT NULL DEFAULT 0,       \n  finished_attempts  integer     NOT NULL DEFAULT 0,       \n  crashes            integer     NOT NULL DEFAULT 0,       \n  started_by         text,                               \n  received_at        timestamptz NOT NULL DEFAULT now(),\n  processed_at       timestamptz,\n  last_error         text,                               \n  PRIMARY KEY (message_id, consumer)\n)",
+      "CREATE INDEX inbox_received_at ON inbox (received_at)",
+      "CREATE TABLE projection_position (\n  projection    text   NOT NULL,\n  aggregate_id  text   NOT NULL,\n  position      bigint NOT NULL DEFAULT 0,                 \n  PRIMARY KEY (projection, aggregate_id)\n)"
+    ]
   }
 ]

@@ -1,0 +1,197 @@
+/**
+ * Exactly-once effects for consumers. Delivery is at least once; `handle` makes a message's effect
+ * happen once per consumer by running the handler and recording the message in the inbox in the same
+ * database transaction:
+ *
+ * - a duplicate (the row says `processed`) runs nothing, commits nothing, and is reported as
+ *   `Duplicate` (the consumer acks it);
+ * - a handler failure rolls back the handler's writes and the inbox mark together, so the message
+ *   can be retried;
+ * - outbox events the handler appends (`Outbox.append`) commit in that same transaction, so
+ *   consume → write → publish has no gap (with the Postgres stores everything shares the app's
+ *   `SqlClient` transaction; with the memory stores the outbox transaction is nested in the inbox one).
+ *
+ * Crash-loop guard: the start of each attempt is counted in its own short committed write before the
+ * transaction, and the finish inside it (or, for a failure, right after the rollback). When a start
+ * finds an unfinished attempt of another process instance, that process died while handling: a
+ * crash. A message whose handling killed the process `maxCrashes` times (starts exceed finishes by
+ * that much) is not handled again: it is marked `failed` with the reason and `handle` fails with the
+ * permanent {@link InboxCrashLoop}, which the consumer's decision table dead-letters. (Concurrent
+ * duplicates in one process are not crashes; concurrent duplicates in two live processes can count
+ * as one, so keep `maxCrashes` at 3 or more.)
+ *
+ * Dedupe window: inbox rows are deleted by {@link layerRetention} once older than its `olderThan`. A
+ * redelivery of a message older than that is not recognised and is handled again, so keep the
+ * retention well above the longest time a message can spend in queues, retry queues and DLQ replays.
+ *
+ * Call `handle` outside any open transaction: it opens its own (the start count must commit on its own).
+ * @module
+ */
+import { Cause, Duration, Effect, Exit, Layer, Metric, Schema } from "effect"
+import type { NotInTransaction, StoreError } from "./Errors.ts"
+import { InboxStore } from "./InboxStore.ts"
+import { OutboxStore } from "./OutboxStore.ts"
+
+/** A message whose handling kept killing the process (or one dead-lettered that way before). Never retried. */
+export class InboxCrashLoop extends Schema.TaggedError<InboxCrashLoop>()("InboxCrashLoop", {
+  messageId: Schema.String,
+  consumer: Schema.String,
+  reason: Schema.String
+}) {
+  get isRetryable(): boolean {
+    return false
+  }
+}
+
+/** A delivery without a message id cannot be deduplicated. Never retried. */
+export class MissingMessageId extends Schema.TaggedError<MissingMessageId>()("MissingMessageId", {
+  consumer: Schema.String
+}) {
+  get isRetryable(): boolean {
+    return false
+  }
+}
+
+/** What `handle` did. */
+export type Result<A> =
+  | { readonly _tag: "Processed"; readonly value: A }
+  | { readonly _tag: "Duplicate" }
+
+/** Options of {@link handle}. */
+export interface Options {
+  /** Attempts that started and never finished (the process died) before the message is dead-lettered. Default 3. */
+  readonly maxCrashes?: number
+  /** This process's instance id (default {@link instanceId}); tests simulate restarts with it. */
+  readonly instance?: string
+}
+
+/**
+ * Identifies this process (random per start). An unfinished attempt started by another instance
+ * means that process died while handling; a concurrent duplicate in this process is not a crash.
+ */
+export const instanceId: string = crypto.randomUUID()
+
+/** What `handle` can fail with besides the handler's own errors. */
+export type HandleError = StoreError | NotInTransaction | InboxCrashLoop
+
+/** Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`). */
+export const handled = Metric.counter("tidings_inbox_handled_total", { description: "Inbox handling outcomes", incremental: true })
+
+const count = (consumer: string, outcome: string) => Metric.update(Metric.withAttributes(handled, { consumer, outcome }), 1)
+
+const describe = (cause: Cause.Cause<unknown>): string => {
+  const error = Cause.squash(cause)
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : typeof error === "object" && error !== null && "_tag" in error ? String((error as { _tag: unknown })._tag) : String(error)
+  return text.slice(0, 1000)
+}
+
+/**
+ * Runs `handler` for `messageId` at most once per `consumer` (see the module docs). Returns
+ * `Duplicate` without running it when the message was handled already.
+ */
+export const handle = <A, E, R>(
+  consumer: string,
+  messageId: string,
+  handler: Effect.Effect<A, E, R>,
+  options: Options = {}
+): Effect.Effect<Result<A>, E | HandleError, R | InboxStore> =>
+  Effect.gen(function*() {
+    const store = yield* InboxStore
+    const maxCrashes = options.maxCrashes ?? 3
+    const started = yield* store.begin(messageId, consumer, options.instance ?? instanceId)
+    if (started.status === "processed") {
+      yield* count(consumer, "duplicate")
+      return { _tag: "Duplicate" } as const
+    }
+    if (started.status === "failed") {
+      yield* count(consumer, "crash_loop")
+      return yield* new InboxCrashLoop({ messageId, consumer, reason: started.lastError ?? "dead-lettered earlier" })
+    }
+    const crashes = started.crashes
+    if (crashes >= maxCrashes) {
+      const reason = `crash loop: ${crashes} handling attempts started and none finished`
+      yield* store.markFailed(messageId, consumer, reason)
+      yield* count(consumer, "crash_loop")
+      yield* Effect.logWarning(`inbox: ${reason}; dead-lettering ${messageId}`)
+      return yield* new InboxCrashLoop({ messageId, consumer, reason })
+    }
+    const outbox = yield* Effect.serviceOption(OutboxStore)
+    const body = outbox._tag === "Some" ? outbox.value.withTransaction(handler) : handler
+    const result = yield* store.withTransaction(Effect.gen(function*() {
+      // Taken first: the row lock makes a concurrent duplicate wait here, then see `processed`.
+      if (!(yield* store.markProcessed(messageId, consumer))) return { _tag: "Duplicate" } as const
+      return { _tag: "Processed", value: yield* body } as const
+    })).pipe(
+      // Rolled back (failure, defect or interruption): the attempt finished without killing the
+      // process, so it is no crash.
+      Effect.onExit((exit) =>
+        Exit.isSuccess(exit)
+          ? count(consumer, exit.value._tag === "Processed" ? "processed" : "duplicate")
+          : store.recordFailure(messageId, consumer, describe(exit.cause)).pipe(Effect.ignore({ log: true }), Effect.andThen(count(consumer, "failed")))
+      )
+    )
+    return result as Result<A>
+  }).pipe(
+    Effect.withSpan("tidings.inbox.handle", { attributes: { "tidings.inbox.consumer": consumer, "messaging.message.id": messageId } })
+  )
+
+/** Options of {@link wrap}. */
+export interface WrapOptions<D> extends Options {
+  /** Where the message id is (default `delivery.messageId`, as in the RabbitMQ consumer's `Delivery`). */
+  readonly messageId?: (delivery: D) => string | undefined
+}
+
+/**
+ * Turns a consumer handler into one that runs through the inbox, for `AmqpConsumer` (whose delivery
+ * carries `messageId`) or any consumer: a duplicate succeeds at once (so it is acked), a crash loop
+ * and a missing message id fail permanently (dead-lettered), the handler's own errors pass through.
+ */
+export const wrap = <D, E, R>(
+  consumer: string,
+  handler: (delivery: D) => Effect.Effect<void, E, R>,
+  options: WrapOptions<D> = {}
+): (delivery: D) => Effect.Effect<void, E | HandleError | MissingMessageId, R | InboxStore> =>
+(delivery) => {
+  const id = options.messageId !== undefined ? options.messageId(delivery) : (delivery as { readonly messageId?: string | undefined }).messageId
+  if (id === undefined || id === "") return Effect.fail(new MissingMessageId({ consumer }))
+  return Effect.asVoid(handle(consumer, id, handler(delivery), options))
+}
+
+/** Options of {@link layerRetention}. */
+export interface RetentionOptions {
+  /** Rows received longer ago are deleted: the dedupe window. */
+  readonly olderThan: Duration.Input
+  /** How often to prune (default 1 minute). */
+  readonly interval?: Duration.Input
+  /** Rows deleted per statement (default 1,000); batches repeat until a short one. */
+  readonly batchSize?: number
+  /** Batches per round at most (default 100), so one round stays bounded. */
+  readonly maxBatches?: number
+}
+
+/** Deletes old rows in bounded batches; returns how many (0 when another instance holds the lock). */
+export const pruneOnce = (options: RetentionOptions): Effect.Effect<number, StoreError, InboxStore> =>
+  Effect.gen(function*() {
+    const store = yield* InboxStore
+    const olderThan = Duration.fromInputUnsafe(options.olderThan)
+    const limit = options.batchSize ?? 1000
+    let total = 0
+    for (let i = 0; i < (options.maxBatches ?? 100); i++) {
+      const n = yield* store.prune({ olderThan, limit })
+      if (n === undefined) break
+      total += n
+      if (n < limit) break
+    }
+    return total
+  })
+
+/** Runs {@link pruneOnce} every `interval` while the layer lives (errors are logged, never fatal). */
+export const layerRetention = (options: RetentionOptions): Layer.Layer<never, never, InboxStore> =>
+  Layer.effectDiscard(
+    pruneOnce(options).pipe(
+      Effect.catch((e) => Effect.logWarning("inbox retention failed", e).pipe(Effect.as(0))),
+      Effect.andThen(Effect.sleep(options.interval ?? "1 minute")),
+      Effect.forever,
+      Effect.forkScoped
+    )
+  )

@@ -1,0 +1,84 @@
+/**
+ * The inbox storage port: one row per (message id, consumer), recording that a consumer handled a
+ * message, so that a redelivery is recognised as a duplicate. `Inbox.handle` is written once against
+ * it; `@tidings/postgres` implements it on Postgres and {@link layerMemory} in memory, and both pass
+ * the same contract tests. The port also keeps projection positions (the last version applied per
+ * aggregate), which `Projection` updates in the same transaction as the inbox row.
+ * @module
+ */
+import { Context, type Duration, type Effect, Layer } from "effect"
+import type { NotInTransaction, StoreError } from "./Errors.ts"
+import { makeMemoryInboxStore } from "./internal/memoryInboxStore.ts"
+
+/** `processing`: handling started and has not committed; `processed`: done; `failed`: dead-lettered (crash loop). */
+export type Status = "processing" | "processed" | "failed"
+
+/** One inbox row. */
+export interface InboxRecord {
+  readonly messageId: string
+  readonly consumer: string
+  readonly status: Status
+  /** Handling attempts started (each counted in its own committed write, before the handler runs). */
+  readonly attempts: number
+  /** Handling attempts that finished: committed, or failed and rolled back (recorded after the rollback). */
+  readonly finishedAttempts: number
+  /**
+   * Attempts that never finished and were started by another process instance than the next start:
+   * the process died while handling (a concurrent duplicate in the same process is not a crash).
+   */
+  readonly crashes: number
+  readonly receivedAt: Date
+  readonly processedAt: Date | null
+  readonly lastError: string | null
+}
+
+/** The inbox storage port. */
+export interface Service {
+  /** Runs an effect in a transaction of this store (joining an open one). */
+  readonly withTransaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | StoreError, R>
+  /**
+   * Counts the start of a handling attempt in a short write of its own (call it outside any
+   * transaction): creates the row as `processing` with one attempt, or adds an attempt to a row still
+   * `processing`. A `processed` or `failed` row is returned unchanged. When an earlier attempt is
+   * unfinished (and not yet counted as a crash) and was started by another instance than `instance`,
+   * it counts as a crash.
+   */
+  readonly begin: (messageId: string, consumer: string, instance: string) => Effect.Effect<InboxRecord, StoreError>
+  /**
+   * In the caller's transaction: marks the message processed (and the attempt finished). Returns
+   * false when it was processed already (a concurrent duplicate committed first): the caller then
+   * rolls back. Holds the row's lock until the transaction ends, so duplicates serialize.
+   */
+  readonly markProcessed: (messageId: string, consumer: string) => Effect.Effect<boolean, StoreError | NotInTransaction>
+  /** After a failed attempt rolled back: counts it finished and keeps its error (a short write of its own). */
+  readonly recordFailure: (messageId: string, consumer: string, error: string) => Effect.Effect<void, StoreError>
+  /** Marks the message `failed` (dead-lettered) with the reason. */
+  readonly markFailed: (messageId: string, consumer: string, reason: string) => Effect.Effect<void, StoreError>
+  readonly get: (messageId: string, consumer: string) => Effect.Effect<InboxRecord | undefined, StoreError>
+  /**
+   * Deletes up to `limit` rows received more than `olderThan` ago. One instance prunes at a time:
+   * returns `undefined` when another holds the retention lock.
+   */
+  readonly prune: (options: { readonly olderThan: Duration.Duration; readonly limit: number }) => Effect.Effect<number | undefined, StoreError>
+  /**
+   * In the caller's transaction: the last position (version) applied by `projection` to
+   * `aggregateId` (0 when none), locking it until the transaction ends.
+   */
+  readonly lockPosition: (projection: string, aggregateId: string) => Effect.Effect<number, StoreError | NotInTransaction>
+  /** In the caller's transaction: sets the position (after `lockPosition`). */
+  readonly setPosition: (projection: string, aggregateId: string, position: number) => Effect.Effect<void, StoreError | NotInTransaction>
+  /** Reads a position without locking (0 when none). */
+  readonly position: (projection: string, aggregateId: string) => Effect.Effect<number, StoreError>
+}
+
+/** The inbox storage service. */
+export class InboxStore extends Context.Service<InboxStore, Service>()("@tidings/core/InboxStore") {}
+
+/**
+ * An in-memory store with the semantics of the Postgres one. Its transactions are serialized (one at
+ * a time per store) and rolled back by an undo log; it is meant for tests and demos.
+ */
+export const layerMemory: Layer.Layer<InboxStore> = Layer.effect(InboxStore, makeMemoryInboxStore)
+
+/** Builds a fresh in-memory store (one per call). */
+export const makeMemory: Effect.Effect<Service> = makeMemoryInboxStore

@@ -1,0 +1,168 @@
+import { Clock, Context, Duration, Effect, Exit, Option, Semaphore } from "effect"
+import { NotInTransaction } from "../Errors.ts"
+import type * as InboxStore from "../InboxStore.ts"
+
+type Row = InboxStore.InboxRecord & { readonly startedBy: string | null }
+
+const toRecord = ({ startedBy: _, ...record }: Row): InboxStore.InboxRecord => record
+
+interface Transaction {
+  readonly rows: Map<string, Row>
+  readonly positions: Map<string, number>
+}
+
+let instances = 0
+
+const key = (a: string, b: string) => JSON.stringify([a, b])
+
+/**
+ * The in-memory inbox store. Transactions run one at a time (a store-wide lock held from begin to
+ * commit, like row locks held to the end) and write to an overlay that is applied on success and
+ * dropped on failure, so a failed handler leaves nothing behind.
+ */
+export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.gen(function*() {
+  const Tx = Context.Service<Transaction>(`@tidings/core/MemoryInboxStore/Transaction/${++instances}`)
+  const lock = yield* Semaphore.make(1)
+  const rows = new Map<string, Row>()
+  const positions = new Map<string, number>()
+  let pruning = false
+
+  const currentTx = Effect.serviceOption(Tx)
+
+  /** Runs `f` with the open transaction, or alone under the lock as its own short transaction. */
+  const write = <A>(f: (tx: Transaction, now: number) => A): Effect.Effect<A> =>
+    withTransaction(Effect.flatMap(currentTx, (open) => Effect.map(Clock.currentTimeMillis, (now) => f(Option.getOrThrow(open), now))))
+
+  const readRow = (tx: Transaction | undefined, k: string) => tx?.rows.get(k) ?? rows.get(k)
+
+  const withTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Effect.flatMap(currentTx, (open) => {
+      if (Option.isSome(open)) return effect
+      const tx: Transaction = { rows: new Map(), positions: new Map() }
+      return lock.withPermits(1)(
+        Effect.provideService(effect, Tx, tx).pipe(
+          Effect.onExit((exit) =>
+            Effect.sync(() => {
+              if (Exit.isFailure(exit)) return
+              for (const [k, row] of tx.rows) rows.set(k, row)
+              for (const [k, p] of tx.positions) positions.set(k, p)
+            })
+          )
+        )
+      )
+    })
+
+  const requireTx = Effect.flatMap(currentTx, (open) =>
+    Option.match(open, {
+      onNone: () => Effect.fail(new NotInTransaction({ message: "this inbox operation must run inside a transaction (withTransaction)" })),
+      onSome: (tx) => Effect.succeed(tx)
+    }))
+
+  const service: InboxStore.Service = {
+    withTransaction,
+    begin: (messageId, consumer, instance) =>
+      write((tx, now) => {
+        const k = key(messageId, consumer)
+        const row = readRow(tx, k)
+        if (row === undefined) {
+          const created: Row = {
+            messageId,
+            consumer,
+            status: "processing",
+            attempts: 1,
+            finishedAttempts: 0,
+            crashes: 0,
+            startedBy: instance,
+            receivedAt: new Date(now),
+            processedAt: null,
+            lastError: null
+          }
+          tx.rows.set(k, created)
+          return toRecord(created)
+        }
+        if (row.status !== "processing") return toRecord(row)
+        const crashed = row.attempts > row.finishedAttempts + row.crashes && row.startedBy !== instance
+        const next = { ...row, attempts: row.attempts + 1, crashes: row.crashes + (crashed ? 1 : 0), startedBy: instance }
+        tx.rows.set(k, next)
+        return toRecord(next)
+      }),
+    markProcessed: (messageId, consumer) =>
+      Effect.flatMap(requireTx, (tx) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          const k = key(messageId, consumer)
+          const row = readRow(tx, k)
+          if (row !== undefined && row.status !== "processing") return false
+          tx.rows.set(k, {
+            messageId,
+            consumer,
+            status: "processed",
+            attempts: row?.attempts ?? 1,
+            finishedAttempts: (row?.finishedAttempts ?? 0) + 1,
+            crashes: row?.crashes ?? 0,
+            startedBy: row?.startedBy ?? null,
+            receivedAt: row?.receivedAt ?? new Date(now),
+            processedAt: new Date(now),
+            lastError: null
+          })
+          return true
+        })),
+    recordFailure: (messageId, consumer, error) =>
+      write((tx) => {
+        const k = key(messageId, consumer)
+        const row = readRow(tx, k)
+        if (row === undefined || row.status !== "processing") return
+        tx.rows.set(k, { ...row, finishedAttempts: row.finishedAttempts + 1, lastError: error })
+      }),
+    markFailed: (messageId, consumer, reason) =>
+      write((tx, now) => {
+        const k = key(messageId, consumer)
+        const row = readRow(tx, k)
+        tx.rows.set(k, {
+          messageId,
+          consumer,
+          status: "failed",
+          attempts: row?.attempts ?? 0,
+          finishedAttempts: row?.finishedAttempts ?? 0,
+          crashes: row?.crashes ?? 0,
+          startedBy: row?.startedBy ?? null,
+          receivedAt: row?.receivedAt ?? new Date(now),
+          processedAt: row?.processedAt ?? null,
+          lastError: reason
+        })
+      }),
+    get: (messageId, consumer) =>
+      Effect.map(currentTx, (open) => {
+        const row = readRow(Option.getOrUndefined(open), key(messageId, consumer))
+        return row === undefined ? undefined : toRecord(row)
+      }),
+    prune: ({ limit, olderThan }) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        if (pruning) return undefined
+        pruning = true
+        let n = 0
+        const cutoff = now - Duration.toMillis(olderThan)
+        for (const [k, row] of rows) {
+          if (n >= limit) break
+          if (row.receivedAt.getTime() < cutoff) {
+            rows.delete(k)
+            n++
+          }
+        }
+        pruning = false
+        return n
+      }),
+    lockPosition: (projection, aggregateId) =>
+      Effect.map(requireTx, (tx) => {
+        const k = key(projection, aggregateId)
+        return tx.positions.get(k) ?? positions.get(k) ?? 0
+      }),
+    setPosition: (projection, aggregateId, position) =>
+      Effect.map(requireTx, (tx) => void tx.positions.set(key(projection, aggregateId), position)),
+    position: (projection, aggregateId) =>
+      Effect.map(currentTx, (open) => {
+        const k = key(projection, aggregateId)
+        return (Option.isSome(open) ? open.value.positions.get(k) : undefined) ?? positions.get(k) ?? 0
+      })
+  }
+  return service
+})
