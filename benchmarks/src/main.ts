@@ -1,5 +1,5 @@
 /**
- * `pnpm bench <claim|latency> [--json] [--quick] [filters]`: the Tidings benchmarks.
+ * `pnpm bench <claim|latency|publish> [--json] [--quick] [filters]`: the Tidings benchmarks.
  * Tables and progress go to stderr; with `--json`, stdout gets exactly one JSON object.
  * @module
  */
@@ -9,16 +9,26 @@ import * as Claim from "./claim.ts"
 import { parse, Reader, UsageError } from "./lib/cli.ts"
 import { log } from "./lib/report.ts"
 import * as Latency from "./latency.ts"
+import * as Publish from "./publish.ts"
 
-const usage = `usage: pnpm bench <claim|latency> [--json] [--quick] [options]
+const usage = `usage: pnpm bench <claim|latency|publish> [--json] [--quick] [options]
 
   claim     events claimed + marked published per second (ceiling, Tidings relay, hand-written SQL loop)
             --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,sql-loop  --table clean,dirty
             --events N (pending rows per run; 50000, quick 10000)  --cap S (seconds per run; 15, quick 2)
             --driver process-batch|layer (how the relay runs: Relay.processBatch loops, or Relay.layer's pollers)
-  latency   append-commit → publish latency under paced load, wake-ups by NOTIFY vs polling only
-            --rates 200,1000  --wakeup notify,poll[,local]  --duration S (15, quick 5)  --relays 4  --producers 16
+  latency   append-commit → publish latency under paced load, wake-ups by NOTIFY vs polling only;
+            append-commit → RabbitMQ confirm and → consumer handler, classic and quorum queues
+            --transport memory,rabbitmq  --rates 200,1000 (rabbitmq: 200,1000,2000)  --duration S (15, quick 5)
+            --wakeup notify,poll[,local] (rabbitmq: local)  --relays 4  --producers 16  --batch 100
             --notify coalesced|in-transaction (how the store sends its NOTIFY in notify mode)
+            --queue classic,quorum  --relay tidings[,naive,direct,publisher,pipelined]  --channels 1 (AmqpPublisher confirm channels)
+            --consumer-concurrency 64  --prefetch 512
+  publish   outbox → RabbitMQ throughput (Relay.layer + AmqpPublisher) beside raw amqplib, saturated commit → confirm
+            --events N (50000, quick 20000)  --relays 4  --batch 250  --channels 2 (lists: every combination is run)
+            --rounds N (2, quick 1)  --phase throughput,saturated,loaded  --seconds S (runs under load; 10, quick 4)
+            --loaded-rate N (events/s; default 80% of what the relays confirmed while saturated)
+            --producers 16  --tx-events 10 (saturated run: producer fibers, events per transaction)
 
   --json    print one JSON object with the results on stdout
   --quick   smaller counts and shorter runs (a check that finishes in under 2 minutes)`
@@ -31,6 +41,10 @@ const commands = {
   latency: (args: Reader) => {
     const opts = Latency.options(args)
     return () => Latency.run(opts)
+  },
+  publish: (args: Reader) => {
+    const opts = Publish.options(args)
+    return () => Publish.run(opts)
   }
 } as const
 
