@@ -6,12 +6,12 @@
  * @module
  */
 import { type InvalidConfig, NotInTransaction, StoreError } from "@tidings/core/Errors"
-import type { Message } from "@tidings/core/Message"
 import { type ClaimedEvent, type ClaimOptions, OutboxStore, type Service, type Settlement } from "@tidings/core/OutboxStore"
 import { Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { validateSchema } from "./internal/identifier.ts"
 import { instanceId } from "./internal/instance.ts"
+import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 import { mapSqlError } from "./internal/storeError.ts"
 
 /** Options of the Postgres outbox store. */
@@ -42,34 +42,14 @@ const notifyGap = Duration.millis(5)
 /** The `NOTIFY` channel of a schema's outbox. */
 export const channel = (schema: string): string => `tidings_outbox_${schema}`
 
-interface ClaimRow {
-  readonly id: string
+interface ClaimRow extends OutboxRow {
   readonly seq: string | number
   readonly tx_id: string
-  readonly event_type: string
-  readonly event_version: number
-  readonly aggregate_type: string
-  readonly aggregate_id: string
-  readonly ordering_key: string
-  readonly payload: string
-  readonly headers: string
-  readonly occurred_at_ms: number | string
   readonly created_at_ms: number | string
   readonly attempts: number
   readonly last_error?: string | null
 }
 
-const toMessage = (row: ClaimRow): Message => ({
-  id: row.id,
-  type: row.event_type,
-  version: Number(row.event_version),
-  aggregateType: row.aggregate_type,
-  aggregateId: row.aggregate_id,
-  orderingKey: row.ordering_key,
-  payload: JSON.parse(row.payload) as unknown,
-  headers: JSON.parse(row.headers) as Record<string, string>,
-  occurredAt: new Date(Number(row.occurred_at_ms))
-})
 
 const columns = (t: string) => `${t}.id, ${t}.seq, ${t}.tx_id::text AS tx_id, ${t}.event_type, ${t}.event_version, ${t}.aggregate_type, ${t}.aggregate_id,
   ${t}.ordering_key, ${t}.payload::text AS payload, ${t}.headers::text AS headers,

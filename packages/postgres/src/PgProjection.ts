@@ -17,6 +17,7 @@ import { Effect, Schema } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { validateSchema } from "./internal/identifier.ts"
 import { projectionLockKey } from "./PgInboxStore.ts"
+import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 
 /** The outbox no longer holds an event the rebuild needs (pruned): nothing was changed. */
 export class RebuildGap extends Schema.TaggedError<RebuildGap>()("RebuildGap", {
@@ -48,30 +49,9 @@ export interface Rebuilt {
 
 const identifier = /^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,53}$/
 
-interface Row {
-  readonly id: string
+interface Row extends OutboxRow {
   readonly seq: string | number
-  readonly event_type: string
-  readonly event_version: number
-  readonly aggregate_type: string
-  readonly aggregate_id: string
-  readonly ordering_key: string
-  readonly payload: string
-  readonly headers: string
-  readonly occurred_at_ms: number | string
 }
-
-const toMessage = (row: Row): Message => ({
-  id: row.id,
-  type: row.event_type,
-  version: Number(row.event_version),
-  aggregateType: row.aggregate_type,
-  aggregateId: row.aggregate_id,
-  orderingKey: row.ordering_key,
-  payload: JSON.parse(row.payload) as unknown,
-  headers: JSON.parse(row.headers) as Record<string, string>,
-  occurredAt: new Date(Number(row.occurred_at_ms))
-})
 
 /**
  * Replays the outbox (every row still there, in append order) into a fresh copy of the projection's
