@@ -25,10 +25,10 @@ const usage = `usage: pnpm bench <claim|latency|publish> [--json] [--quick] [opt
             --queue classic,quorum  --relay tidings[,naive,direct,publisher,pipelined]  --channels 1 (AmqpPublisher confirm channels)
             --consumer-concurrency 64  --prefetch 512
   publish   outbox → RabbitMQ throughput (Relay.layer + AmqpPublisher) beside raw amqplib, saturated commit → confirm
-            --events N (50000, quick 20000)  --relays 4  --batch 250  --channels 2 (lists: every combination is run)
+            --events N (50000, quick 20000)  --relays 4  --batch 1000  --channels 1 (lists: every combination is run)
             --rounds N (2, quick 1)  --phase throughput,saturated,loaded  --seconds S (runs under load; 10, quick 4)
             --loaded-rate N (events/s; default 80% of what the relays confirmed while saturated)
-            --producers 16  --tx-events 10 (saturated run: producer fibers, events per transaction)
+            --producers 16  --tx-events 10 (runs under load: producer fibers, events per transaction)
 
   --json    print one JSON object with the results on stdout
   --quick   smaller counts and shorter runs (a check that finishes in under 2 minutes)`

@@ -27,8 +27,8 @@ import * as Wakeup from "@tidings/core/Wakeup"
 import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import type { ConfirmChannel } from "amqplib"
 import { Effect, Layer, type Scope } from "effect"
-import * as os from "node:os"
 import { SqlClient } from "effect/sql"
+import * as os from "node:os"
 import { type Reader, UsageError } from "./lib/cli.ts"
 import * as Pg from "./lib/postgres.ts"
 import { counting, Tally, timing } from "./lib/publishers.ts"
@@ -62,14 +62,18 @@ export interface Options {
   /** Events/s of the loaded run (default: 80% of what the relays confirmed while saturated). */
   readonly loadedRate: number | undefined
   /** Measured seconds of the saturated and loaded runs. */
-  readonly saturateSeconds: number
+  readonly loadSeconds: number
+  /** Producer fibers and events per producer transaction in the runs under load. */
   readonly producers: number
-  /** Events per producer transaction in the saturated run. */
   readonly txEvents: number
 }
 
-/** Defaults tuned on a 2-core machine (see the README): the best of relays {2,4,8} × batch {100,250,500,1000} × channels {1,2,4}. */
-const tuned: Setting = { relays: 4, batch: 250, channels: 2 }
+/**
+ * Defaults tuned on a 2-core machine (see the README): the best of relays {2,4,6,8,16} × batch
+ * {100,250,500,1000,2000} × channels {1,2,4}. Gains level off from 4 relays × 1,000; one channel
+ * beats more (each is one more broker process competing for the two cores).
+ */
+const tuned: Setting = { relays: 4, batch: 1_000, channels: 1 }
 
 /**
  * Reads the `publish` flags: `--quick`, `--phase`, `--events`, `--relays`, `--batch`, `--channels`,
@@ -99,7 +103,7 @@ export const options = (args: Reader): Options => {
     saturated: phases.includes("saturated"),
     loaded: phases.includes("loaded"),
     loadedRate: single("loaded-rate"),
-    saturateSeconds: seconds ?? (quick ? 4 : 10),
+    loadSeconds: seconds ?? (quick ? 4 : 10),
     producers: single("producers") ?? 16,
     txEvents: single("tx-events") ?? 10
   }
@@ -397,40 +401,45 @@ const underLoad = (pgUrl: string, amqpUrl: string, setting: Setting, opts: Optio
         firstSecond.received(id, at)
         if (at >= from && at <= until) confirmedInWindow++
       })
-      yield* startRelay(setting, store, publisher, yield* Wakeup.Wakeups)
       const ids: Array<string> = []
-      const start = performance.now()
-      from = start + warmup
-      until = from + opts.saturateSeconds * 1000
       let appendedInWindow = 0
-      let k = 0
-      let tx = 0
-      yield* Effect.forEach(Array.from({ length: opts.producers }), () =>
-        Effect.gen(function*() {
-          while (true) {
-            // Paced: transaction j is due at start + j × txEvents / rate, so a late one does not lower the rate.
-            const due = rate === undefined ? performance.now() : start + (tx++ * opts.txEvents * 1000) / rate
-            if (due >= until) return
-            const wait = due - performance.now()
-            if (wait > 0) yield* Effect.sleep(wait)
-            const drafts = Array.from({ length: opts.txEvents }, () => Seed.OrderPlaced.make(Seed.input(k++)))
-            const messages = yield* Outbox.transaction(Outbox.appendAll(drafts))
-            const at = performance.now()
-            const measured = due >= from
-            if (measured) appendedInWindow += messages.length
-            for (const m of messages) {
-              ids.push(m.id)
-              tracker.committed(m.id, at, measured)
-              firstSecond.committed(m.id, at, measured && due < from + 1000)
+      let window = 0
+      let backlog = 0
+      // The relays run in a scope of their own: closing it lets the last settle finish before the outbox is checked.
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* startRelay(setting, store, publisher, yield* Wakeup.Wakeups)
+        const start = performance.now()
+        from = start + warmup
+        until = from + opts.loadSeconds * 1000
+        let k = 0
+        let tx = 0
+        yield* Effect.forEach(Array.from({ length: opts.producers }), () =>
+          Effect.gen(function*() {
+            while (true) {
+              // Paced: transaction j is due at start + j × txEvents / rate, so a late one does not lower the rate.
+              const due = rate === undefined ? performance.now() : start + (tx++ * opts.txEvents * 1000) / rate
+              if (due >= until) return
+              const wait = due - performance.now()
+              if (wait > 0) yield* Effect.sleep(wait)
+              const drafts = Array.from({ length: opts.txEvents }, () => Seed.OrderPlaced.make(Seed.input(k++)))
+              const messages = yield* Outbox.transaction(Outbox.appendAll(drafts))
+              const at = performance.now()
+              const measured = due >= from
+              if (measured) appendedInWindow += messages.length
+              for (const m of messages) {
+                ids.push(m.id)
+                tracker.committed(m.id, at, measured)
+                firstSecond.committed(m.id, at, measured && due < from + 1000)
+              }
             }
-          }
-        }), { concurrency: "unbounded", discard: true }).pipe(Effect.provideService(OutboxStore, store), Effect.orDie)
-      const window = (performance.now() - from) / 1000
-      const backlog = tracker.outstanding
-      if (!(yield* waitFor(() => tracker.outstanding === 0, 120_000))) {
-        log(`  ! ${label}: ${int(tracker.outstanding)} events were not confirmed within 120 s`)
-        process.exitCode = 1
-      }
+          }), { concurrency: "unbounded", discard: true }).pipe(Effect.provideService(OutboxStore, store), Effect.orDie)
+        window = (performance.now() - from) / 1000
+        backlog = tracker.outstanding
+        if (!(yield* waitFor(() => tracker.outstanding === 0, 120_000))) {
+          log(`  ! ${label}: ${int(tracker.outstanding)} events were not confirmed within 120 s`)
+          process.exitCode = 1
+        }
+      }))
       const result = yield* checkQueue(amqpUrl, queue.queue, ids, label)
       yield* checkOutbox(schema, ids.length, label)
       const s = sorted(tracker.latencies)
@@ -463,7 +472,7 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
     const [server, broker] = yield* Effect.all([Pg.server, Rabbit.broker], { concurrency: 2 })
     const started = performance.now()
     const loadBefore = os.loadavg()[0]!
-    log(`publish: ${int(opts.events)} events per run, ${opts.throughput ? opts.settings.length : 0} setting(s) × ${opts.rounds} round(s) of tidings + raw; saturated and loaded runs of ${opts.saturateSeconds} s`)
+    log(`publish: ${int(opts.events)} events per run, ${opts.throughput ? opts.settings.length : 0} setting(s) × ${opts.rounds} round(s) of tidings + raw; saturated and loaded runs of ${opts.loadSeconds} s`)
     const msgs = yield* Seed.messages(opts.throughput ? opts.events : 5_000)
 
     // Warm-up (not reported): JIT, the broker's and the server's first queues and tables.
@@ -540,7 +549,7 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
     const loadRuns = [sat, loaded].filter((r): r is LoadRun => r !== null)
     if (loadRuns.length > 0) {
       log("")
-      log(`commit → confirm with producers appending (${opts.producers} producers × ${opts.txEvents} events per transaction, ${secs(opts.saturateSeconds)} s), ${describe(setting)}`)
+      log(`commit → confirm with producers appending (${opts.producers} producers × ${opts.txEvents} events per transaction, ${secs(opts.loadSeconds)} s), ${describe(setting)}`)
       table(
         ["producers", "appended/s", "confirmed/s", "backlog", "p50 ms", "p95 ms", "p99 ms", "max ms", "1st s p99", "lost", "dup"],
         loadRuns.map((r) => [
