@@ -40,3 +40,18 @@ export const waitForOutput = (child: ChildProcess & { output: () => string }, te
     })
     check()
   })
+
+/**
+ * Runs an example script to completion against the test servers (killed after `timeoutMs`) and
+ * returns its exit code and output.
+ */
+export const runExample = async (script: string, env: Record<string, string>, timeoutMs = 60_000) => {
+  const child = spawnScript(script, env)
+  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
+  try {
+    const code = await exited(child)
+    return { code, output: child.output() }
+  } finally {
+    clearTimeout(timer)
+  }
+}

@@ -7,7 +7,7 @@
 import type { InvalidConfig, StoreError } from "@tidings/core/Errors"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import { validateSchema } from "./internal/identifier.ts"
+import { resolveSchema } from "./internal/identifier.ts"
 import { type Migration, migrations } from "./internal/migrations.ts"
 import { mapSqlError } from "./internal/storeError.ts"
 
@@ -29,9 +29,7 @@ export interface Applied {
 /** Applies pending migrations; returns those applied by this call (empty when up to date). */
 export const run = (options: Options = {}): Effect.Effect<ReadonlyArray<Applied>, InvalidConfig | StoreError, SqlClient.SqlClient> =>
   Effect.gen(function*() {
-    const schema = options.schema ?? "tidings"
-    const invalid = validateSchema(schema)
-    if (invalid) return yield* invalid
+    const schema = yield* resolveSchema(options.schema)
     const sql = yield* SqlClient.SqlClient
     const table = sql(`${schema}.tidings_migrations`)
     return yield* sql.withTransaction(Effect.gen(function*() {

@@ -8,7 +8,7 @@ import { type InvalidConfig, NotInTransaction, StoreError } from "@tidings/core/
 import { type InboxRecord, InboxStore, type Service } from "@tidings/core/InboxStore"
 import { Duration, Effect, Layer, Option } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
-import { validateSchema } from "./internal/identifier.ts"
+import { resolveSchema } from "./internal/identifier.ts"
 import { mapSqlError } from "./internal/storeError.ts"
 
 /** Options of the Postgres inbox store. */
@@ -59,9 +59,7 @@ export const projectionLockKey = (schema: string, projection: string): string =>
 /** Builds the store; fails with `InvalidConfig` for a bad schema name. */
 export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfig, SqlClient.SqlClient> =>
   Effect.gen(function*() {
-    const schema = options.schema ?? "tidings"
-    const invalid = validateSchema(schema)
-    if (invalid) return yield* invalid
+    const schema = yield* resolveSchema(options.schema)
     const sql = yield* SqlClient.SqlClient
     const inbox = sql(`${schema}.inbox`)
     const positions = sql(`${schema}.projection_position`)

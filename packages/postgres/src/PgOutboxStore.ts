@@ -9,7 +9,7 @@ import { type InvalidConfig, NotInTransaction, StoreError } from "@tidings/core/
 import { type ClaimedEvent, type ClaimOptions, OutboxStore, type Service, type Settlement } from "@tidings/core/OutboxStore"
 import { Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
-import { validateSchema } from "./internal/identifier.ts"
+import { resolveSchema } from "./internal/identifier.ts"
 import { instanceId } from "./internal/instance.ts"
 import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 import { mapSqlError } from "./internal/storeError.ts"
@@ -91,9 +91,7 @@ const settlementRows = (settlement: Settlement): Array<SettlementRow> => [
 /** Builds the store; fails with `InvalidConfig` for a bad schema name. */
 export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfig, SqlClient.SqlClient | Scope.Scope> =>
   Effect.gen(function*() {
-    const schema = options.schema ?? "tidings"
-    const invalid = validateSchema(schema)
-    if (invalid) return yield* invalid
+    const schema = yield* resolveSchema(options.schema)
     const sql = yield* SqlClient.SqlClient
     const outbox = sql(`${schema}.outbox`)
     const notifyChannel = channel(schema)

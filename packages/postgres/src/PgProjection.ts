@@ -15,7 +15,7 @@ import type { Message } from "@tidings/core/Message"
 import type { Definition } from "@tidings/core/Projection"
 import { Effect, Schema } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
-import { validateSchema } from "./internal/identifier.ts"
+import { resolveSchema } from "./internal/identifier.ts"
 import { projectionLockKey } from "./PgInboxStore.ts"
 import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 
@@ -63,9 +63,7 @@ export const rebuild = <A, E, R>(
   options: Options<A>
 ): Effect.Effect<Rebuilt, E | RebuildGap | InvalidConfig | StoreError, R | SqlClient.SqlClient> =>
   Effect.gen(function*() {
-    const schema = options.schema ?? "tidings"
-    const invalid = validateSchema(schema)
-    if (invalid) return yield* invalid
+    const schema = yield* resolveSchema(options.schema)
     if (!identifier.test(projection.table)) {
       return yield* new InvalidConfig({ path: "table", message: `invalid table name ${JSON.stringify(projection.table).slice(0, 80)}` })
     }

@@ -22,7 +22,7 @@ import {
 } from "@tidings/core/SagaStore"
 import { Duration, Effect, Layer } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
-import { validateSchema } from "./internal/identifier.ts"
+import { resolveSchema } from "./internal/identifier.ts"
 import { mapSqlError } from "./internal/storeError.ts"
 
 /** Options of the Postgres saga store. */
@@ -138,9 +138,7 @@ const stepRows = (updates: ReadonlyArray<StepUpdate>) => {
 /** Builds the store; fails with `InvalidConfig` for a bad schema name. */
 export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfig, SqlClient.SqlClient> =>
   Effect.gen(function*() {
-    const schema = options.schema ?? "tidings"
-    const invalid = validateSchema(schema)
-    if (invalid) return yield* invalid
+    const schema = yield* resolveSchema(options.schema)
     const sql = yield* SqlClient.SqlClient
     const saga = sql(`${schema}.saga`)
     const sagaStep = sql(`${schema}.saga_step`)

@@ -6,17 +6,14 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as path from "node:path"
 import { pgUrl } from "../../../test/support/pg.ts"
-import { exited, spawnScript } from "../../../test/support/processes.ts"
+import { runExample } from "../../../test/support/processes.ts"
 
 const script = path.join(import.meta.dirname, "../../../examples/sagas/main.ts")
 
 describe("examples/sagas", () => {
   it.live("runs the create-order saga synchronously and over the outbox", () =>
     Effect.gen(function*() {
-      const child = spawnScript(script, { TIDINGS_PG_URL: pgUrl() })
-      const timer = setTimeout(() => child.kill("SIGKILL"), 60_000)
-      const code = yield* Effect.promise(() => exited(child)).pipe(Effect.ensuring(Effect.sync(() => clearTimeout(timer))))
-      const output = child.output()
+      const { code, output } = yield* Effect.promise(() => runExample(script, { TIDINGS_PG_URL: pgUrl() }))
       assert.strictEqual(code, 0, output)
       const lines = output.split("\n").filter((l) => l.startsWith("[sagas]"))
       const find = (pattern: RegExp) => lines.find((l) => pattern.test(l))
