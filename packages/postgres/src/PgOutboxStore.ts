@@ -126,14 +126,27 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
     const xmin = sql.literal("pg_snapshot_xmin(pg_current_snapshot())")
     const unsettled = sql.literal("('pending', 'processing', 'suspect')")
 
-    // The CTEs choosing the rows to claim, ending in one named `picked (id)`.
-    const claimCtes = (options: ClaimOptions) => {
+    // The CTEs choosing the rows to claim, ending in one named `picked (id)`. `afterSettle`: the
+    // statement also settles (a CTE named `settled`), and must finish that before it locks rows to
+    // claim. A concurrent claim can hold the lock of a row we settle: its SKIP LOCKED scan, whose
+    // snapshot still saw the row pending, locks the newest version before rechecking it and keeps
+    // the lock to its end. Waiting for that lock while holding our own new claim's locks can close a
+    // cycle, which Postgres breaks only after `deadlock_timeout` (a one-second stall and an aborted
+    // statement). Settling first, a statement waits only while it holds no claim lock, and a claim
+    // in progress never waits (SKIP LOCKED), so no cycle can form. The gate is an InitPlan: a
+    // one-time filter evaluated before the scan starts.
+    const claimCtes = (options: ClaimOptions, afterSettle = false) => {
+      const gate = afterSettle ? sql`AND (SELECT count(*) FROM settled) >= 0` : sql``
+      // Literal limits: a generic plan for `LIMIT $n` assumes a tenth of the table, and can pick a
+      // plan that reads far more than the batch (prepared statements switch to generic plans).
+      const limit = (n: number) => sql.literal(String(Math.max(1, Math.trunc(n))))
+      const batch = limit(options.batchSize)
       if (options.ordering !== "per-key") {
         return sql`picked AS (
           SELECT id FROM ${outbox}
-          WHERE status = 'pending' AND available_at <= now()
+          WHERE status = 'pending' AND available_at <= now() ${gate}
           ORDER BY available_at, seq
-          LIMIT ${options.batchSize}
+          LIMIT ${batch}
           FOR UPDATE SKIP LOCKED
         )`
       }
@@ -159,13 +172,13 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         eligible AS (
           SELECT id FROM heads
           WHERE status = 'pending' AND available_at <= now() AND tx_id < ${xmin}
-          LIMIT ${options.batchSize * 2}
+          LIMIT ${limit(options.batchSize * 2)}
         ),
         locked AS (
           SELECT o.id, o.ordering_key FROM ${outbox} o
-          WHERE o.id IN (SELECT id FROM eligible) AND o.status = 'pending'
+          WHERE o.id IN (SELECT id FROM eligible) AND o.status = 'pending' ${gate}
           ORDER BY o.ordering_key
-          LIMIT ${options.batchSize}
+          LIMIT ${batch}
           FOR UPDATE SKIP LOCKED
         ),
         runs AS (
@@ -175,13 +188,13 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
               SELECT o.id, o.tx_id, o.seq, (o.status = 'pending' AND o.available_at <= now() AND o.tx_id < ${xmin}) AS ok
               FROM ${outbox} o
               WHERE o.ordering_key = l.ordering_key AND o.status IN ${unsettled}
-              ORDER BY o.tx_id, o.seq LIMIT (SELECT greatest(1, ceil(${options.batchSize}::float8 / greatest(count(*), 1)))::int FROM locked)
+              ORDER BY o.tx_id, o.seq LIMIT (SELECT greatest(1, ceil(${batch}::float8 / greatest(count(*), 1)))::int FROM locked)
             ) s
           ) r
           WHERE r.ok
         ),
         picked AS (
-          SELECT id FROM runs ORDER BY ordering_key, tx_id, seq LIMIT ${options.batchSize}
+          SELECT id FROM runs ORDER BY ordering_key, tx_id, seq LIMIT ${batch}
         )`
     }
 
@@ -279,11 +292,12 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       },
 
       // One statement, so one commit: data-modifying CTEs all run, on the same snapshot; the rows
-      // being settled are 'processing' in it, so the claim cannot take them.
+      // being settled are 'processing' in it, so the claim cannot take them. The settle runs first
+      // (see claimCtes).
       settleAndClaim: (relayId, settlement, next) => {
         const rows = settlementRows(settlement)
         if (rows.length === 0) return store.claim(next)
-        return sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${settleCte(relayId, rows)}, ${claimCtes(next)} ${claimUpdate(next)}`.pipe(
+        return sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${settleCte(relayId, rows)}, ${claimCtes(next, true)} ${claimUpdate(next)}`.pipe(
           Effect.map((rows) => toClaimed(rows, next.ordering)),
           mapSqlError("settleAndClaim")
         )

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { OutboxStore } from "@tidings/core/OutboxStore"
-import { Duration, Effect } from "effect"
+import { Deferred, Duration, Effect, Fiber } from "effect"
 import { SqlClient } from "effect/sql"
 import { outboxStoreContract, seed } from "../../core/test/OutboxStoreContract.ts"
 import { freshSchema, makePgStore, pgClientLayer, sqlPgLayer } from "../../../test/support/pg.ts"
@@ -32,4 +32,36 @@ describe("Postgres store specifics", () => {
       assert.deepStrictEqual(yield* showAfterClaim("async"), { claimed: 2, mode: "off" })
       assert.deepStrictEqual(yield* showAfterClaim("sync"), { claimed: 2, mode: "on" })
     }))
+
+  // A concurrent claim can hold the lock of a row this relay settles (its SKIP LOCKED scan locked
+  // the row before rechecking it). Settling it inside the statement that also claims would wait
+  // while holding the new claim's locks: when that transaction then needs one of them, the two
+  // deadlock (broken only after deadlock_timeout, one second, by aborting one of them).
+  it.live("settle-and-claim never waits for a lock while holding its new claim", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const schema = yield* freshSchema()
+      const store = yield* PgOutboxStore.make({ schema })
+      const sql = yield* SqlClient.SqlClient
+      const outbox = sql(`${schema}.outbox`)
+      const ids = yield* seed(3).pipe(Effect.provideService(OutboxStore, store))
+      const lease = Duration.seconds(30)
+      const [x] = yield* store.claim({ relayId: "r1", batchSize: 1, lease })
+      assert.strictEqual(x!.message.id, ids[0])
+      const locked = yield* Deferred.make<void>()
+      const other = yield* sql.withTransaction(Effect.gen(function*() {
+        yield* sql`SELECT id FROM ${outbox} WHERE id = ${ids[0]!} FOR UPDATE`
+        yield* Deferred.succeed(locked, undefined)
+        yield* Effect.sleep("300 millis")
+        // the row the relay claims next: free once its claim committed
+        yield* sql`UPDATE ${outbox} SET last_error = last_error WHERE id = ${ids[1]!}`
+      })).pipe(Effect.forkScoped)
+      yield* Deferred.await(locked)
+      const started = Date.now()
+      const next = yield* store.settleAndClaim("r1", { published: [ids[0]!], retry: [], failed: [] }, { relayId: "r1", batchSize: 1, lease })
+      yield* Fiber.join(other)
+      assert.deepStrictEqual(next.map((c) => c.message.id), [ids[1]])
+      assert.isBelow(Date.now() - started, 900)
+      const rows = yield* sql<{ id: string; status: string }>`SELECT id, status FROM ${outbox} ORDER BY seq`
+      assert.deepStrictEqual(rows.map((r) => r.status), ["published", "processing", "pending"])
+    })).pipe(Effect.provide(pgClientLayer())))
 })
