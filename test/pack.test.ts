@@ -28,6 +28,27 @@ const nodeBinary = (): string => {
 
 const denoBinary = (): string => typeof Deno !== "undefined" ? Deno.execPath() : path.join(root, "node_modules/.bin/deno")
 
+/** Imports @tidings/hono from its build, serves it and calls it over the network. */
+const honoCheck = `import * as OutboxStore from "@tidings/core/OutboxStore"
+import { Routes, Runtime, Serve } from "@tidings/hono"
+import { Redacted } from "effect"
+import { Hono } from "hono"
+
+const rt = await Runtime.make(OutboxStore.layerMemory)
+const app = new Hono()
+app.route("/admin", Routes.all(rt, { auth: Redacted.make("pack-token") }))
+const server = await Serve.serve(app)
+const health = await fetch(server.url + "/admin/health")
+const denied = await fetch(server.url + "/admin/outbox/stats")
+const stats = await fetch(server.url + "/admin/outbox/stats", { headers: { authorization: "Bearer pack-token" } })
+const body = await stats.json()
+await denied.text()
+await health.text()
+await server.close()
+await rt.dispose()
+console.log("hono ok", health.status, denied.status, stats.status, "pending=" + body.pending)
+`
+
 describe("packages as published", () => {
   it("README's quick start is examples/quickstart/quickstart.ts, word for word", () => {
     const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
@@ -40,7 +61,7 @@ describe("packages as published", () => {
     try {
       const env = { ...process.env, npm_config_audit: "false", npm_config_fund: "false", npm_config_update_notifier: "false" }
       const tarballs: Record<string, string> = {}
-      for (const name of ["core", "postgres", "rabbitmq"]) {
+      for (const name of ["core", "postgres", "rabbitmq", "hono"]) {
         const out = execFileSync(pnpm(), ["pack", "--pack-destination", work], { cwd: path.join(root, "packages", name), env, encoding: "utf8" })
         const file = out.trim().split("\n").map((l) => l.trim()).reverse().find((l) => l.endsWith(".tgz"))!
         tarballs[name] = path.isAbsolute(file) ? file : path.join(work, path.basename(file))
@@ -56,14 +77,17 @@ describe("packages as published", () => {
           "@tidings/core": `file:${tarballs["core"]}`,
           "@tidings/postgres": `file:${tarballs["postgres"]}`,
           "@tidings/rabbitmq": `file:${tarballs["rabbitmq"]}`,
-          effect: "4.1.0"
+          "@tidings/hono": `file:${tarballs["hono"]}`,
+          effect: "4.1.0",
+          hono: "4.13.19",
+          "@hono/node-server": "2.1.8"
         }
       }))
       const install = spawnSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error"], { cwd: app, env, encoding: "utf8" })
       expect(install.status, install.stderr).toBe(0)
 
       // The installed packages are the built ones: exports lead to dist/*.js, and no TypeScript source is needed.
-      for (const name of ["core", "postgres", "rabbitmq"]) {
+      for (const name of ["core", "postgres", "rabbitmq", "hono"]) {
         const manifest = JSON.parse(fs.readFileSync(path.join(app, "node_modules/@tidings", name, "package.json"), "utf8"))
         expect(manifest.exports["."].default).toBe("./dist/index.js")
         expect(manifest.dependencies?.["@tidings/core"] ?? "^").not.toContain("workspace:")
@@ -75,6 +99,15 @@ describe("packages as published", () => {
       const rabbit = spawnSync(nodeBinary(), ["-e", "import('@tidings/rabbitmq').then((m) => console.log(Object.keys(m).sort().join(',')))"], { cwd: app, env, encoding: "utf8" })
       expect(rabbit.status, rabbit.stderr).toBe(0)
       expect(rabbit.stdout).toContain("AmqpPublisher")
+
+      // The Hono adapter from its build: a runtime on the memory store, served on a free port, on Node
+      // (@hono/node-server) and on Deno (Deno.serve).
+      fs.writeFileSync(path.join(app, "hono.ts"), honoCheck)
+      for (const [runtime, args] of [[nodeBinary(), ["hono.ts"]], [denoBinary(), ["run", "-A", "hono.ts"]]] as const) {
+        const run = spawnSync(runtime, [...args], { cwd: app, env, encoding: "utf8", timeout: 60_000 })
+        expect(run.status, `${runtime}: ${run.stderr}`).toBe(0)
+        expect(run.stdout.trim().split("\n").at(-1)).toBe("hono ok 200 401 200 pending=0")
+      }
 
       fs.writeFileSync(path.join(app, "main.ts"), quickstart)
       const runEnv = { ...env, DATABASE_URL: inject("pgUrl") }

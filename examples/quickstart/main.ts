@@ -1,5 +1,5 @@
 /**
- * The demo (`npm run demo`): starts an embedded PostgreSQL (or uses TIDINGS_PG_URL), writes orders
+ * The quick-start walkthrough (`node examples/quickstart/main.ts`): starts an embedded PostgreSQL (or uses TIDINGS_PG_URL), writes orders
  * and their events in business transactions, relays them to the in-memory broker, and prints what
  * happened: deliveries with their commit → publish latency, a rolled-back order that published
  * nothing, a publish the broker refused once and the relay retried.

@@ -55,3 +55,42 @@ export const runExample = async (script: string, env: Record<string, string>, ti
     clearTimeout(timer)
   }
 }
+
+/** A runtime to run a TypeScript script on. */
+export type ScriptRuntime = "node" | "deno"
+
+/** The runtime the tests run on. */
+export const currentRuntime = (): ScriptRuntime => typeof Deno !== "undefined" ? "deno" : "node"
+
+/**
+ * Starts `script` with `args` on `runtime` (default: the one the tests run on); stdout/stderr are
+ * collected. Node runs TypeScript by type stripping; Deno with `run -A`.
+ */
+export const spawnOn = (
+  runtime: ScriptRuntime,
+  script: string,
+  args: ReadonlyArray<string>,
+  env: Record<string, string>
+): ChildProcess & { output: () => string } => {
+  const [cmd, runtimeArgs] = runtime === "deno"
+    ? [typeof Deno !== "undefined" ? Deno.execPath() : "deno", ["run", "-A", script]]
+    : [typeof Deno !== "undefined" ? "node" : process.execPath, [script]]
+  const child = spawn(cmd, [...runtimeArgs, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] })
+  let output = ""
+  child.stdout?.on("data", (d: Buffer) => void (output += d.toString()))
+  child.stderr?.on("data", (d: Buffer) => void (output += d.toString()))
+  return Object.assign(child, { output: () => output })
+}
+
+/** Stops a child: SIGTERM, then SIGKILL after `graceMs`; resolves with its exit code (or signal). */
+export const stopChild = async (child: ChildProcess, graceMs = 10_000): Promise<number | string> => {
+  if (child.exitCode !== null || child.signalCode !== null) return child.exitCode ?? child.signalCode ?? -1
+  const done = exited(child)
+  child.kill("SIGTERM")
+  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs)
+  try {
+    return await done
+  } finally {
+    clearTimeout(timer)
+  }
+}

@@ -65,3 +65,16 @@ export class InvalidConfig extends Schema.TaggedError<InvalidConfig>()("InvalidC
     return false
   }
 }
+
+/**
+ * Whether a handler's error is transient (worth another delivery): its `isRetryable` (or
+ * `retryable`) says so, or it is an Effect timeout. An error that says nothing is permanent: a
+ * business rule or a decode failure would fail the same way again. Every consumer uses this rule.
+ */
+export const isRetryable = (error: unknown): boolean => {
+  if (typeof error !== "object" || error === null) return false
+  const e = error as { readonly isRetryable?: unknown; readonly retryable?: unknown; readonly _tag?: unknown }
+  if (typeof e.isRetryable === "boolean") return e.isRetryable
+  if (typeof e.retryable === "boolean") return e.retryable
+  return e._tag === "TimeoutError"
+}

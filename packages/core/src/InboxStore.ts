@@ -32,6 +32,19 @@ export interface InboxRecord {
   readonly lastError: string | null
 }
 
+/** What {@link Service.list} returns. */
+export interface ListOptions {
+  /** Only rows in this status (e.g. `failed`: the dead letters). */
+  readonly status?: Status
+  /** Only the rows of this consumer. */
+  readonly consumer?: string
+  /** At most this many rows. */
+  readonly limit: number
+}
+
+/** Rows by status. */
+export type Counts = Readonly<Record<Status, number>>
+
 /** The inbox storage port. */
 export interface Service {
   /** Runs an effect in a transaction of this store (joining an open one). */
@@ -55,6 +68,10 @@ export interface Service {
   /** Marks the message `failed` (dead-lettered) with the reason. */
   readonly markFailed: (messageId: string, consumer: string, reason: string) => Effect.Effect<void, StoreError>
   readonly get: (messageId: string, consumer: string) => Effect.Effect<InboxRecord | undefined, StoreError>
+  /** Rows for the admin views, most recently received first (ties by message id, then consumer). */
+  readonly list: (options: ListOptions) => Effect.Effect<ReadonlyArray<InboxRecord>, StoreError>
+  /** How many rows are in each status, over all consumers or one. */
+  readonly count: (options?: { readonly consumer?: string }) => Effect.Effect<Counts, StoreError>
   /**
    * Deletes up to `limit` rows received more than `olderThan` ago. One instance prunes at a time:
    * returns `undefined` when another holds the retention lock.

@@ -35,3 +35,26 @@ export const batchSize = Metric.histogram("tidings_relay_batch_size", {
   description: "Events per claimed batch",
   boundaries: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
 })
+
+/**
+ * Consumer metrics, shared by every transport (`MemoryBroker.consume`, `@tidings/rabbitmq`'s
+ * `AmqpConsumer`) so that dashboards read the same on either. Every series carries a `consumer`
+ * attribute.
+ */
+export const consumer = {
+  /** Deliveries received (including those dead-lettered undecoded). */
+  consumed: Metric.counter("tidings_consumer_consumed_total", { description: "Deliveries received", incremental: true }),
+  /** Deliveries acknowledged (handled, or skipped as unknown type). */
+  acked: Metric.counter("tidings_consumer_acked_total", { description: "Deliveries acknowledged", incremental: true }),
+  /** Deliveries retried; attribute `mode`: `delayed`, `requeue` or `shutdown`. */
+  retried: Metric.counter("tidings_consumer_retried_total", { description: "Deliveries sent back for another attempt", incremental: true }),
+  /** Deliveries dead-lettered; attribute `reason` (the outcome). */
+  deadLettered: Metric.counter("tidings_consumer_dead_lettered_total", { description: "Deliveries dead-lettered", incremental: true }),
+  /** Handler defects caught (each also counts as a transient failure). */
+  defects: Metric.counter("tidings_consumer_defects_total", { description: "Handler defects caught", incremental: true }),
+  /** Handler duration, attribute `outcome`. */
+  handleDuration: Metric.histogram("tidings_consumer_handle_duration_seconds", {
+    description: "Time spent in the handler",
+    boundaries: Metric.exponentialBoundaries({ start: 0.0005, factor: 2, count: 18 })
+  })
+} as const

@@ -18,6 +18,7 @@
  * not yet recorded runs again.
  * @module
  */
+import { describeError } from "./internal/describeError.ts"
 import { Cause, Clock, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Pull, Schedule, Schema } from "effect"
 import { InvalidConfig, type InvalidEvent, type NotInTransaction, StoreError } from "./Errors.ts"
 import * as Event from "./Event.ts"
@@ -296,24 +297,7 @@ export const registry = <const D extends ReadonlyArray<Any>>(...definitions: D):
 const isRetryable = (error: unknown): boolean =>
   !(typeof error === "object" && error !== null && (error as { readonly isRetryable?: unknown }).isRetryable === false)
 
-const describe = (error: unknown): string => {
-  if (typeof error === "object" && error !== null) {
-    const e = error as { readonly _tag?: unknown; readonly message?: unknown }
-    const tag = typeof e._tag === "string" ? e._tag : undefined
-    const message = typeof e.message === "string" && e.message !== "" ? e.message : undefined
-    if (tag !== undefined && message !== undefined) return `${tag}: ${message}`
-    if (tag !== undefined) {
-      try {
-        const { _tag, ...fields } = error as Record<string, unknown>
-        return Object.keys(fields).length === 0 ? tag : `${tag} ${JSON.stringify(fields)}`
-      } catch {
-        return tag
-      }
-    }
-    if (message !== undefined) return message
-  }
-  return String(error)
-}
+const describe = describeError
 
 /** The first typed error of a cause, or its pretty form (defects). */
 const causeText = (cause: Cause.Cause<unknown>): string =>

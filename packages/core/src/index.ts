@@ -5,6 +5,7 @@
  */
 export * as Errors from "./Errors.ts"
 export * as Event from "./Event.ts"
+export * as Health from "./Health.ts"
 export * as MemoryBroker from "./MemoryBroker.ts"
 export * as Message from "./Message.ts"
 export * as Metrics from "./Metrics.ts"

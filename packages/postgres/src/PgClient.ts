@@ -18,6 +18,7 @@
  *
  * @module
  */
+import * as Health from "@tidings/core/Health"
 import { Config, Context, Duration, Effect, Layer, Option, Queue, Redacted, Schema, type Scope, Stream } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient, type SqlConnection, SqlError, Statement } from "effect/sql"
@@ -341,3 +342,12 @@ export const layerConfig = (
   config: Config.Wrap<PgClientConfig>
 ): Layer.Layer<PgClient | SqlClient.SqlClient, Config.ConfigError | PgConfigError | SqlError.SqlError> =>
   fromResolved(Config.unwrap(config))
+
+/**
+ * A readiness check (`Health.Check`) named `postgres`: `SELECT 1` on the app's `SqlClient` (this
+ * package's or any other driver's). Down when the query fails, e.g. the server is unreachable.
+ */
+export const readiness: Health.Check<SqlClient.SqlClient> = Health.make(
+  "postgres",
+  SqlClient.SqlClient.use((sql) => Effect.asVoid(sql`SELECT 1`))
+)

@@ -125,6 +125,25 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
 
       get,
 
+      list: ({ consumer, limit, status }) =>
+        sql<Row>`SELECT ${cols} FROM ${inbox}
+          WHERE ${status === undefined ? sql`TRUE` : sql`status = ${status}`}
+            AND ${consumer === undefined ? sql`TRUE` : sql`consumer = ${consumer}`}
+          ORDER BY received_at DESC, message_id, consumer
+          LIMIT ${Math.max(0, Math.floor(limit))}`.pipe(Effect.map((rows) => rows.map(toRecord)), mapSqlError("inbox.list")),
+
+      count: (options = {}) =>
+        sql<{ status: InboxRecord["status"]; n: number }>`SELECT status, count(*)::int AS n FROM ${inbox}
+          WHERE ${options.consumer === undefined ? sql`TRUE` : sql`consumer = ${options.consumer}`}
+          GROUP BY status`.pipe(
+          Effect.map((rows) => {
+            const counts = { processing: 0, processed: 0, failed: 0 }
+            for (const row of rows) counts[row.status] = Number(row.n)
+            return counts
+          }),
+          mapSqlError("inbox.count")
+        ),
+
       prune: ({ limit, olderThan }) =>
         sql.withTransaction(Effect.gen(function*() {
           // One pruner at a time per schema; the others skip this round.

@@ -10,6 +10,7 @@
  */
 import * as amqp from "amqplib"
 import type { Channel, ChannelModel, ConfirmChannel } from "amqplib"
+import * as Health from "@tidings/core/Health"
 import * as Retry from "@tidings/core/Retry"
 import {
   Cause,
@@ -508,3 +509,31 @@ export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | A
  */
 export const layer = (config: Config): Layer.Layer<AmqpConnection, AmqpConfigError | AmqpConnectionError | TopologyError> =>
   Layer.effect(AmqpConnection, make(config))
+
+const describeState = (state: State): string => {
+  switch (state._tag) {
+    case "Connected":
+      return state.blocked ? "the broker blocked the connection (resource alarm)" : "the connection is being set up"
+    case "Connecting":
+      return `connecting (attempt ${state.attempt})${state.lastError === undefined ? "" : `: ${state.lastError.message}`}`
+    case "Reconnecting":
+      return `reconnecting (attempt ${state.attempt}): ${state.lastError.message}`
+    case "Closed":
+      return "the connection is closed"
+  }
+}
+
+/**
+ * A readiness check (`Health.Check`) named `rabbitmq` (or `name`, for an app with a publishing and a
+ * consuming connection): connected and not blocked by a resource alarm. Its message says why not
+ * (credentials are scrubbed from connection errors).
+ */
+export const readiness = (name = "rabbitmq"): Health.Check<AmqpConnection> => ({
+  name,
+  run: AmqpConnection.use((connection) =>
+    Effect.flatMap(connection.isReady, (ready) =>
+      ready
+        ? Effect.void
+        : Effect.flatMap(connection.state, (state) => Effect.fail(new Health.CheckFailed({ check: name, message: describeState(state) }))))
+  )
+})

@@ -16,6 +16,8 @@
  * caught and counted; nothing a message does stops the consumer.
  * @module
  */
+import * as Errors from "@tidings/core/Errors"
+import * as Metrics from "@tidings/core/Metrics"
 import type { Channel, ConsumeMessage, MessageProperties } from "amqplib"
 import { Cause, Clock, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Pull, Queue, type Scope } from "effect"
 import { AmqpConnection } from "./AmqpConnection.ts"
@@ -111,33 +113,11 @@ export interface Service {
   readonly inFlight: Effect.Effect<number>
 }
 
-/** Consumer metrics; every series carries a `consumer` attribute. */
-export const metrics = {
-  /** Deliveries received (including those dead-lettered undecoded). */
-  consumed: Metric.counter("tidings_consumer_consumed_total", { description: "Deliveries received", incremental: true }),
-  /** Deliveries acknowledged (handled, or skipped as unknown type). */
-  acked: Metric.counter("tidings_consumer_acked_total", { description: "Deliveries acknowledged", incremental: true }),
-  /** Deliveries retried; attribute `mode`: `delayed`, `requeue` or `shutdown`. */
-  retried: Metric.counter("tidings_consumer_retried_total", { description: "Deliveries sent back for another attempt", incremental: true }),
-  /** Deliveries rejected to the dead-letter exchange; attribute `reason` (the outcome). */
-  deadLettered: Metric.counter("tidings_consumer_dead_lettered_total", { description: "Deliveries dead-lettered", incremental: true }),
-  /** Handler defects caught (each also counts as a transient failure). */
-  defects: Metric.counter("tidings_consumer_defects_total", { description: "Handler defects caught", incremental: true }),
-  /** Handler duration, attribute `outcome`. */
-  handleDuration: Metric.histogram("tidings_consumer_handle_duration_seconds", {
-    description: "Time spent in the handler",
-    boundaries: Metric.exponentialBoundaries({ start: 0.0005, factor: 2, count: 18 })
-  })
-} as const
+/** Consumer metrics (the series every transport records; see `Metrics.consumer` in core). */
+export const metrics = Metrics.consumer
 
 /** Whether a handler error is transient: its `isRetryable` (or `retryable`) is true, or it is an Effect timeout. */
-export const isRetryable = (error: unknown): boolean => {
-  if (typeof error !== "object" || error === null) return false
-  const e = error as { readonly isRetryable?: unknown; readonly retryable?: unknown; readonly _tag?: unknown }
-  if (typeof e.isRetryable === "boolean") return e.isRetryable
-  if (typeof e.retryable === "boolean") return e.retryable
-  return e._tag === "TimeoutError"
-}
+export const isRetryable: (error: unknown) => boolean = Errors.isRetryable
 
 /** The default decision table (see the module docs). */
 export const defaultDecision = <E>(outcome: Outcome<E>, context: DecisionContext): Decision => {

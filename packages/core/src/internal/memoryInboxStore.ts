@@ -15,6 +15,8 @@ let instances = 0
 
 const key = (a: string, b: string) => JSON.stringify([a, b])
 
+const compare = (a: string, b: string) => a < b ? -1 : a > b ? 1 : 0
+
 /**
  * The in-memory inbox store. Transactions run one at a time (a store-wide lock held from begin to
  * commit, like row locks held to the end) and write to an overlay that is applied on success and
@@ -34,6 +36,14 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
     withTransaction(Effect.flatMap(currentTx, (open) => Effect.map(Clock.currentTimeMillis, (now) => f(Option.getOrThrow(open), now))))
 
   const readRow = (tx: Transaction | undefined, k: string) => tx?.rows.get(k) ?? rows.get(k)
+
+  /** The committed rows, overlaid with the open transaction's writes. */
+  const visible = (tx: Transaction | undefined): Array<Row> => {
+    if (tx === undefined || tx.rows.size === 0) return [...rows.values()]
+    const merged = new Map(rows)
+    for (const [k, row] of tx.rows) merged.set(k, row)
+    return [...merged.values()]
+  }
 
   const withTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
     Effect.flatMap(currentTx, (open) => {
@@ -134,6 +144,23 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
       Effect.map(currentTx, (open) => {
         const row = readRow(Option.getOrUndefined(open), key(messageId, consumer))
         return row === undefined ? undefined : toRecord(row)
+      }),
+    list: ({ consumer, limit, status }) =>
+      Effect.map(currentTx, (open) =>
+        visible(Option.getOrUndefined(open))
+          .filter((row) => (status === undefined || row.status === status) && (consumer === undefined || row.consumer === consumer))
+          .sort((a, b) =>
+            b.receivedAt.getTime() - a.receivedAt.getTime() || compare(a.messageId, b.messageId) || compare(a.consumer, b.consumer)
+          )
+          .slice(0, Math.max(0, limit))
+          .map(toRecord)),
+    count: (options = {}) =>
+      Effect.map(currentTx, (open) => {
+        const counts = { processing: 0, processed: 0, failed: 0 }
+        for (const row of visible(Option.getOrUndefined(open))) {
+          if (options.consumer === undefined || row.consumer === options.consumer) counts[row.status]++
+        }
+        return counts
       }),
     prune: ({ limit, olderThan }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {

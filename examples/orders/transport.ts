@@ -1,0 +1,161 @@
+/**
+ * The broker, chosen by configuration, with the same handler code on both: the in-memory broker
+ * (`MemoryBroker.consume`, the demo's default: nothing to install) or RabbitMQ (`AmqpPublisher` and
+ * `AmqpConsumer` on quorum queues with retry and dead-letter queues). Each consumer gets a queue
+ * bound to its event types; a failed handler is redelivered after a delay, up to a delivery limit,
+ * then dead-lettered; a non-retryable error dead-letters at once.
+ */
+import { type Event, MemoryBroker, Publisher } from "@tidings/core"
+import { InvalidConfig } from "@tidings/core/Errors"
+import { AmqpConnection, AmqpConsumer, type AmqpErrors, AmqpPublisher, EventRegistry, Topology } from "@tidings/rabbitmq"
+import { Context, Effect, Layer, Redacted, Schema } from "effect"
+import { type Incoming, UnprocessableMessage } from "./domain.ts"
+
+/** Which broker. */
+export type Transport =
+  | { readonly _tag: "memory" }
+  | {
+    readonly _tag: "rabbitmq"
+    readonly url: Redacted.Redacted<string>
+    /** Prefix of the exchange and queue names (`<prefix>.events`, `<prefix>.<consumer>`). */
+    readonly prefix: string
+  }
+
+/** A consumer: a queue bound to event types, and its handler. */
+export interface ConsumerSpec<E, R> {
+  /** Names the queue (`<prefix>.<name>` on RabbitMQ) and the consumer in metrics. */
+  readonly name: string
+  readonly types: ReadonlyArray<Event.EventType<string, any>>
+  readonly handler: (message: Incoming) => Effect.Effect<void, E, R>
+  /** Handlers at once (default 1: in arrival order). */
+  readonly concurrency?: number
+}
+
+/** Delays before redelivery 1, 2, 3+ (short, for a demo; production would wait longer). */
+export const retryDelays = ["200 millis", "1 second", "3 seconds"] as const
+/** Deliveries before a failing message is dead-lettered. */
+export const maxAttempts = 8
+
+/** What the app sees of the broker. */
+export interface Service {
+  readonly kind: "memory" | "rabbitmq"
+  /** For logs: `in-memory`, or the RabbitMQ URL without credentials. */
+  readonly description: string
+  /** The relay's publisher. */
+  readonly publisher: Publisher.Service
+  /** Connected (always, in memory): for the readiness check. */
+  readonly isReady: Effect.Effect<boolean>
+  /** Messages dead-lettered by the consumers (memory); RabbitMQ keeps them in each queue's `.dlq` instead. */
+  readonly deadLetters: Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly type: string; readonly id: string; readonly reason: string }>>
+}
+
+/** The broker of the app. */
+export class Broker extends Context.Service<Broker, Service>()("orders/Broker") {}
+
+const decodeMemory = (types: ReadonlyArray<Event.EventType<string, any>>, d: MemoryBroker.ConsumerDelivery): Effect.Effect<Incoming, UnprocessableMessage> => {
+  const type = types.find((t) => t.type === d.message.type)
+  if (type === undefined) return Effect.fail(new UnprocessableMessage({ messageId: d.messageId, reason: `unexpected type ${d.message.type}` }))
+  return Schema.decodeUnknownEffect(type.schema as Schema.Codec<unknown, unknown, never, never>)(d.message.payload).pipe(
+    Effect.mapError((e) => new UnprocessableMessage({ messageId: d.messageId, reason: e.message })),
+    Effect.map((payload) => ({ id: d.messageId, type: d.message.type, payload, headers: d.message.headers, attempt: d.attempt }))
+  )
+}
+
+const memory = <R>(specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<Broker, InvalidConfig, R> => {
+  const consumers = Layer.mergeAll(
+    Layer.empty,
+    ...specs.map((spec) =>
+      MemoryBroker.consumerLayer({
+        queue: spec.name,
+        types: spec.types.map((t) => t.type),
+        concurrency: spec.concurrency ?? 1,
+        maxAttempts,
+        retryDelays,
+        handler: (d) => Effect.flatMap(decodeMemory(spec.types, d), spec.handler)
+      })
+    )
+  )
+  const broker = Layer.effect(
+    Broker,
+    Effect.gen(function*() {
+      const mb = yield* MemoryBroker.MemoryBroker
+      const publisher = yield* Publisher.Publisher
+      return Broker.of({
+        kind: "memory",
+        description: "in-memory",
+        publisher,
+        isReady: Effect.succeed(true),
+        deadLetters: Effect.map(mb.deadLetters, (xs) => xs.map((l) => ({ queue: l.queue, type: l.message.type, id: l.message.id, reason: `${l.reason}: ${l.error}` })))
+      })
+    })
+  )
+  // The consumers are subscribed before the Broker (and so the relay, which needs its publisher) exists.
+  return broker.pipe(Layer.provide(consumers), Layer.provide(MemoryBroker.layer()))
+}
+
+/** The queue of a consumer on RabbitMQ, with its dead-letter and retry queues. */
+const consumerQueue = (prefix: string, name: string, types: ReadonlyArray<Event.EventType<string, any>>) =>
+  Topology.consumerQueue({ queue: `${prefix}.${name}`, exchange: `${prefix}.events`, routingKeys: types.map((t) => t.type), retryDelays })
+
+/** Every exchange and queue the service declares on RabbitMQ under `prefix` (for operators, and test clean-up). */
+export const rabbitmqNames = (prefix: string, consumers: ReadonlyArray<string>) => {
+  const topology = Topology.merge(...consumers.map((name) => consumerQueue(prefix, name, []).topology))
+  return { exchanges: topology.exchanges.map((e) => e.name), queues: topology.queues.map((q) => q.name) }
+}
+
+const rabbitmq = <R>(
+  transport: Extract<Transport, { _tag: "rabbitmq" }>,
+  specs: ReadonlyArray<ConsumerSpec<unknown, R>>
+) => {
+  if (!/^[\w.-]{1,100}$/.test(transport.prefix)) {
+    return Layer.effect(Broker, Effect.fail(new InvalidConfig({ path: "prefix", message: "must be 1-100 characters of [A-Za-z0-9_.-]" })))
+  }
+  const exchange = `${transport.prefix}.events`
+  const queues = specs.map((spec) => ({
+    spec,
+    queue: consumerQueue(transport.prefix, spec.name, spec.types)
+  }))
+  // Queues are declared by the publishing connection too: a message published before a consumer
+  // connected still has a queue to go to (the publisher is `mandatory`).
+  const topology = Topology.merge(...queues.map((q) => q.queue.topology))
+  const Publishing = AmqpConnection.layer({ url: transport.url, name: "orders-publisher", topology })
+  const Consuming = AmqpConnection.layer({ url: transport.url, name: "orders-consumers" })
+  const consumers = Layer.mergeAll(
+    Layer.empty,
+    ...queues.map(({ queue, spec }) =>
+      AmqpConsumer.layer({
+        name: spec.name,
+        queue,
+        registry: EventRegistry.make(spec.types),
+        concurrency: spec.concurrency ?? 1,
+        maxAttempts,
+        handler: (d) =>
+          d.messageId === undefined
+            ? Effect.fail(new UnprocessableMessage({ messageId: "", reason: "no message id" }))
+            : spec.handler({ id: d.messageId, type: d.event.type, payload: d.event.payload, headers: d.headers, attempt: d.attempt })
+      })
+    )
+  ).pipe(Layer.provide(Consuming))
+  const broker = Layer.effect(
+    Broker,
+    Effect.gen(function*() {
+      const connection = yield* AmqpConnection.AmqpConnection
+      const publisher = yield* AmqpPublisher.make({ exchange })
+      return Broker.of({
+        kind: "rabbitmq",
+        description: connection.description,
+        publisher,
+        isReady: connection.isReady,
+        deadLetters: Effect.succeed([])
+      })
+    })
+  )
+  return broker.pipe(Layer.provide(Layer.merge(Publishing, consumers)))
+}
+
+/** What building the broker can fail with. */
+export type BrokerError = InvalidConfig | AmqpErrors.AmqpConfigError | AmqpErrors.AmqpConnectionError | AmqpErrors.TopologyError
+
+/** The broker and the consumers of `specs`, running while the layer lives. */
+export const layer = <R>(transport: Transport, specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<Broker, BrokerError, R> =>
+  transport._tag === "memory" ? memory(specs) : rabbitmq(transport, specs)

@@ -1,0 +1,57 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Layer, Schedule } from "effect"
+import * as Health from "../src/Health.ts"
+import * as MemoryBroker from "../src/MemoryBroker.ts"
+import * as OutboxStore from "../src/OutboxStore.ts"
+import * as Relay from "../src/Relay.ts"
+
+const statusOf = (report: Health.Report) => report.checks.map((c) => [c.name, c.status, c.message ?? null])
+
+describe("Health", () => {
+  it.live("make: true or nothing is up; false, a failure or a defect is down with a message; run never fails", () =>
+    Effect.gen(function*() {
+      const report = yield* Health.run([
+        Health.make("void", Effect.void),
+        Health.make("true", Effect.succeed(true)),
+        Health.up("memory"),
+        Health.make("false", Effect.succeed(false), "not connected"),
+        Health.make("failed", Effect.fail({ _tag: "StoreError", message: "connection refused" })),
+        Health.make("reason", Effect.fail({ _tag: "PublishError", reason: "channel closed" })),
+        Health.make("died", Effect.die(new Error("boom")))
+      ])
+      assert.strictEqual(report.status, "down")
+      assert.deepStrictEqual(statusOf(report), [
+        ["void", "up", null],
+        ["true", "up", null],
+        ["memory", "up", null],
+        ["false", "down", "not connected"],
+        ["failed", "down", "StoreError: connection refused"],
+        ["reason", "down", "PublishError: channel closed"],
+        ["died", "down", "defect: boom"]
+      ])
+      assert.isTrue(report.checks.every((c) => c.durationMs >= 0))
+      assert.deepStrictEqual(yield* Health.run([]), { status: "up", checks: [] })
+    }))
+
+  it.live("run: a check slower than the timeout is down, and the others do not wait for it", () =>
+    Effect.gen(function*() {
+      const start = Date.now()
+      const report = yield* Health.run([Health.make("hangs", Effect.never), Health.up("fine")], { timeout: "100 millis" })
+      assert.isBelow(Date.now() - start, 2_000)
+      assert.deepStrictEqual(statusOf(report), [["hangs", "down", "timed out after 100ms"], ["fine", "up", null]])
+    }))
+
+  it.live("relay: up while the relay's pollers run, down when the relay says it is not running", () =>
+    Effect.gen(function*() {
+      const live = Relay.layer({ statsInterval: false, retention: false }).pipe(Layer.provide(Layer.merge(OutboxStore.layerMemory, MemoryBroker.layer())))
+      // The pollers start right after the layer is built: ready once they run.
+      const up = yield* Health.run([Health.relay]).pipe(
+        Effect.repeat({ schedule: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 300 })), until: (r) => r.status === "up" }),
+        Effect.provide(live)
+      )
+      assert.deepStrictEqual(statusOf(up), [["relay", "up", null]])
+      const stopped = Layer.succeed(Relay.Relay, Relay.Relay.of({ settings: undefined as never, relayIds: [], isRunning: Effect.succeed(false), wake: Effect.void }))
+      const down = yield* Health.run([Health.relay]).pipe(Effect.provide(stopped))
+      assert.deepStrictEqual(statusOf(down), [["relay", "down", "the relay is not running"]])
+    }))
+})

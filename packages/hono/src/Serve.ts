@@ -1,0 +1,190 @@
+/**
+ * Serves a fetch handler (a Hono app) on a port, with the same code on Node and on Deno: `Deno.serve`
+ * on Deno, `@hono/node-server` on Node (an optional peer dependency, imported only there).
+ * @module
+ */
+import { Effect, type Scope } from "effect"
+import { deno } from "./internal/deno.ts"
+
+/** Anything with a fetch handler: a Hono app, or a plain function. */
+export type Fetchable =
+  | { readonly fetch: (request: Request) => Response | Promise<Response> }
+  | ((request: Request) => Response | Promise<Response>)
+
+/** Options of {@link serve}. */
+export interface Options {
+  /** Port to listen on; 0 (the default) picks a free one (read it from {@link Server.port}). */
+  readonly port?: number
+  /** Interface to bind; default `127.0.0.1` (pass `0.0.0.0` to accept outside connections). */
+  readonly hostname?: string
+  /**
+   * How long `close()` waits for in-flight requests before cutting the remaining connections
+   * (default 10 s).
+   */
+  readonly gracePeriodMs?: number
+}
+
+/** A listening server. */
+export interface Server {
+  readonly port: number
+  readonly hostname: string
+  /** `http://<hostname>:<port>` */
+  readonly url: string
+  /** Stops accepting connections, lets in-flight requests finish (up to the grace period), then resolves. Idempotent. */
+  readonly close: () => Promise<void>
+}
+
+/** The server could not listen (port in use, permission denied, `@hono/node-server` missing on Node). */
+export class ServeError extends Error {
+  override readonly name = "ServeError"
+}
+
+interface NodeServer {
+  address(): { readonly port: number } | string | null
+  close(callback?: (error?: Error) => void): void
+  closeAllConnections?: () => void
+  closeIdleConnections?: () => void
+  once(event: "error", listener: (error: Error) => void): void
+  off(event: "error", listener: (error: Error) => void): void
+}
+
+interface NodeServerModule {
+  readonly serve: (
+    options: { readonly fetch: (request: Request) => unknown; readonly port: number; readonly hostname: string },
+    listening?: (info: { readonly port: number }) => void
+  ) => NodeServer
+}
+
+const toFetch = (app: Fetchable): (request: Request) => Response | Promise<Response> =>
+  typeof app === "function" ? app : (request) => app.fetch(request)
+
+const validate = (options: Options): { port: number; hostname: string; grace: number } => {
+  const port = options.port ?? 0
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ServeError(`port must be an integer from 0 to 65535, got ${String(options.port)}`)
+  const grace = options.gracePeriodMs ?? 10_000
+  if (!Number.isFinite(grace) || grace < 0) throw new ServeError(`gracePeriodMs must be a non-negative number, got ${String(options.gracePeriodMs)}`)
+  return { port, hostname: options.hostname ?? "127.0.0.1", grace }
+}
+
+const hostForUrl = (hostname: string) => hostname.includes(":") ? `[${hostname}]` : hostname
+
+const withTimeout = (promise: Promise<void>, ms: number, onTimeout: () => void): Promise<void> =>
+  new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      onTimeout()
+      resolve()
+    }, ms)
+    promise.then(() => {
+      clearTimeout(timer)
+      resolve()
+    }, (error: unknown) => {
+      clearTimeout(timer)
+      reject(error)
+    })
+  })
+
+const serveDeno = (fetch: (request: Request) => Response | Promise<Response>, port: number, hostname: string, grace: number): Promise<Server> => {
+  const Deno = deno()!
+  return new Promise<Server>((resolve, reject) => {
+    const abort = new AbortController()
+    try {
+      const server = Deno.serve({
+        port,
+        hostname,
+        signal: abort.signal,
+        onListen: () => undefined // Deno prints "Listening on ..." otherwise
+      }, (request, info) => {
+        // Deno's own request.signal also aborts after a successful response (and warns once that
+        // it does): hand the app a signal that aborts only when the response was not delivered.
+        const delivered = new AbortController()
+        info?.completed?.catch(() => delivered.abort())
+        const hasBody = request.method !== "GET" && request.method !== "HEAD"
+        // Built from parts: copying the request itself would read (and trip) its signal.
+        return fetch(new Request(request.url, {
+          method: request.method,
+          headers: request.headers,
+          signal: delivered.signal,
+          ...(hasBody ? { body: request.body, duplex: "half" } : {})
+        } as RequestInit))
+      })
+      let closing: Promise<void> | undefined
+      resolve({
+        port: server.addr.port,
+        hostname,
+        url: `http://${hostForUrl(hostname)}:${server.addr.port}`,
+        // shutdown() waits for in-flight requests; the abort signal cuts whatever remains after the grace period.
+        close: () => (closing ??= withTimeout(server.shutdown(), grace, () => abort.abort()))
+      })
+    } catch (error) {
+      reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`, { cause: error }))
+    }
+  })
+}
+
+const serveNode = async (fetch: (request: Request) => Response | Promise<Response>, port: number, hostname: string, grace: number): Promise<Server> => {
+  let mod: NodeServerModule
+  try {
+    // A variable specifier keeps bundlers for other runtimes from resolving it.
+    const specifier = "@hono/node-server"
+    mod = await import(specifier) as NodeServerModule
+  } catch (error) {
+    throw new ServeError("serving on Node needs the @hono/node-server package (an optional peer dependency): install it", { cause: error })
+  }
+  return new Promise<Server>((resolve, reject) => {
+    let server: NodeServer
+    const onError = (error: Error) => reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error.message}`, { cause: error }))
+    try {
+      server = mod.serve({ fetch, port, hostname }, (info) => {
+        server.off("error", onError)
+        let closing: Promise<void> | undefined
+        resolve({
+          port: info.port,
+          hostname,
+          url: `http://${hostForUrl(hostname)}:${info.port}`,
+          close: () =>
+            (closing ??= withTimeout(
+              new Promise<void>((done) => {
+                // Keep-alive connections would hold close() open until their timeout: close each one as
+                // soon as it has no request in flight (those finishing later become idle later).
+                const sweep = setInterval(() => server.closeIdleConnections?.(), 25)
+                server.close(() => {
+                  clearInterval(sweep)
+                  done()
+                })
+                server.closeIdleConnections?.()
+              }),
+              grace,
+              () => server.closeAllConnections?.()
+            ))
+        })
+      })
+      server.once("error", onError)
+    } catch (error) {
+      reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`, { cause: error }))
+    }
+  })
+}
+
+/**
+ * Listens on `options.port` (default: a free port) on `options.hostname` (default `127.0.0.1`) and
+ * resolves once the server accepts connections.
+ */
+export const serve = (app: Fetchable, options: Options = {}): Promise<Server> => {
+  let settings: ReturnType<typeof validate>
+  try {
+    settings = validate(options)
+  } catch (error) {
+    return Promise.reject(error)
+  }
+  const fetch = toFetch(app)
+  return deno() !== undefined
+    ? serveDeno(fetch, settings.port, settings.hostname, settings.grace)
+    : serveNode(fetch, settings.port, settings.hostname, settings.grace)
+}
+
+/** {@link serve} as a scoped resource: listening until the scope closes. */
+export const scoped = (app: Fetchable, options: Options = {}): Effect.Effect<Server, ServeError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.tryPromise({ try: () => serve(app, options), catch: (e) => e instanceof ServeError ? e : new ServeError(String(e), { cause: e }) }),
+    (server) => Effect.promise(() => server.close())
+  )
