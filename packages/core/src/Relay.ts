@@ -11,7 +11,7 @@
  * holding a lease leaves its events to be reclaimed once the lease expires.
  * @module
  */
-import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schedule, Tracer } from "effect"
+import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schedule, Semaphore, Tracer } from "effect"
 import { InvalidConfig, PublishError, type StoreError } from "./Errors.ts"
 import * as Traceparent from "./internal/traceparent.ts"
 import { HeaderNames, type Message } from "./Message.ts"
@@ -27,6 +27,13 @@ export interface Config {
   readonly name?: string
   /** Pollers in this process (default 1). */
   readonly concurrency?: number
+  /**
+   * Claim statements of this process's pollers that may run at once (default: `concurrency`, at
+   * most 4). Publishing stays `concurrency`-wide. Every concurrent `SKIP LOCKED` claim steps over
+   * the rows the others hold locked, so past the database's cores more claimers cost throughput;
+   * many pollers help when publishing is slow (a remote broker), not for claiming.
+   */
+  readonly claimConcurrency?: number
   /**
    * `unordered` (default, fastest) or `per-key`: the events of one ordering key are published
    * strictly in order (writing transaction, then append order) while keys go in parallel. Every
@@ -70,6 +77,7 @@ export interface Config {
 export interface Settings {
   readonly name: string
   readonly concurrency: number
+  readonly claimConcurrency: number
   readonly ordering: Ordering
   readonly maxCrashes: number
   readonly batchSize: number
@@ -131,9 +139,11 @@ export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidCo
         interval: duration("retention.interval", config.retention?.interval, "1 minute"),
         batchSize: integer("retention.batchSize", config.retention?.batchSize, 1000, 1, 100_000)
       }
+      const concurrency = integer("concurrency", config.concurrency, 1, 1, 256)
       return {
         name,
-        concurrency: integer("concurrency", config.concurrency, 1, 1, 256),
+        concurrency,
+        claimConcurrency: integer("claimConcurrency", config.claimConcurrency, Math.min(concurrency, 4), 1, 256),
         ordering: ordering(config.ordering),
         maxCrashes: integer("maxCrashes", config.maxCrashes, 3, 1, 100),
         batchSize: integer("batchSize", config.batchSize, 100, 1, 10_000),
@@ -367,7 +377,7 @@ export const processBatch = (s: Settings, relayId: string): Effect.Effect<number
  * that claims the next batch. It waits (adaptively, or until woken) only when it holds nothing, and
  * only the waits and the publish can be interrupted: a claim is never dropped on the floor.
  */
-const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>, mailbox: Mailbox) =>
+const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>, mailbox: Mailbox, claims: Semaphore.Semaphore) =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const store = yield* OutboxStore
@@ -391,6 +401,7 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
           const claimed = yield* Effect.result(store.claim(claimOptions(s, relayId, afterKey)).pipe(
             // per-key walks the keys from after the last one it took; at the end, wrap around at once
             Effect.flatMap((got) => got.length === 0 && afterKey !== undefined ? store.claim(claimOptions(s, relayId, undefined)) : Effect.succeed(got)),
+            claims.withPermits(1),
             Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } }, noStack)
           ))
           if (claimed._tag === "Failure") {
@@ -410,7 +421,7 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
         const settlement = yield* publishHeld(restore, store, publisher, held, s, relayId)
         if (s.ordering === "per-key") afterKey = held[held.length - 1]!.message.orderingKey
         const stopping = yield* Deferred.isDone(stop)
-        const next = yield* (stopping ? Effect.as(store.settle(relayId, settlement), []) : store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey))).pipe(
+        const next = yield* (stopping ? Effect.as(store.settle(relayId, settlement), []) : claims.withPermits(1)(store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey)))).pipe(
           Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
           Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, noStack),
           Effect.result
@@ -497,12 +508,13 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
     let running = 0
     const group = `${s.name}-${randomId()}`
     const relayIds = Array.from({ length: s.concurrency }, (_, i) => `${group}-${i}`)
+    const claims = yield* Semaphore.make(s.claimConcurrency)
 
     const poller = (relayId: string) =>
       Effect.gen(function*() {
         const mailbox = yield* wakeups.subscribe
         running++
-        yield* pollerLoop(s, relayId, stop, mailbox)
+        yield* pollerLoop(s, relayId, stop, mailbox, claims)
       }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => running--)))
 
     const pollers = yield* Effect.forEach(relayIds, (id) => Effect.forkScoped(poller(id)))

@@ -6,6 +6,7 @@ import { uuidv7, uuidv7Time } from "../src/internal/uuid.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Metrics from "../src/Metrics.ts"
 import * as Outbox from "../src/Outbox.ts"
+import * as Publisher from "../src/Publisher.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Relay from "../src/Relay.ts"
 import * as Retry from "../src/Retry.ts"
@@ -161,6 +162,8 @@ describe("Relay settings", () => {
     Effect.gen(function*() {
       const s = yield* Relay.settings()
       assert.strictEqual(s.batchSize, 100)
+      assert.strictEqual(s.claimConcurrency, 1)
+      assert.strictEqual((yield* Relay.settings({ concurrency: 16 })).claimConcurrency, 4)
       assert.isTrue(Duration.isLessThan(s.publishTimeout, s.lease))
     }))
 
@@ -176,7 +179,8 @@ describe("Relay settings", () => {
         [{ pollInterval: { min: "2 seconds", base: "1 second" } }, "pollInterval"],
         [{ lease: "1 second", publishTimeout: "5 seconds" }, "publishTimeout"],
         [{ name: "has spaces" }, "name"],
-        [{ retention: { batchSize: 0 } }, "retention.batchSize"]
+        [{ retention: { batchSize: 0 } }, "retention.batchSize"],
+        [{ claimConcurrency: 0 }, "claimConcurrency"]
       ]
       for (const [config, path] of cases) {
         const error = yield* invalid(config)
@@ -192,6 +196,49 @@ describe("Relay settings", () => {
         Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer()))
       ))
       assert.strictEqual(failureTag(exit), "InvalidConfig")
+    }))
+})
+
+describe("Relay claim concurrency", () => {
+  it.live("at most claimConcurrency claims run at once, while all pollers publish", () =>
+    Effect.gen(function*() {
+      const inner = yield* OutboxStore.makeMemory
+      let running = 0
+      let most = 0
+      let publishing = 0
+      let mostPublishing = 0
+      // Each claim takes a moment, so that pollers queue for a permit if they can.
+      const counted = <A, E>(effect: Effect.Effect<A, E>) =>
+        Effect.acquireUseRelease(
+          Effect.sync(() => (most = Math.max(most, ++running))),
+          () => Effect.andThen(Effect.sleep("3 millis"), effect),
+          () => Effect.sync(() => void running--)
+        )
+      const store = OutboxStore.OutboxStore.of({
+        ...inner,
+        claim: (o) => counted(inner.claim(o)),
+        settleAndClaim: (r, s, o) => counted(inner.settleAndClaim(r, s, o))
+      })
+      yield* Effect.gen(function*() {
+        const broker = yield* MemoryBroker.MemoryBroker
+        yield* inner.withTransaction(Outbox.appendAll(Array.from({ length: 200 }, (_, i) => Loose.make({ aggregateId: `a-${i}`, payload: i }))))
+        const publisher = yield* Effect.service(Publisher.Publisher)
+        const slow = Publisher.Publisher.of({
+          publish: (ms) =>
+            Effect.acquireUseRelease(
+              Effect.sync(() => (mostPublishing = Math.max(mostPublishing, ++publishing))),
+              () => Effect.andThen(Effect.sleep("15 millis"), publisher.publish(ms)),
+              () => Effect.sync(() => void publishing--)
+            )
+        })
+        const { stop } = yield* startRelay({ concurrency: 6, claimConcurrency: 2, batchSize: 10, statsInterval: false, retention: false }).pipe(
+          Effect.provideService(Publisher.Publisher, slow)
+        )
+        yield* eventually(Effect.map(broker.delivered, (d) => d.length === 200), "10 seconds", "all events published")
+        yield* stop
+      }).pipe(Effect.provideService(OutboxStore.OutboxStore, store), Effect.provide(MemoryBroker.layer()))
+      assert.strictEqual(most, 2)
+      assert.isAbove(mostPublishing, 2)
     }))
 })
 
