@@ -204,10 +204,12 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       ? sql.literal("commit_mode AS MATERIALIZED (SELECT 1 AS on)")
       : sql.literal("commit_mode AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS on)")
 
+    // The picked ids as an array: the primary key finds each row. A join with `picked` lets the
+    // planner hash it against a scan of the whole table (about 3× slower for 500 rows of 60,000).
     const claimUpdate = (options: ClaimOptions) =>
       sql`UPDATE ${outbox} o SET status = 'processing', attempts = o.attempts + 1, claimed_by = ${options.relayId},
           claimed_until = now() + make_interval(secs => ${seconds(options.lease)})
-        FROM picked, commit_mode WHERE o.id = picked.id
+        FROM commit_mode WHERE o.id = ANY(ARRAY(SELECT id FROM picked))
         RETURNING ${cols}`
 
     // Settles rows still claimed by this relay; `released` rows go back without counting the attempt.
