@@ -7,7 +7,9 @@
  *   does that by itself);
  * - `poll`: no wake-ups at all (the relays get a private hub nobody signals): adaptive polling only;
  * - `local` (only when asked for): the in-process hub only, no NOTIFY, as when producers and relays
- *   share a process and nothing else appends.
+ *   share a process and nothing else appends;
+ * - `listen` (only when asked for): NOTIFY only, as for relays in another process: the relays get a
+ *   private hub that only `PgWakeup` (hearing this process's own NOTIFYs too) signals.
  *
  * It also measures what the NOTIFY costs producers: saturated single-event transactions per second
  * with `notify: true` (coalesced, after commit), `"in-transaction"` and `false`.
@@ -46,7 +48,7 @@ import { int, log, ms, secs, table } from "./lib/report.ts"
 import * as Seed from "./lib/seed.ts"
 import { percentile, round, sorted } from "./lib/stats.ts"
 
-const wakeups = ["notify", "poll", "local"] as const
+const wakeups = ["notify", "poll", "local", "listen"] as const
 const notifyStyles = ["coalesced", "in-transaction"] as const
 /** How the store sends its NOTIFY in `notify` mode: `notify: true` or `notify: "in-transaction"`. */
 export type NotifyStyle = (typeof notifyStyles)[number]
@@ -149,6 +151,8 @@ interface Measured {
   readonly maxMs: number
   /** Events measured (after the warm-up). */
   readonly events: number
+  /** Committed events (measured or not) that did not reach the target within 10 s after the producers stopped: 0 expected. */
+  readonly lost: number
   /** Commits per second the producers achieved in the measured window. */
   readonly achievedRate: number
   /** Claim statements per second issued by all relays, and the share that came back empty. */
@@ -259,9 +263,13 @@ const countingClaims = (store: OutboxStorePort.Service) => {
   return { store: wrapped, counts }
 }
 
-/** LISTENs on the schema's channel (its own connection) and signals `hub`, as a relay process does. */
-const listen = (schema: string, hub: Wakeup.Service) =>
-  Layer.build(PgWakeup.layer({ schema }).pipe(Layer.provide(Layer.succeed(Wakeup.Wakeups)(hub))))
+/**
+ * LISTENs on the schema's channel (its own connection) and signals `hub`, as a relay process does.
+ * `ignoreOwn: false` also hears this process's own NOTIFYs (the `listen` mode's relays stand for
+ * relays in another process).
+ */
+const listen = (schema: string, hub: Wakeup.Service, ignoreOwn = true) =>
+  Layer.build(PgWakeup.layer({ schema, ignoreOwn }).pipe(Layer.provide(Layer.succeed(Wakeup.Wakeups)(hub))))
 
 const sleepUntil = (at: number) => {
   const wait = at - performance.now()
@@ -350,7 +358,7 @@ const rabbitSink = (url: string, queue: Rabbit.QueueType, opts: Options): Effect
   })
 
 /** What one paced run measures. */
-type Plan =
+export type Plan =
   | { readonly transport: "memory"; readonly wakeup: WakeupMode; readonly rate: number }
   | { readonly transport: "rabbitmq"; readonly wakeup: WakeupMode; readonly rate: number; readonly queue: Rabbit.QueueType; readonly relay: RelayKind }
 
@@ -358,19 +366,27 @@ type Plan =
  * One paced run: producers at `rate` events/s, one event per transaction, `relays` relays
  * publishing. Returns one run per target (memory: `publish`; RabbitMQ: `confirm`, `consumer`).
  */
-const paced = (url: string, rabbitUrl: string | undefined, plan: Plan, opts: Options): Effect.Effect<{ readonly runs: ReadonlyArray<Run>; readonly lagMs: number }> =>
+export const paced = (
+  url: string,
+  rabbitUrl: string | undefined,
+  plan: Plan,
+  opts: Options,
+  /** An existing migrated schema to append to (the suite's bloated table); default: a fresh one. */
+  existingSchema?: string
+): Effect.Effect<{ readonly runs: ReadonlyArray<Run>; readonly lagMs: number }> =>
   Effect.scoped(Effect.gen(function*() {
     const { rate, wakeup } = plan
     // Producers + relays each hold a connection at times; +2 for stats/reclaim and slack.
     const context = yield* Pg.openPool(url, opts.producers + opts.relays + 2)
     return yield* Effect.gen(function*() {
-      const schema = yield* Pg.freshSchema("latency")
-      const store = yield* PgOutboxStore.make({ schema, notify: wakeup === "notify" ? storeNotify(opts.notify) : false }).pipe(Effect.orDie)
+      const schema = existingSchema ?? (yield* Pg.freshSchema("latency"))
+      const notifying = wakeup === "notify" || wakeup === "listen"
+      const store = yield* PgOutboxStore.make({ schema, notify: notifying ? storeNotify(opts.notify) : false }).pipe(Effect.orDie)
       const sink = plan.transport === "memory" ? yield* memorySink : yield* rabbitSink(rabbitUrl!, plan.queue, opts)
       // `Outbox.append` signals the process hub after commit; in poll mode the relays get a private
       // hub instead, so they hear neither that nor anything else.
-      const hub = wakeup === "poll" ? Wakeup.makeHub() : yield* Wakeup.Wakeups
-      if (wakeup === "notify") yield* listen(schema, hub)
+      const hub = wakeup === "poll" || wakeup === "listen" ? Wakeup.makeHub() : yield* Wakeup.Wakeups
+      if (notifying) yield* listen(schema, hub, wakeup !== "listen")
       const claims = countingClaims(sink.stages === undefined ? store : sink.stages.store(store))
       const direct = plan.transport === "rabbitmq" && (plan.relay === "direct" || plan.relay === "publisher")
         ? (plan.relay === "direct" ? sink.publishDirect! : sink.publishDriver!)
@@ -452,6 +468,7 @@ const paced = (url: string, rabbitUrl: string | undefined, plan: Plan, opts: Opt
           p99Ms: round(percentile(s, 99)),
           maxMs: round(percentile(s, 100)),
           events: s.length,
+          lost: tracker.outstanding,
           achievedRate: Math.round(measuredCommits / producedFor),
           claimsPerSecond: Math.round(claimCount / (window + opts.warmup)),
           emptyClaims: round(claimCount === 0 ? 0 : emptyCount / claimCount, 3),

@@ -1,5 +1,6 @@
 /**
- * `pnpm bench <claim|latency|publish> [--json] [--quick] [filters]`: the Tidings benchmarks.
+ * `pnpm bench [suite|claim|latency|publish] [--json] [--quick] [filters]`: the Tidings benchmarks.
+ * Without a benchmark name, the whole suite (`suite.ts`) runs and writes its report.
  * Tables and progress go to stderr; with `--json`, stdout gets exactly one JSON object.
  * @module
  */
@@ -10,11 +11,19 @@ import { parse, Reader, UsageError } from "./lib/cli.ts"
 import { log } from "./lib/report.ts"
 import * as Latency from "./latency.ts"
 import * as Publish from "./publish.ts"
+import * as Suite from "./suite.ts"
 
-const usage = `usage: pnpm bench <claim|latency|publish> [--json] [--quick] [options]
+const usage = `usage: pnpm bench [suite|claim|latency|publish] [--json] [--quick] [options]
+
+  suite     (the default) everything below on one embedded PostgreSQL (+ RabbitMQ when available),
+            every figure the median of 3 runs, Tidings beside graphile-worker and pg-boss; writes
+            benchmarks/results/<date>.json, latest.json, <date>.md + SVG charts, and (full runs) the
+            results section of benchmarks/README.md. Full ~15 min on 2 cores; --quick < 3 min.
+            --phase claim,latency,bloat,scale  --runs 3  --events N (claim rows; 40000, quick 5000)
+            --bloat-rows N (1000000, quick 50000)  --rabbit auto|off  --dry-run (write nothing)
 
   claim     events claimed + marked published per second (ceiling, Tidings relay, hand-written SQL loop)
-            --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,sql-loop  --table clean,dirty
+            --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,per-key,sql-loop[,unordered-sync]  --table clean,dirty
             --events N (pending rows per run; 50000, quick 10000)  --cap S (seconds per run; 15, quick 2)
             --driver process-batch|layer (how the relay runs: Relay.processBatch loops, or Relay.layer's pollers)
   latency   append-commit → publish latency under paced load, wake-ups by NOTIFY vs polling only;
@@ -31,9 +40,13 @@ const usage = `usage: pnpm bench <claim|latency|publish> [--json] [--quick] [opt
             --producers 16  --tx-events 10 (runs under load: producer fibers, events per transaction)
 
   --json    print one JSON object with the results on stdout
-  --quick   smaller counts and shorter runs (a check that finishes in under 2 minutes)`
+  --quick   smaller counts and shorter runs (a check that finishes in under 3 minutes)`
 
 const commands = {
+  suite: (args: Reader, argv: ReadonlyArray<string>) => {
+    const opts = Suite.options(args, argv)
+    return () => Suite.run(opts)
+  },
   claim: (args: Reader) => {
     const opts = Claim.options(args)
     return () => Claim.run(opts)
@@ -58,12 +71,10 @@ const main = async (): Promise<number> => {
       log(usage)
       return 0
     }
-    const name = flags.positional[0]
-    if (name === undefined || !(name in commands) || flags.positional.length > 1) {
-      throw new UsageError(name === undefined ? "which benchmark?" : `unknown benchmark ${flags.positional.join(" ")}`)
-    }
+    const name = flags.positional[0] ?? "suite"
+    if (!(name in commands) || flags.positional.length > 1) throw new UsageError(`unknown benchmark ${flags.positional.join(" ")}`)
     json = args.bool("json")
-    program = commands[name as keyof typeof commands](args)
+    program = commands[name as keyof typeof commands](args, process.argv.slice(2))
     args.rejectUnknown()
   } catch (error) {
     if (!(error instanceof UsageError)) throw error

@@ -14,7 +14,7 @@ export interface Flags {
 }
 
 /** Flags that never take a value, so `--json claim` does not read `claim` as the value of `--json`. */
-const booleanFlags = new Set(["json", "quick", "help", "h"])
+const booleanFlags = new Set(["json", "quick", "help", "h", "dry-run"])
 
 /** Splits argv into positional arguments and flags. */
 export const parse = (argv: ReadonlyArray<string>): Flags => {
