@@ -140,6 +140,37 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         assert.strictEqual(failureTag(missing), "MissingMessageId")
       })))
 
+    it.live("list and count: the admin views, by status and consumer, newest first, bounded", () =>
+      run(Effect.gen(function*() {
+        const store = yield* InboxStore
+        const consumer = `views-${id()}`
+        const other = `views-other-${id()}`
+        const done = [id(), id(), id()]
+        for (const m of done) {
+          yield* store.begin(m, consumer, "i1")
+          assert.isTrue(yield* store.withTransaction(store.markProcessed(m, consumer)))
+          yield* Effect.sleep("5 millis") // distinct receive times: the order is observable
+        }
+        const dead = id()
+        yield* store.begin(dead, consumer, "i1")
+        yield* store.markFailed(dead, consumer, "poison: schema mismatch")
+        yield* store.begin(id(), consumer, "i1") // still processing
+        yield* store.begin(id(), other, "i1")
+
+        assert.deepStrictEqual(yield* store.count({ consumer }), { processing: 1, processed: 3, failed: 1 })
+        assert.deepStrictEqual(yield* store.count({ consumer: other }), { processing: 1, processed: 0, failed: 0 })
+        const all = yield* store.count()
+        assert.isAtLeast(all.processing, 2)
+        assert.isAtLeast(all.processed, 3)
+
+        const letters = yield* store.list({ consumer, status: "failed", limit: 10 })
+        assert.deepStrictEqual(letters.map((r) => [r.messageId, r.status, r.lastError]), [[dead, "failed", "poison: schema mismatch"]])
+        const processed = yield* store.list({ consumer, status: "processed", limit: 2 })
+        assert.deepStrictEqual(processed.map((r) => r.messageId), [done[2], done[1]])
+        assert.strictEqual((yield* store.list({ consumer, limit: 100 })).length, 5)
+        assert.isTrue((yield* store.list({ consumer: other, limit: 100 })).every((r) => r.consumer === other))
+      })))
+
     it.live("retention deletes old rows in bounded batches", () =>
       run(Effect.gen(function*() {
         const store = yield* InboxStore
