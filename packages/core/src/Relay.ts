@@ -29,9 +29,11 @@ export interface Config {
   readonly concurrency?: number
   /**
    * Claim statements of this process's pollers that may run at once (default: `concurrency`, at
-   * most 4). Publishing stays `concurrency`-wide. Every concurrent `SKIP LOCKED` claim steps over
-   * the rows the others hold locked, so past the database's cores more claimers cost throughput;
-   * many pollers help when publishing is slow (a remote broker), not for claiming.
+   * most 4, or at most `200 / batchSize` for batches under 50). Publishing stays
+   * `concurrency`-wide. Every concurrent `SKIP LOCKED` claim steps over the rows the others hold
+   * locked, so with large batches more claimers cost throughput; with small ones the rows in flight
+   * are few and more claims in flight hide round trips. Many pollers help when publishing is slow
+   * (a remote broker), not for claiming.
    */
   readonly claimConcurrency?: number
   /**
@@ -115,6 +117,12 @@ const ordering = (input: Ordering | undefined): Ordering => {
   throw new InvalidConfig({ path: "ordering", message: `must be "unordered" or "per-key", got ${JSON.stringify(input)}` })
 }
 
+// Claims in flight lock about claims × batch rows that every other claim steps over: keep that near
+// 200 rows for small batches, and at 4 claims otherwise (measured on 2 cores: 16 pollers × 100 ran
+// 26% faster with 4 claims than with 16; 8 pollers × 10 ran 7% faster with 8 than with 4).
+const defaultClaimConcurrency = (concurrency: number, batchSize: number) =>
+  Math.min(concurrency, Math.max(4, Math.floor(200 / batchSize)))
+
 /** Applies defaults and validates; invalid settings fail with `InvalidConfig`. */
 export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidConfig> =>
   Effect.try({
@@ -140,13 +148,14 @@ export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidCo
         batchSize: integer("retention.batchSize", config.retention?.batchSize, 1000, 1, 100_000)
       }
       const concurrency = integer("concurrency", config.concurrency, 1, 1, 256)
+      const batchSize = integer("batchSize", config.batchSize, 100, 1, 10_000)
       return {
         name,
         concurrency,
-        claimConcurrency: integer("claimConcurrency", config.claimConcurrency, Math.min(concurrency, 4), 1, 256),
+        claimConcurrency: integer("claimConcurrency", config.claimConcurrency, defaultClaimConcurrency(concurrency, batchSize), 1, 256),
         ordering: ordering(config.ordering),
         maxCrashes: integer("maxCrashes", config.maxCrashes, 3, 1, 100),
-        batchSize: integer("batchSize", config.batchSize, 100, 1, 10_000),
+        batchSize,
         lease,
         pollMin,
         pollBase,

@@ -164,6 +164,8 @@ describe("Relay settings", () => {
       assert.strictEqual(s.batchSize, 100)
       assert.strictEqual(s.claimConcurrency, 1)
       assert.strictEqual((yield* Relay.settings({ concurrency: 16 })).claimConcurrency, 4)
+      assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 10 })).claimConcurrency, 16)
+      assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 25 })).claimConcurrency, 8)
       assert.isTrue(Duration.isLessThan(s.publishTimeout, s.lease))
     }))
 
