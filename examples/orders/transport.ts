@@ -8,7 +8,7 @@
 import { type Event, MemoryBroker, Publisher } from "@tidings/core"
 import { InvalidConfig } from "@tidings/core/Errors"
 import { AmqpConnection, AmqpConsumer, type AmqpErrors, AmqpPublisher, EventRegistry, Topology } from "@tidings/rabbitmq"
-import { Context, Effect, Layer, Redacted, Schema } from "effect"
+import { Context, Effect, Layer, Redacted } from "effect"
 import { type Incoming, UnprocessableMessage } from "./domain.ts"
 
 /** Which broker. */
@@ -52,28 +52,28 @@ export interface Service {
 /** The broker of the app. */
 export class Broker extends Context.Service<Broker, Service>()("orders/Broker") {}
 
-const decodeMemory = (types: ReadonlyArray<Event.EventType<string, any>>, d: MemoryBroker.ConsumerDelivery): Effect.Effect<Incoming, UnprocessableMessage> => {
-  const type = types.find((t) => t.type === d.message.type)
-  if (type === undefined) return Effect.fail(new UnprocessableMessage({ messageId: d.messageId, reason: `unexpected type ${d.message.type}` }))
-  return Schema.decodeUnknownEffect(type.schema as Schema.Codec<unknown, unknown, never, never>)(d.message.payload).pipe(
-    Effect.mapError((e) => new UnprocessableMessage({ messageId: d.messageId, reason: e.message })),
-    Effect.map((payload) => ({ id: d.messageId, type: d.message.type, payload, headers: d.message.headers, attempt: d.attempt }))
-  )
+// The same registry decoding as the RabbitMQ consumers (versions, upcasting), on the memory broker.
+const decodeMemory = (registry: EventRegistry.EventRegistry<EventRegistry.Decoded>, d: MemoryBroker.ConsumerDelivery): Effect.Effect<Incoming, UnprocessableMessage> => {
+  const decoded = registry.decode(d.message.type, d.message.version, d.message.payload)
+  if (decoded._tag === "UnknownType") return Effect.fail(new UnprocessableMessage({ messageId: d.messageId, reason: `unexpected type ${decoded.type}` }))
+  if (decoded._tag === "Invalid") return Effect.fail(new UnprocessableMessage({ messageId: d.messageId, reason: decoded.error.message }))
+  return Effect.succeed({ id: d.messageId, type: decoded.event.type, payload: decoded.event.payload, headers: d.message.headers, attempt: d.attempt })
 }
 
 const memory = <R>(specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<Broker, InvalidConfig, R> => {
   const consumers = Layer.mergeAll(
     Layer.empty,
-    ...specs.map((spec) =>
-      MemoryBroker.consumerLayer({
+    ...specs.map((spec) => {
+      const registry = EventRegistry.make(spec.types) as EventRegistry.EventRegistry<EventRegistry.Decoded>
+      return MemoryBroker.consumerLayer({
         queue: spec.name,
         types: spec.types.map((t) => t.type),
         concurrency: spec.concurrency ?? 1,
         maxAttempts,
         retryDelays,
-        handler: (d) => Effect.flatMap(decodeMemory(spec.types, d), spec.handler)
+        handler: (d) => Effect.flatMap(decodeMemory(registry, d), spec.handler)
       })
-    )
+    })
   )
   const broker = Layer.effect(
     Broker,

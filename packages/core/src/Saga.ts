@@ -18,11 +18,12 @@
  * not yet recorded runs again.
  * @module
  */
-import { describeError } from "./internal/describeError.ts"
 import { Cause, Clock, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Pull, Schedule, Schema } from "effect"
 import { InvalidConfig, type InvalidEvent, type NotInTransaction, StoreError } from "./Errors.ts"
 import * as Event from "./Event.ts"
 import type { EventDraft } from "./Event.ts"
+import { describeError } from "./internal/describeError.ts"
+import { pendingStep } from "./internal/sagaSteps.ts"
 import * as SagaMetrics from "./internal/sagaMetrics.ts"
 import {
   InvalidSagaDefinition,
@@ -297,11 +298,9 @@ export const registry = <const D extends ReadonlyArray<Any>>(...definitions: D):
 const isRetryable = (error: unknown): boolean =>
   !(typeof error === "object" && error !== null && (error as { readonly isRetryable?: unknown }).isRetryable === false)
 
-const describe = describeError
-
 /** The first typed error of a cause, or its pretty form (defects). */
 const causeText = (cause: Cause.Cause<unknown>): string =>
-  Option.match(Cause.findErrorOption(cause), { onNone: () => Cause.pretty(cause).split("\n")[0] ?? "unknown failure", onSome: describe })
+  Option.match(Cause.findErrorOption(cause), { onNone: () => Cause.pretty(cause).split("\n")[0] ?? "unknown failure", onSome: describeError })
 
 /** Encodes a value with its schema into JSON (`undefined` → `null`). */
 const encodeJson = (schema: AnyCodec, value: unknown): Effect.Effect<unknown, string> =>
@@ -632,17 +631,7 @@ export const run = <Input, Results, R>(
     const body = Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
         const results: Record<string, unknown> = {}
-        const records: Array<StepRecord> = def.steps.map((s, index) => ({
-          index,
-          name: s.name,
-          status: "pending",
-          result: null,
-          error: null,
-          attempts: 0,
-          compensationAttempts: 0,
-          startedAt: null,
-          finishedAt: null
-        }))
+        const records: Array<StepRecord> = def.steps.map((s, index) => pendingStep(index, s.name))
         for (let i = 0; i < def.steps.length; i++) {
           const step = def.steps[i] as LocalStep
           const context = contextOf(def, id, input, results, i)
@@ -674,7 +663,7 @@ export const run = <Input, Results, R>(
               const text = `timed out after ${Duration.format(Duration.millis(error.timeoutMs))}`
               failure = { text, error: new SagaStepTimeout({ sagaId: id, saga: def.name, step: step.name, timeoutMs: error.timeoutMs }), cause: exit.cause }
             } else if (error instanceof ActionFailed) {
-              const text = describe(error.error)
+              const text = describeError(error.error)
               failure = { text, error: new SagaStepFailed({ sagaId: id, saga: def.name, step: step.name, message: text, cause: error.error }), cause: exit.cause }
             } else if (Cause.hasInterruptsOnly(exit.cause)) {
               const text = "interrupted by the caller"

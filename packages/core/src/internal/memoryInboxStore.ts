@@ -1,6 +1,7 @@
 import { Clock, Context, Duration, Effect, Exit, Option, Semaphore } from "effect"
 import { NotInTransaction } from "../Errors.ts"
 import type * as InboxStore from "../InboxStore.ts"
+import { pruneRows } from "./pruneRows.ts"
 
 type Row = InboxStore.InboxRecord & { readonly startedBy: string | null }
 
@@ -27,7 +28,6 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
   const lock = yield* Semaphore.make(1)
   const rows = new Map<string, Row>()
   const positions = new Map<string, number>()
-  let pruning = false
 
   const currentTx = Effect.serviceOption(Tx)
 
@@ -164,19 +164,8 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
       }),
     prune: ({ limit, olderThan }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        if (pruning) return undefined
-        pruning = true
-        let n = 0
         const cutoff = now - Duration.toMillis(olderThan)
-        for (const [k, row] of rows) {
-          if (n >= limit) break
-          if (row.receivedAt.getTime() < cutoff) {
-            rows.delete(k)
-            n++
-          }
-        }
-        pruning = false
-        return n
+        return pruneRows(rows, limit, (row) => row.receivedAt.getTime() < cutoff)
       }),
     lockPosition: (projection, aggregateId) =>
       Effect.map(requireTx, (tx) => {

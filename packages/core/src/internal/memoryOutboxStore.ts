@@ -2,6 +2,7 @@ import { Clock, Context, Duration, Effect, Option } from "effect"
 import { NotInTransaction } from "../Errors.ts"
 import type { Message } from "../Message.ts"
 import type * as OutboxStore from "../OutboxStore.ts"
+import { pruneRows } from "./pruneRows.ts"
 
 interface Row {
   readonly message: Message
@@ -33,7 +34,6 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
   const Tx = Context.Service<Transaction>(`@tidings/core/MemoryOutboxStore/Transaction/${++instances}`)
   const rows = new Map<string, Row>()
   let seq = 0
-  let pruning = false
 
   const withTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
     Effect.flatMap(Effect.serviceOption(Tx), (open) => {
@@ -189,19 +189,8 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
       }),
     prune: ({ limit, olderThan }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        if (pruning) return undefined
-        pruning = true
-        let n = 0
         const cutoff = now - Duration.toMillis(olderThan)
-        for (const [id, row] of rows) {
-          if (n >= limit) break
-          if (row.status === "published" && row.publishedAt !== null && row.publishedAt < cutoff) {
-            rows.delete(id)
-            n++
-          }
-        }
-        pruning = false
-        return n
+        return pruneRows(rows, limit, (row) => row.status === "published" && row.publishedAt !== null && row.publishedAt < cutoff)
       }),
     stats: Effect.map(Clock.currentTimeMillis, (now) => {
       const stats = { pending: 0, processing: 0, published: 0, failed: 0, suspect: 0, oldestPendingAgeMs: null as number | null }

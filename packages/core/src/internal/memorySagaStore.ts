@@ -2,6 +2,7 @@ import { Clock, Context, Duration, Effect, Option } from "effect"
 import { StoreError } from "../Errors.ts"
 import type * as SagaStore from "../SagaStore.ts"
 import { SagaConflict, SagaNotFound } from "./sagaErrors.ts"
+import { pendingStep } from "./sagaSteps.ts"
 
 interface SagaRow {
   id: string
@@ -166,17 +167,7 @@ export const makeMemorySagaStore: Effect.Effect<SagaStore.Service> = Effect.sync
             createdAt: now,
             updatedAt: now
           },
-          steps: saga.steps.map((name, index) => ({
-            index,
-            name,
-            status: "pending",
-            result: null,
-            error: null,
-            attempts: 0,
-            compensationAttempts: 0,
-            startedAt: null,
-            finishedAt: null
-          }))
+          steps: saga.steps.map((name, index) => pendingStep(index, name))
         }
         applySteps(row, saga.stepUpdates ?? [], now)
         if (Option.isSome(tx)) tx.value.writes.set(saga.id, { baseVersion: undefined, row })

@@ -1,0 +1,15 @@
+/**
+ * A step not started yet, as a new saga holds it (the engine's local runs and the memory store).
+ * @internal
+ */
+export const pendingStep = (index: number, name: string) => ({
+  index,
+  name,
+  status: "pending" as const,
+  result: null,
+  error: null,
+  attempts: 0,
+  compensationAttempts: 0,
+  startedAt: null,
+  finishedAt: null
+})
