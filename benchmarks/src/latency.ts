@@ -48,7 +48,7 @@ import { int, log, ms, secs, table } from "./lib/report.ts"
 import * as Seed from "./lib/seed.ts"
 import { percentile, round, sorted } from "./lib/stats.ts"
 
-const wakeups = ["notify", "poll", "local", "listen"] as const
+const wakeups = ["eager", "notify", "poll", "local", "listen"] as const
 const notifyStyles = ["coalesced", "in-transaction"] as const
 /** How the store sends its NOTIFY in `notify` mode: `notify: true` or `notify: "in-transaction"`. */
 export type NotifyStyle = (typeof notifyStyles)[number]
@@ -124,7 +124,9 @@ export const options = (args: Reader): Options => {
     rates: { memory: rates ?? [200, 1_000], rabbitmq: rates ?? [200, 1_000, 2_000] },
     // Relays in the producers' process are woken after commit by the in-process hub: that is the
     // RabbitMQ runs' setting. The memory runs compare NOTIFY with polling.
-    wakeups: { memory: wakeup ?? ["notify", "poll"], rabbitmq: wakeup ?? ["local"] },
+    // `eager`: the relays' default, events appended in their process are handed to them after the
+    // commit (no claim); the other modes claim every event (`dispatch: "poll"`).
+    wakeups: { memory: wakeup ?? ["notify", "poll"], rabbitmq: wakeup ?? ["eager", "local"] },
     notify: args.choices("notify", notifyStyles)?.[0] ?? "coalesced",
     queues: args.choices("queue", queueTypes) ?? queueTypes,
     relayKinds: args.choices("relay", relayKinds) ?? ["tidings"],
@@ -397,7 +399,7 @@ export const paced = (
         yield* Pipelined.start({ relays: opts.relays, batchSize: opts.batchSize, maxInFlight: 4, store: claims.store, publisher: sink.publisher, hub })
       } else if (direct === undefined) {
         yield* Layer.build(
-          Relay.layer({ name: "bench", concurrency: opts.relays, batchSize: opts.batchSize }).pipe(
+          Relay.layer({ name: "bench", concurrency: opts.relays, batchSize: opts.batchSize, dispatch: wakeup === "eager" ? "eager" : "poll" }).pipe(
             Layer.provide(Layer.mergeAll(
               Layer.succeed(OutboxStore)(claims.store),
               Layer.succeed(Publisher)(sink.publisher),
@@ -438,7 +440,8 @@ export const paced = (
       const loop = monitorEventLoopDelay({ resolution: 1 })
       const startLoop = setTimeout(() => loop.enable(), Math.max(0, measuredFrom - performance.now()))
       yield* Effect.forEach(Array.from({ length: opts.producers }, (_, i) => i), producer, { concurrency: "unbounded", discard: true }).pipe(
-        Effect.provideService(OutboxStore, store),
+        // the relays' store: eager dispatch pairs producers and relays by the store they share
+        Effect.provideService(OutboxStore, claims.store),
         Effect.orDie
       )
       const producedFor = (lastCommit - measuredFrom) / 1000
@@ -616,8 +619,8 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
       log("")
       log(`append-commit → RabbitMQ confirm / consumer latency (${opts.relays} relays, batch ${opts.batchSize}, ${opts.channels} confirm channel(s), wake-up ${opts.wakeups.rabbitmq.join("/")}; consumer concurrency ${opts.consumerConcurrency}, prefetch ${opts.prefetch}; RabbitMQ ${broker?.version}, PostgreSQL ${server.version})`)
       table(
-        ["queue", "relay", "rate/s", "achieved/s", "target", ...latencyHeaders],
-        rabbitRuns.map((r) => [r.queue, r.relay, int(r.rate), int(r.achievedRate), r.target, ...latencyRow(r)])
+        ["queue", "relay", "wakeup", "rate/s", "achieved/s", "target", ...latencyHeaders],
+        rabbitRuns.map((r) => [r.queue, r.relay, r.wakeup, int(r.rate), int(r.achievedRate), r.target, ...latencyRow(r)])
       )
     }
     if (producer !== undefined) {

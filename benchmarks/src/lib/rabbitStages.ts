@@ -3,7 +3,7 @@
  * wrapped so that every measured event gets three stamps besides its commit:
  *
  * - `wait`: commit → a claim (or settle-and-claim) statement returned it: the wake-up, waiting for a
- *   free relay, and the claim statement itself;
+ *   free relay, and the claim statement itself (eager dispatch: commit → the publish call);
  * - `prepare`: claimed → the relay called `publish` (spans, trace headers);
  * - `confirm`: `publish` called → it returned `Published`: encoding, the socket write, the broker's
  *   confirm and, since a batch returns as a whole, the batch's slowest confirm.
@@ -114,8 +114,14 @@ export class Stages {
     // Unmeasured (warm-up) events, and the rare one claimed before its producer stamped the commit.
     if (commit === undefined || publishing === undefined) return
     this.#confirm.push(at - publishing)
-    // Without a relay (a producer publishing its own event) nothing claims it.
-    if (claimed === undefined || claimed < commit) return
+    // Eager dispatch: handed to the relay after the commit, never claimed (commit → publish call is
+    // all wait). The rare event claimed before its producer stamped the commit is left out.
+    if (claimed === undefined) {
+      this.#wait.push(publishing - commit)
+      this.#prepare.push(0)
+      return
+    }
+    if (claimed < commit) return
     this.#wait.push(claimed - commit)
     this.#prepare.push(publishing - claimed)
   }

@@ -31,6 +31,7 @@ import { Cause, Duration, Effect, Exit, Layer, Metric, Schema } from "effect"
 import type { NotInTransaction, StoreError } from "./Errors.ts"
 import { InboxStore } from "./InboxStore.ts"
 import { OutboxStore } from "./OutboxStore.ts"
+import { noStack } from "./internal/spans.ts"
 
 /** A message whose handling kept killing the process (or one dead-lettered that way before). Never retried. */
 export class InboxCrashLoop extends Schema.TaggedError<InboxCrashLoop>()("InboxCrashLoop", {
@@ -132,7 +133,7 @@ export const handle = <A, E, R>(
     )
     return result as Result<A>
   }).pipe(
-    Effect.withSpan("tidings.inbox.handle", { attributes: { "tidings.inbox.consumer": consumer, "messaging.message.id": messageId } })
+    Effect.withSpan("tidings.inbox.handle", { attributes: { "tidings.inbox.consumer": consumer, "messaging.message.id": messageId } }, noStack)
   )
 
 /** Options of {@link wrap}. */

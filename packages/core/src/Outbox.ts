@@ -1,17 +1,21 @@
 /**
  * Appending events to the transactional outbox. `append` writes in the caller's open transaction,
  * next to the business change, and never opens one of its own: the events commit or roll back with
- * the change. Relays publish them after the commit.
+ * the change. Relays publish them after the commit: a relay running in this process on the same
+ * store gets them at once (eager dispatch: written already claimed for it, handed over after the
+ * commit); otherwise they are written pending and relays claim them, woken after the commit.
  * @module
  */
 import { Clock, Effect, Option, Schema, SchemaIssue } from "effect"
 import { InvalidEvent, type NotInTransaction, type StoreError } from "./Errors.ts"
 import type { EventDraft, EventInput, EventType } from "./Event.ts"
+import * as DispatchLanes from "./internal/dispatchLanes.ts"
 import * as Traceparent from "./internal/traceparent.ts"
 import { uuidv7 } from "./internal/uuid.ts"
 import { HeaderNames, Message } from "./Message.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import { Wakeups } from "./Wakeup.ts"
+import { noStack } from "./internal/spans.ts"
 
 /** What `append` can fail with. */
 export type AppendError = InvalidEvent | NotInTransaction | StoreError
@@ -62,6 +66,19 @@ export const encode = (draft: EventDraft, now: number, traceparent: Option.Optio
   })
 
 /**
+ * The lane of a relay in this process serving `store` (eager dispatch), when it has room and the
+ * transaction really defers after-commit work: where `afterCommit` runs at once (a transaction the
+ * store did not start), handing events over would publish what may still roll back.
+ */
+const eagerLane = (store: OutboxStore["Service"], n: number) =>
+  Effect.suspend(() => {
+    const lane = DispatchLanes.lookup(store, n)
+    if (lane === undefined) return Effect.succeed(undefined)
+    let ranAtOnce = false
+    return Effect.map(store.afterCommit(Effect.sync(() => void (ranAtOnce = true))), () => ranAtOnce ? undefined : lane)
+  })
+
+/**
  * Appends events in the current transaction. All drafts are validated first: if any fails its
  * schema, nothing is written. Returns the messages as written (ids, headers, timestamps).
  */
@@ -72,11 +89,17 @@ export const appendAll = (drafts: ReadonlyArray<EventDraft>): Effect.Effect<Read
     const traceparent = yield* Traceparent.current
     const messages = yield* Effect.forEach(drafts, (draft) => encode(draft, now, traceparent))
     if (messages.length === 0) return messages
-    yield* store.append(messages)
-    const wakeups = yield* Wakeups
-    yield* store.afterCommit(wakeups.signal("local"))
+    const lane = yield* eagerLane(store, messages.length)
+    yield* store.append(messages, lane?.claim)
+    if (lane !== undefined) {
+      const createdAt = new Date(now)
+      yield* store.afterCommit(lane.deliver(messages.map((message) => ({ message, attempts: 1, createdAt }))))
+    } else {
+      const wakeups = yield* Wakeups
+      yield* store.afterCommit(wakeups.signal("local"))
+    }
     return messages
-  }).pipe(Effect.withSpan("tidings.outbox.append", { attributes: { "tidings.outbox.count": drafts.length } }))
+  }).pipe(Effect.withSpan("tidings.outbox.append", { attributes: { "tidings.outbox.count": drafts.length } }, noStack))
 
 /** Appends one event of a declared type in the current transaction. */
 export const append = <E extends EventType<string, any>>(eventType: E, input: EventInput<E["schema"]["Type"]>): Effect.Effect<Message, AppendError, OutboxStore> =>

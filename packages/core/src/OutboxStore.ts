@@ -76,10 +76,24 @@ export interface FailedEvent {
   readonly createdAt: Date
 }
 
+/**
+ * Rows written already claimed (eager dispatch): `processing` for `relayId` until the lease ends,
+ * their first attempt counted as started, so that the relay in the writer's process publishes them
+ * right after the commit without a claim, and a crash before it settles them is recovered like any
+ * other expired claim.
+ */
+export interface AppendClaim {
+  readonly relayId: string
+  readonly lease: Duration.Duration
+}
+
 /** The storage port used by `Outbox.append` and the relay. */
 export interface Service {
-  /** Writes messages in the caller's current transaction; fails with `NotInTransaction` outside one. */
-  readonly append: (messages: ReadonlyArray<Message>) => Effect.Effect<void, StoreError | NotInTransaction>
+  /**
+   * Writes messages in the caller's current transaction, pending or (with `claim`) already claimed;
+   * fails with `NotInTransaction` outside one.
+   */
+  readonly append: (messages: ReadonlyArray<Message>, claim?: AppendClaim) => Effect.Effect<void, StoreError | NotInTransaction>
   /** Runs an effect in a transaction of this store (joining an open one). */
   readonly withTransaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | StoreError, R>
   /** Runs `effect` after the current transaction commits (at once outside a transaction). */

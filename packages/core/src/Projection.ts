@@ -20,6 +20,7 @@ import { Duration, Effect, Schema } from "effect"
 import type { StoreError } from "./Errors.ts"
 import * as Inbox from "./Inbox.ts"
 import { InboxStore } from "./InboxStore.ts"
+import { noStack } from "./internal/spans.ts"
 
 /** An event arrived before the events preceding it in its aggregate were applied: retry it later. */
 export class ProjectionGap extends Schema.TaggedError<ProjectionGap>()("ProjectionGap", {
@@ -103,7 +104,7 @@ export const handle = <A, E, R>(
       options
     )
     return result._tag === "Duplicate" ? "duplicate" : result.value
-  }).pipe(Effect.withSpan("tidings.projection.handle", { attributes: { "tidings.projection": projection.name, "messaging.message.id": messageId } }))
+  }).pipe(Effect.withSpan("tidings.projection.handle", { attributes: { "tidings.projection": projection.name, "messaging.message.id": messageId } }, noStack))
 
 /**
  * A consumer handler for a projection (for `AmqpConsumer`, whose delivery has `messageId` and the

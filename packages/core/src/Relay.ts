@@ -11,8 +11,9 @@
  * holding a lease leaves its events to be reclaimed once the lease expires.
  * @module
  */
-import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schedule, Semaphore, Tracer } from "effect"
+import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Queue, Schedule, Semaphore, Tracer } from "effect"
 import { InvalidConfig, PublishError, type StoreError } from "./Errors.ts"
+import * as DispatchLanes from "./internal/dispatchLanes.ts"
 import * as Traceparent from "./internal/traceparent.ts"
 import { HeaderNames, type Message } from "./Message.ts"
 import * as Metrics from "./Metrics.ts"
@@ -20,6 +21,7 @@ import { type ClaimedEvent, type ClaimOptions, type Ordering, OutboxStore, type 
 import { Publisher, type PublishResult } from "./Publisher.ts"
 import * as Retry from "./Retry.ts"
 import { type Mailbox, Wakeups } from "./Wakeup.ts"
+import { noStack } from "./internal/spans.ts"
 
 /** Relay settings; every field has a default. */
 export interface Config {
@@ -44,6 +46,14 @@ export interface Config {
    * database delays ordered publishing until it ends.
    */
   readonly ordering?: Ordering
+  /**
+   * `eager` (default): events appended in this process on the relay's own store are written
+   * already claimed for it and published right after their commit, with no claim statement in
+   * between; events from elsewhere, and the overflow when more than `concurrency × batchSize` are
+   * in flight, are claimed as usual. `poll`: every event is claimed. Unordered relays only (per-key
+   * order needs the claim's check that no earlier transaction of the key can still commit).
+   */
+  readonly dispatch?: "eager" | "poll"
   /** Publish attempts that may start without finishing (the relay died) before an event is failed (default 3). */
   readonly maxCrashes?: number
   /** Events claimed per batch (default 100). */
@@ -81,6 +91,8 @@ export interface Settings {
   readonly concurrency: number
   readonly claimConcurrency: number
   readonly ordering: Ordering
+  /** `eager` only for unordered relays; `poll` otherwise. */
+  readonly dispatch: "eager" | "poll"
   readonly maxCrashes: number
   readonly batchSize: number
   readonly lease: Duration.Duration
@@ -115,6 +127,13 @@ const integer = (path: string, input: number | undefined, fallback: number, min:
 const ordering = (input: Ordering | undefined): Ordering => {
   if (input === undefined || input === "unordered" || input === "per-key") return input ?? "unordered"
   throw new InvalidConfig({ path: "ordering", message: `must be "unordered" or "per-key", got ${JSON.stringify(input)}` })
+}
+
+const dispatch = (input: "eager" | "poll" | undefined, order: Ordering): "eager" | "poll" => {
+  if (input !== undefined && input !== "eager" && input !== "poll") {
+    throw new InvalidConfig({ path: "dispatch", message: `must be "eager" or "poll", got ${JSON.stringify(input)}` })
+  }
+  return order === "per-key" ? "poll" : input ?? "eager"
 }
 
 // Claims in flight lock about claims × batch rows that every other claim steps over: keep that near
@@ -154,6 +173,7 @@ export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidCo
         concurrency,
         claimConcurrency: integer("claimConcurrency", config.claimConcurrency, defaultClaimConcurrency(concurrency, batchSize), 1, 256),
         ordering: ordering(config.ordering),
+        dispatch: dispatch(config.dispatch, ordering(config.ordering)),
         maxCrashes: integer("maxCrashes", config.maxCrashes, 3, 1, 100),
         batchSize,
         lease,
@@ -188,9 +208,6 @@ export interface Service {
 /** The relay service; present while its layer is alive. */
 export class Relay extends Context.Service<Relay, Service>()("@tidings/core/Relay") {}
 
-// Per-batch spans skip the call-site stack capture: it would always point into this module, and an
-// `Error` per span is a measurable share of a small batch's cost.
-const noStack = { captureStackTrace: false } as const
 
 const errorText = (error: PublishError): string => `${error.reason}${error.retryable ? "" : " (not retryable)"}`
 
@@ -430,6 +447,9 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
         const settlement = yield* publishHeld(restore, store, publisher, held, s, relayId)
         if (s.ordering === "per-key") afterKey = held[held.length - 1]!.message.orderingKey
         const stopping = yield* Deferred.isDone(stop)
+        // The claim in the settle statement answers the signals of every commit so far; kept, they
+        // would send this relay into one more (empty) claim right after it.
+        if (!stopping) yield* mailbox.clear
         const next = yield* (stopping ? Effect.as(store.settle(relayId, settlement), []) : claims.withPermits(1)(store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey)))).pipe(
           Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
           Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, noStack),
@@ -448,14 +468,90 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
         lastClaim = held.length
         if (held.length === 0) {
           delay = nextDelay(s, delay, 0)
-          // Unordered: the combined claim saw every due event, so wait (signals that arrived while
-          // publishing are in the mailbox). Per-key: the keys just settled were still in flight in
+          // Unordered: the combined claim saw every due event, so wait (for signals that arrived
+          // after it started). Per-key: the keys just settled were still in flight in
           // that claim's snapshot, so look once more.
           if (s.ordering !== "per-key") yield* waitForWork
         }
       }
     })
   )
+
+/**
+ * The eager-dispatch lane of a relay group: events appended in this process on its store arrive
+ * here after their commit, already claimed as `relayId`. `concurrency` workers publish them in
+ * batches of up to `batchSize`; one settler writes the outcomes, all that accumulated while the
+ * previous settle ran in one statement, off the publishing path. Closing stops new hand-overs,
+ * publishes what was handed over, then writes the last settlements.
+ */
+const eagerLane = (s: Settings, relayId: string, store: OutboxStore["Service"], publisher: Publisher["Service"]) =>
+  Effect.gen(function*() {
+    const wakeups = yield* Wakeups
+    const events = yield* Queue.unbounded<ClaimedEvent, Cause.Done>()
+    const settlements = yield* Queue.unbounded<Settlement, Cause.Done>()
+    const capacity = s.concurrency * s.batchSize
+    let open = true
+    let inFlight = 0
+    const lane: DispatchLanes.Lane = {
+      claim: { relayId, lease: s.lease },
+      hasRoom: (n) => open && inFlight + n <= capacity,
+      deliver: (delivered) =>
+        Effect.suspend(() => {
+          if (open) {
+            inFlight += delivered.length
+            Queue.offerAllUnsafe(events, delivered)
+            return Effect.void
+          }
+          // Closed between the append and its commit: back to pending, for whichever relay runs next.
+          return store.release(relayId, delivered.map((e) => e.message.id)).pipe(
+            Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
+            Effect.andThen(wakeups.signal("local")),
+            Effect.ignore({ log: true })
+          )
+        })
+    }
+    const worker = Effect.uninterruptibleMask((restore) =>
+      Effect.gen(function*() {
+        while (true) {
+          const batch = yield* restore(Queue.takeBetween(events, 1, s.batchSize))
+          const settlement = yield* publishHeld(restore, store, publisher, batch, s, relayId)
+          inFlight -= batch.length
+          yield* recordSettlement(settlement, relayId)
+          Queue.offerUnsafe(settlements, settlement)
+        }
+      })
+    ).pipe(Effect.catchIf(Cause.isDone, () => Effect.void))
+    const settler = Effect.gen(function*() {
+      while (true) {
+        const taken = yield* Queue.takeAll(settlements)
+        const merged: Settlement = {
+          published: taken.flatMap((t) => t.published),
+          retry: taken.flatMap((t) => t.retry),
+          failed: taken.flatMap((t) => t.failed),
+          released: taken.flatMap((t) => t.released ?? [])
+        }
+        yield* store.settle(relayId, merged).pipe(
+          Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
+          Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, noStack),
+          Effect.catch((e) => Effect.logWarning("relay settle failed; its events will be reclaimed after the lease", e).pipe(Effect.annotateLogs({ relayId })))
+        )
+      }
+    }).pipe(Effect.catchIf(Cause.isDone, () => Effect.void))
+    const workers = yield* Effect.forEach(Array.from({ length: s.concurrency }), () => Effect.forkScoped(worker))
+    const settling = yield* Effect.forkScoped(settler)
+    DispatchLanes.register(store, lane)
+    return {
+      /** Stops hand-overs; the workers finish what they hold. */
+      close: Effect.gen(function*() {
+        open = false
+        DispatchLanes.unregister(store, lane)
+        yield* Queue.end(events)
+      }),
+      workers,
+      /** After the workers: writes the last settlements. */
+      finish: Effect.andThen(Queue.end(settlements), Fiber.await(settling))
+    }
+  })
 
 /** Takes back expired leases, then publishes suspects (events whose relay died) one at a time. */
 const recoverCrashed = (s: Settings, relayId: string) =>
@@ -527,6 +623,7 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
       }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => running--)))
 
     const pollers = yield* Effect.forEach(relayIds, (id) => Effect.forkScoped(poller(id)))
+    const lane = s.dispatch === "eager" ? yield* eagerLane(s, `${group}-eager`, store, yield* Publisher) : undefined
 
     yield* Effect.forkScoped(every(s.reclaimInterval, "lease reclaim", recoverCrashed(s, `${group}-recovery`)))
     if (s.retention !== false) {
@@ -554,12 +651,15 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
     // Runs before the scope interrupts the fibers forked above (finalizers run in reverse order).
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
+        if (lane !== undefined) yield* lane.close
         yield* Deferred.succeed(stop, undefined)
-        const done = yield* Fiber.awaitAll(pollers).pipe(Effect.timeoutOption(s.shutdownTimeout))
+        const fibers = [...pollers, ...(lane?.workers ?? [])]
+        const done = yield* Fiber.awaitAll(fibers).pipe(Effect.timeoutOption(s.shutdownTimeout))
         if (Option.isNone(done)) {
           yield* Effect.logWarning(`relay shutdown: in-flight batches did not finish within ${Duration.format(s.shutdownTimeout)}; releasing their claims`)
-          yield* Fiber.interruptAll(pollers)
+          yield* Fiber.interruptAll(fibers)
         }
+        if (lane !== undefined) yield* lane.finish.pipe(Effect.timeoutOption(s.shutdownTimeout))
       })
     )
 

@@ -134,6 +134,8 @@ describe("Relay metrics", () => {
       yield* MemoryBroker.MemoryBroker.use((b) => b.setFault(() => new PublishError({ reason: "paused", retryable: true })))
       // the broker refuses everything for now: the events wait as pending between retries
       const relay = yield* startRelay({
+        // wake-ups are counted: events appended while an eager relay runs need none
+        dispatch: "poll",
         retention: false,
         statsInterval: "30 millis",
         retry: Schedule.spaced("300 millis"),

@@ -177,6 +177,37 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.strictEqual(yield* store.settle("crashed", { published: [a!], retry: [], failed: [] }), 0)
       })))
 
+    it.live("append with a claim: the rows are the claimant's; settled by it, or reclaimed as suspects when its lease ends", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const write = (relayId: string, lease: Duration.Duration, from: number) =>
+          Effect.gen(function*() {
+            const messages = yield* Effect.forEach([0, 1], (i) => Outbox.encode(draft(from + i), Date.now(), Option.none()))
+            yield* store.withTransaction(store.append(messages, { relayId, lease }))
+            return messages.map((m) => m.id)
+          })
+        const [a, b] = yield* write("eager", lease, 0)
+        const [c, d] = yield* write("gone", Duration.millis(300), 2)
+        const [e] = yield* seed(1, 4)
+        const stats = yield* store.stats
+        assert.deepStrictEqual([stats.pending, stats.processing, stats.published], [1, 4, 0])
+        // nobody else can claim them
+        assert.deepStrictEqual(ids(yield* store.claim({ relayId: "other", batchSize: 10, lease })), [e!])
+        assert.strictEqual(yield* store.settle("other", { published: [a!], retry: [], failed: [] }), 0)
+        // the claimant settles them; their first attempt was counted when they were written
+        assert.strictEqual(yield* store.settle("eager", { published: [a!], retry: [{ id: b!, delay: Duration.millis(0), error: "nack" }], failed: [] }), 2)
+        const retried = yield* store.claim({ relayId: "other", batchSize: 10, lease })
+        assert.deepStrictEqual(ids(retried), [b!])
+        assert.strictEqual(retried[0]!.attempts, 2)
+        // the claimant died before settling: after the lease, its rows are suspects (a started, unfinished attempt)
+        yield* Effect.sleep("500 millis")
+        assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 3 }), { suspect: 2, failed: 0 })
+        const first = yield* store.claimSuspect({ relayId: "other", lease })
+        assert.strictEqual(first?.message.id, c!)
+        assert.strictEqual(first?.attempts, 2)
+        assert.strictEqual((yield* store.claimSuspect({ relayId: "other", lease }))?.message.id, d!)
+      })))
+
     it.live("per-key: a key's events are claimed in order, and a key with an event in flight is skipped", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore

@@ -8,7 +8,7 @@ import * as MemoryBroker from "../src/MemoryBroker.ts"
 import type { Message } from "../src/Message.ts"
 import * as Metrics from "../src/Metrics.ts"
 import * as Outbox from "../src/Outbox.ts"
-import { OutboxStore, type Service } from "../src/OutboxStore.ts"
+import { type AppendClaim, OutboxStore, type Service } from "../src/OutboxStore.ts"
 import { Publisher } from "../src/Publisher.ts"
 import * as Relay from "../src/Relay.ts"
 import { seed, Thing } from "./OutboxStoreContract.ts"
@@ -37,6 +37,28 @@ export const slowPublisher = (delay: Duration.Input) =>
   }))
 
 const quiet: Relay.Config = { statsInterval: false, retention: false, pollInterval: { base: "20 millis", max: "100 millis" } }
+
+/** Wraps a store, counting events that came back from claims and recording append claims. */
+const spyStore = (inner: Service) => {
+  let claimed = 0
+  const appendClaims: Array<AppendClaim | undefined> = []
+  const count = <A, E>(effect: Effect.Effect<ReadonlyArray<A>, E>) => Effect.tap(effect, (got) => Effect.sync(() => void (claimed += got.length)))
+  let atOnce = false
+  const store: Service = {
+    ...inner,
+    afterCommit: (effect) => atOnce ? effect : inner.afterCommit(effect),
+    append: (messages, claim) => Effect.andThen(Effect.sync(() => void appendClaims.push(claim)), inner.append(messages, claim)),
+    claim: (options) => count(inner.claim(options)),
+    settleAndClaim: (relayId, settlement, next) => count(inner.settleAndClaim(relayId, settlement, next))
+  }
+  return {
+    store,
+    claimed: () => claimed,
+    appendClaims: () => appendClaims,
+    /** Makes `afterCommit` run hooks at once, as a transaction the store did not start would. */
+    runHooksAtOnce: (on: boolean) => void (atOnce = on)
+  }
+}
 
 /** Registers the relay suite for a store built fresh for each test. */
 export const relayContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>) => {
@@ -70,7 +92,7 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
 
     it.live("an idle relay is woken by a committed append, long before its poll interval", () =>
       run(Effect.gen(function*() {
-        const { stop } = yield* startRelay({ ...quiet, pollInterval: { base: "5 seconds", max: "5 seconds" } })
+        const { stop } = yield* startRelay({ ...quiet, dispatch: "poll", pollInterval: { base: "5 seconds", max: "5 seconds" } })
         yield* Effect.sleep("100 millis") // the relay has polled once and is now idle
         const start = Date.now()
         yield* seed(1)
@@ -78,6 +100,69 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
         const elapsed = Date.now() - start
         yield* stop
         assert.isBelow(elapsed, 1000, `woke after ${elapsed} ms; the poll interval is 5 s`)
+      })))
+
+    it.live("eager dispatch: events appended in the relay's process go out without a claim; a rollback sends nothing", () =>
+      run(Effect.gen(function*() {
+        const inner = yield* OutboxStore
+        const spy = spyStore(inner)
+        yield* Effect.gen(function*() {
+          const store = yield* OutboxStore
+          // room for every event at once (concurrency × batchSize): the overflow is the next test's
+          const { stop } = yield* startRelay({ ...quiet, concurrency: 2, batchSize: 50, pollInterval: { base: "5 seconds", max: "5 seconds" } })
+          yield* Effect.sleep("50 millis") // the pollers have polled once and are idle
+          const start = Date.now()
+          const ids = (yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => i), (i) => seed(1 + (i % 3), i * 3), { concurrency: 4 })).flat()
+          yield* Effect.exit(store.withTransaction(Effect.andThen(
+            Outbox.append(Thing, { aggregateId: "x", payload: { n: 1, label: "rolled back" } }),
+            Effect.fail("abort")
+          )))
+          yield* eventually(Effect.map(deliveredIds, (d) => d.length >= ids.length), "5 seconds", "the eager events")
+          const elapsed = Date.now() - start
+          yield* Effect.sleep("100 millis")
+          yield* stop
+          const delivered = yield* deliveredIds
+          assert.deepStrictEqual([...delivered].sort(), [...ids].sort())
+          assert.isBelow(elapsed, 2000, `published after ${elapsed} ms; the poll interval is 5 s`)
+          assert.strictEqual(spy.claimed(), 0, "no event went through a claim")
+          assert.isTrue(spy.appendClaims().every((c) => c !== undefined && /-eager$/.test(c.relayId)))
+          const stats = yield* store.stats
+          assert.deepStrictEqual([stats.published, stats.pending, stats.processing], [ids.length, 0, 0])
+        }).pipe(Effect.provideService(OutboxStore, spy.store))
+      })))
+
+    it.live("eager dispatch: the overflow, a shutdown before the commit, and a deferred-less transaction fall back to claims", () =>
+      run(Effect.gen(function*() {
+        const inner = yield* OutboxStore
+        const spy = spyStore(inner)
+        yield* Effect.gen(function*() {
+          const store = yield* OutboxStore
+          const first = yield* startRelay({ ...quiet, concurrency: 1, batchSize: 2, pollInterval: { base: "20 millis", max: "20 millis" } })
+          // more than concurrency × batchSize in one transaction: written pending, claimed
+          const big = yield* seed(3)
+          yield* eventually(Effect.map(deliveredIds, (d) => d.length === 3), "5 seconds", "the overflow")
+          assert.strictEqual(spy.claimed(), 3)
+          assert.isUndefined(spy.appendClaims().at(-1))
+          // the relay stops between the append (written claimed for it) and the commit
+          const late = yield* store.withTransaction(Effect.gen(function*() {
+            const m = yield* Outbox.append(Thing, { aggregateId: "late", payload: { n: 9, label: "late" } })
+            yield* first.stop
+            return m
+          }))
+          assert.match(spy.appendClaims().at(-1)?.relayId ?? "", /-eager$/)
+          yield* eventually(Effect.map(store.stats, (st) => st.pending === 1), "5 seconds", "the late event back to pending")
+          // a transaction that runs after-commit hooks at once (not one the store started) is not trusted with eager dispatch
+          const second = yield* startRelay({ ...quiet, concurrency: 1, batchSize: 2, pollInterval: { base: "20 millis", max: "20 millis" } })
+          spy.runHooksAtOnce(true)
+          const [plain] = yield* seed(1)
+          spy.runHooksAtOnce(false)
+          assert.isUndefined(spy.appendClaims().at(-1))
+          yield* eventually(Effect.map(deliveredIds, (d) => d.length === 5), "5 seconds", "the late and plain events")
+          yield* second.stop
+          const delivered = yield* deliveredIds
+          assert.deepStrictEqual([...delivered].sort(), [...big, late.id, plain!].sort())
+          assert.strictEqual(spy.claimed(), 5)
+        }).pipe(Effect.provideService(OutboxStore, spy.store))
       })))
 
     it.live("a rolled-back transaction publishes nothing", () =>

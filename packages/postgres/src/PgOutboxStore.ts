@@ -213,16 +213,20 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         RETURNING ${cols}`
 
     // Settles rows still claimed by this relay; `released` rows go back without counting the attempt.
+    // Rows are found by primary key (`id = ANY(array)`) and `claimed_by` alone: a claimed row is a
+    // 'processing' row (migration 0005 checks it), and a `status = 'processing'` condition would let
+    // the planner scan the processing index instead, which holds a dead entry for every event since
+    // the last vacuum (measured: 7 ms instead of 0.1 ms, and PostgreSQL CPU per settle growing with
+    // the traffic).
     const settleCte = (relayId: string, rows: ReadonlyArray<SettlementRow>) => {
+      const ids = `{${rows.map((r) => r.id).join(",")}}`
       if (rows.every((r) => r.status === "published")) {
-        // The common case, kept lean: one array parameter, no per-row record to unpack. The array is
-        // parsed once (an InitPlan), so the primary key finds the rows.
-        const ids = `{${rows.map((r) => r.id).join(",")}}`
+        // The common case, kept lean: one array parameter, no per-row record to unpack.
         return sql`settled AS (
           UPDATE ${outbox} o SET status = 'published', published_at = now(), finished_attempts = o.finished_attempts + 1,
             claimed_by = NULL, claimed_until = NULL
           FROM commit_mode
-          WHERE o.id IN (SELECT unnest(${ids}::text::uuid[])) AND o.status = 'processing' AND o.claimed_by = ${relayId}
+          WHERE o.id = ANY(${ids}::text::uuid[]) AND o.claimed_by = ${relayId}
           RETURNING 1
         )`
       }
@@ -237,13 +241,13 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           claimed_by = NULL,
           claimed_until = NULL
         FROM json_to_recordset(${JSON.stringify(rows)}::json) AS v(id uuid, status text, delay_ms float8, error text, released boolean), commit_mode
-        WHERE o.id = v.id AND o.status = 'processing' AND o.claimed_by = ${relayId}
+        WHERE o.id = ANY(${ids}::text::uuid[]) AND o.id = v.id AND o.claimed_by = ${relayId}
         RETURNING 1
       )`
     }
 
     const store: Service = {
-      append: (messages) =>
+      append: (messages, claim) =>
         Effect.gen(function*() {
           if (!(yield* inTransaction)) {
             return yield* new NotInTransaction({
@@ -261,10 +265,19 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
             headers: m.headers,
             occurred_at: m.occurredAt.toISOString()
           })))
-          yield* sql`INSERT INTO ${outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at)
-            SELECT id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at
-            FROM json_to_recordset(${rows}::json) AS x(id uuid, aggregate_type text, aggregate_id text, ordering_key text,
-              event_type text, event_version integer, payload json, headers json, occurred_at timestamptz)`.pipe(mapSqlError("append"))
+          const recordset = sql`json_to_recordset(${rows}::json) AS x(id uuid, aggregate_type text, aggregate_id text, ordering_key text,
+              event_type text, event_version integer, payload json, headers json, occurred_at timestamptz)`
+          yield* (claim === undefined
+            ? sql`INSERT INTO ${outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at)
+                SELECT id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at
+                FROM ${recordset}`
+            : sql`INSERT INTO ${outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at,
+                  status, attempts, claimed_by, claimed_until)
+                SELECT id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at,
+                  'processing', 1, ${claim.relayId}, now() + make_interval(secs => ${seconds(claim.lease)})
+                FROM ${recordset}`).pipe(mapSqlError("append"))
+          // Claimed rows are this process's relay's to publish: no other relay needs waking.
+          if (claim !== undefined) return
           if (options.notify === "in-transaction") yield* sql`SELECT pg_notify(${notifyChannel}, ${instanceId})`.pipe(mapSqlError("append"))
           else if (notifier !== undefined) yield* sql.afterCommit(notifier)
         }),

@@ -64,4 +64,55 @@ describe("Postgres store specifics", () => {
       const rows = yield* sql<{ id: string; status: string }>`SELECT id, status FROM ${outbox} ORDER BY seq`
       assert.deepStrictEqual(rows.map((r) => r.status), ["published", "processing", "pending"])
     })).pipe(Effect.provide(pgClientLayer())))
+
+  // Every event passes through 'processing', so until a vacuum the processing index holds a dead
+  // entry per event. A settle that scanned that index (a plan the status condition allowed) cost
+  // PostgreSQL CPU in proportion to recent traffic; it finds its rows by primary key instead.
+  it.live("settling does not scan the processing index, however many rows are claimed", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const schema = yield* freshSchema()
+      const store = yield* PgOutboxStore.make({ schema })
+      const sql = yield* SqlClient.SqlClient
+      yield* seed(2_000).pipe(Effect.provideService(OutboxStore, store))
+      // statistics from a table with nothing claimed, as a relay's table usually is when analyzed
+      yield* sql`ANALYZE ${sql(`${schema}.outbox`)}`
+      const lease = Duration.seconds(30)
+      yield* store.claim({ relayId: "others", batchSize: 1_990, lease })
+      const mine = yield* store.claim({ relayId: "r1", batchSize: 10, lease })
+      const scans = Effect.gen(function*() {
+        // one connection (below): the flush applies to this session's counters at its next commit
+        yield* sql`SELECT pg_stat_force_next_flush()`
+        const [row] = yield* sql<{ n: string | number }>`SELECT idx_scan AS n FROM pg_stat_user_indexes
+          WHERE schemaname = ${schema} AND indexrelname = 'outbox_processing_idx'`
+        return Number(row?.n ?? 0)
+      })
+      const before = yield* scans
+      const settled = yield* store.settle("r1", { published: mine.slice(0, 5).map((c) => c.message.id), retry: [], failed: [] })
+      const next = yield* store.settleAndClaim("r1", {
+        published: [mine[5]!.message.id],
+        retry: [{ id: mine[6]!.message.id, delay: Duration.seconds(1), error: "broker down" }],
+        failed: [{ id: mine[7]!.message.id, error: "rejected" }]
+      }, { relayId: "r1", batchSize: 10, lease })
+      assert.strictEqual(settled, 5)
+      assert.strictEqual(next.length, 0) // the rest is claimed by "others"
+      assert.strictEqual(yield* scans, before)
+      const rows = yield* sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM ${sql(`${schema}.outbox`)}
+        WHERE claimed_by IS DISTINCT FROM 'others' GROUP BY status ORDER BY status`
+      assert.deepStrictEqual(rows.map((r) => [r.status, r.n]), [["failed", 1], ["pending", 1], ["processing", 2], ["published", 6]])
+    })).pipe(Effect.provide(pgClientLayer(undefined, 1))))
+
+  it.live("a row is claimed exactly when it is processing (checked by the table)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const schema = yield* freshSchema()
+      const store = yield* PgOutboxStore.make({ schema })
+      const sql = yield* SqlClient.SqlClient
+      const outbox = sql(`${schema}.outbox`)
+      const [id] = yield* seed(1).pipe(Effect.provideService(OutboxStore, store))
+      const violates = (update: Effect.Effect<unknown, unknown>) =>
+        Effect.map(Effect.flip(update), (e) => String((e as { cause?: unknown }).cause ?? e))
+      assert.include(yield* violates(sql`UPDATE ${outbox} SET status = 'processing' WHERE id = ${id!}`), "outbox_claim_check")
+      assert.include(yield* violates(sql`UPDATE ${outbox} SET claimed_by = 'r1' WHERE id = ${id!}`), "outbox_claim_check")
+      const [claimed] = yield* store.claim({ relayId: "r1", batchSize: 1, lease: Duration.seconds(30) })
+      assert.strictEqual(claimed!.message.id, id)
+    })).pipe(Effect.provide(pgClientLayer())))
 })

@@ -28,6 +28,7 @@ import { connectionError } from "./internal/amqpError.ts"
 import * as ConfirmPublisher from "./internal/confirmPublisher.ts"
 import * as Traceparent from "./internal/traceparent.ts"
 import type * as Topology from "./Topology.ts"
+import { noStack } from "./internal/spans.ts"
 
 /** What to do with a delivery. `retry` is a delayed retry when retry queues exist, else a requeue. */
 export type Decision = "ack" | "retry" | "requeue" | "dead-letter"
@@ -478,7 +479,7 @@ export const make = <A, E, R>(
             ...(messageId === undefined ? {} : { "messaging.message.id": messageId }),
             ...(eventType === undefined ? {} : { "tidings.event.type": eventType })
           }
-        }),
+        }, noStack),
         Effect.onInterrupt(() => settle(item, decide({ _tag: "Shutdown" }, attempt), { _tag: "Shutdown" }, attempt)),
         Effect.annotateLogs({ messageId: messageId ?? "", eventType: eventType ?? "" })
       )

@@ -14,6 +14,7 @@ import { Buffer } from "node:buffer"
 import { AmqpConfigError, type AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
 import { AmqpConnection } from "./AmqpConnection.ts"
 import * as ConfirmPublisher from "./internal/confirmPublisher.ts"
+import { noStack } from "./internal/spans.ts"
 
 /** AMQP header names set by the publisher and read by consumers. */
 export const HeaderNames = {
@@ -152,7 +153,7 @@ export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | A
       }).pipe(Effect.withSpan("tidings.amqp.publish", {
         kind: "producer",
         attributes: { "messaging.system": "rabbitmq", "messaging.destination.name": config.exchange, "messaging.batch.message_count": messages.length }
-      }))
+      }, noStack))
 
     return {
       publish,

@@ -20,7 +20,7 @@ interface Row {
 }
 
 interface Transaction {
-  readonly messages: Array<Message>
+  readonly appends: Array<{ readonly messages: ReadonlyArray<Message>; readonly claim: OutboxStore.AppendClaim | undefined }>
   readonly afterCommit: Array<Effect.Effect<void>>
 }
 
@@ -38,24 +38,26 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
   const withTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
     Effect.flatMap(Effect.serviceOption(Tx), (open) => {
       if (Option.isSome(open)) return effect
-      const tx: Transaction = { messages: [], afterCommit: [] }
+      const tx: Transaction = { appends: [], afterCommit: [] }
       return Effect.provideService(effect, Tx, tx).pipe(
         Effect.tap(() =>
           Effect.flatMap(Clock.currentTimeMillis, (now) => {
-            for (const message of tx.messages) {
-              rows.set(message.id, {
-                message,
-                seq: ++seq,
-                status: "pending",
-                attempts: 0,
-                finishedAttempts: 0,
-                availableAt: now,
-                claimedBy: null,
-                claimedUntil: 0,
-                lastError: null,
-                createdAt: now,
-                publishedAt: null
-              })
+            for (const { claim, messages } of tx.appends) {
+              for (const message of messages) {
+                rows.set(message.id, {
+                  message,
+                  seq: ++seq,
+                  status: claim === undefined ? "pending" : "processing",
+                  attempts: claim === undefined ? 0 : 1,
+                  finishedAttempts: 0,
+                  availableAt: now,
+                  claimedBy: claim?.relayId ?? null,
+                  claimedUntil: claim === undefined ? 0 : now + Duration.toMillis(claim.lease),
+                  lastError: null,
+                  createdAt: now,
+                  publishedAt: null
+                })
+              }
             }
             return Effect.forEach(tx.afterCommit, (f) => f, { discard: true })
           })
@@ -133,11 +135,11 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
   }
 
   const service: OutboxStore.Service = {
-    append: (messages) =>
+    append: (messages, claim) =>
       Effect.flatMap(Effect.serviceOption(Tx), (open) =>
         Option.match(open, {
           onNone: () => Effect.fail(new NotInTransaction({ message: "Outbox.append must run inside a transaction (withTransaction)" })),
-          onSome: (tx) => Effect.sync(() => void tx.messages.push(...messages))
+          onSome: (tx) => Effect.sync(() => void tx.appends.push({ messages, claim }))
         })),
     withTransaction,
     afterCommit: (effect) =>

@@ -48,5 +48,13 @@ export const migrations: ReadonlyArray<Migration> = [
       "CREATE INDEX inbox_received_at ON inbox (received_at)",
       "CREATE TABLE projection_position (\n  projection    text   NOT NULL,\n  aggregate_id  text   NOT NULL,\n  position      bigint NOT NULL DEFAULT 0,                 \n  PRIMARY KEY (projection, aggregate_id)\n)"
     ]
+  },
+  {
+    version: 5,
+    name: "claim_invariant",
+    statements: [
+      "ALTER TABLE outbox ADD CONSTRAINT outbox_claim_check\n  CHECK ((status = 'processing') = (claimed_by IS NOT NULL)) NOT VALID",
+      "ALTER TABLE outbox VALIDATE CONSTRAINT outbox_claim_check"
+    ]
   }
 ]
