@@ -169,6 +169,10 @@ describe("Relay settings", () => {
       assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 10 })).claimConcurrency, 16)
       assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 25 })).claimConcurrency, 8)
       assert.isTrue(Duration.isLessThan(s.publishTimeout, s.lease))
+      assert.strictEqual(s.dispatch, "eager")
+      // per-key order needs every event to go through the claim's check
+      assert.strictEqual((yield* Relay.settings({ ordering: "per-key" })).dispatch, "poll")
+      assert.strictEqual((yield* Relay.settings({ dispatch: "poll" })).dispatch, "poll")
     }))
 
   it.effect("bad settings are typed InvalidConfig errors naming the setting", () =>
@@ -184,7 +188,8 @@ describe("Relay settings", () => {
         [{ lease: "1 second", publishTimeout: "5 seconds" }, "publishTimeout"],
         [{ name: "has spaces" }, "name"],
         [{ retention: { batchSize: 0 } }, "retention.batchSize"],
-        [{ claimConcurrency: 0 }, "claimConcurrency"]
+        [{ claimConcurrency: 0 }, "claimConcurrency"],
+        [{ dispatch: "immediate" as "eager" }, "dispatch"]
       ]
       for (const [config, path] of cases) {
         const error = yield* invalid(config)

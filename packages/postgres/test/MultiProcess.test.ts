@@ -97,4 +97,31 @@ describe("relays in several processes", () => {
         }
       })
     ), 60_000)
+
+  it.live("a process that dies publishing an event handed to its relay after commit (eager dispatch) leaves it to another relay", () =>
+    withSchema((schema) =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = sql(`${schema}.outbox`)
+        const leaseMs = 1000
+        const doomed = spawnScript(script, { TIDINGS_TEST_PG_URL: pgUrl(), SCHEMA: schema, OUT: tmpFile("unused.json"), MODE: "append", COUNT: "5", POISON: "2", LEASE_MS: String(leaseMs) })
+        assert.strictEqual(yield* Effect.promise(() => exited(doomed)), "SIGKILL")
+        const rows = () => sql<{ n: number; status: string; attempts: number; claimed_by: string | null }>`
+          SELECT (payload->>'n')::int AS n, status, attempts, claimed_by FROM ${outbox} ORDER BY seq`
+        const before = yield* rows()
+        // events 0 and 1 went out eagerly; the poison one was written claimed by the dead relay's lane and never settled
+        assert.deepStrictEqual(before.map((r) => r.n), [0, 1, 2])
+        assert.strictEqual(before[2]!.status, "processing")
+        assert.match(before[2]!.claimed_by ?? "", /-eager$/)
+        assert.strictEqual(Number(before[2]!.attempts), 1)
+        const broker = yield* MemoryBroker.MemoryBroker
+        const { stop } = yield* startRelay({ statsInterval: false, retention: false, reclaimInterval: "100 millis", pollInterval: { base: "20 millis", max: "50 millis" } })
+        yield* eventually(Effect.map(broker.delivered, (d) => d.some((x) => (x.message.payload as { n: number }).n === 2)), "10 seconds", "the recovered event")
+        yield* stop
+        const after = yield* rows()
+        assert.strictEqual(after[2]!.status, "published")
+        assert.strictEqual(Number(after[2]!.attempts), 2, "one attempt died with the process, one succeeded")
+        assert.deepStrictEqual(after.slice(0, 2).map((r) => r.status), ["published", "published"])
+      })
+    ), 60_000)
 })
