@@ -38,6 +38,7 @@ const usage = `usage: pnpm bench [suite|claim|latency|publish] [--json] [--quick
             --rounds N (2, quick 1)  --phase throughput,saturated,loaded  --seconds S (runs under load; 10, quick 4)
             --loaded-rate N (events/s; default 80% of what the relays confirmed while saturated)
             --producers 16  --tx-events 10 (runs under load: producer fibers, events per transaction)
+            --eager-limit N  --backpressure MS (runs under load: eager dispatch's limit; producer flow control, off by default)
 
   --json    print one JSON object with the results on stdout
   --quick   smaller counts and shorter runs (a check that finishes in under 3 minutes)`

@@ -26,7 +26,7 @@ import * as Relay from "@tidings/core/Relay"
 import * as Wakeup from "@tidings/core/Wakeup"
 import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import type { ConfirmChannel } from "amqplib"
-import { Effect, Layer, type Scope } from "effect"
+import { Duration, Effect, Layer, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as os from "node:os"
 import { type Reader, UsageError } from "./lib/cli.ts"
@@ -66,6 +66,8 @@ export interface Options {
   /** Producer fibers and events per producer transaction in the runs under load. */
   readonly producers: number
   readonly txEvents: number
+  /** Eager dispatch's limit and producer flow control in the runs under load. */
+  readonly flow: Flow
 }
 
 /**
@@ -105,7 +107,8 @@ export const options = (args: Reader): Options => {
     loadedRate: single("loaded-rate"),
     loadSeconds: seconds ?? (quick ? 4 : 10),
     producers: single("producers") ?? 16,
-    txEvents: single("tx-events") ?? 10
+    txEvents: single("tx-events") ?? 10,
+    flow: { eagerLimit: single("eager-limit"), backpressureMs: single("backpressure") }
   }
 }
 
@@ -229,10 +232,26 @@ const checkOutbox = (schema: string, events: number, label: string) =>
     }
   })
 
+/** Eager dispatch's flow control in the runs under load (`--eager-limit`, `--backpressure`). */
+interface Flow {
+  readonly eagerLimit: number | undefined
+  /** Producer flow control: how long a commit may wait for room; undefined: off. */
+  readonly backpressureMs: number | undefined
+}
+const noFlow: Flow = { eagerLimit: undefined, backpressureMs: undefined }
+
 /** Starts `Relay.layer` for the scope: `setting.relays` pollers publishing through `publisher`, woken by `hub`. */
-const startRelay = (setting: Setting, store: OutboxStorePort.Service, publisher: PublisherPort.Service, hub: Wakeup.Service) =>
+const startRelay = (setting: Setting, store: OutboxStorePort.Service, publisher: PublisherPort.Service, hub: Wakeup.Service, flow: Flow = noFlow) =>
   Layer.build(
-    Relay.layer({ name: "bench", concurrency: setting.relays, batchSize: setting.batch, statsInterval: false, retention: false }).pipe(
+    Relay.layer({
+      name: "bench",
+      concurrency: setting.relays,
+      batchSize: setting.batch,
+      statsInterval: false,
+      retention: false,
+      ...(flow.eagerLimit === undefined ? {} : { eagerLimit: flow.eagerLimit }),
+      ...(flow.backpressureMs === undefined ? {} : { backpressure: Duration.millis(flow.backpressureMs) })
+    }).pipe(
       Layer.provide(Layer.mergeAll(
         Layer.succeed(OutboxStore)(store),
         Layer.succeed(Publisher)(publisher),
@@ -407,7 +426,7 @@ const underLoad = (pgUrl: string, amqpUrl: string, setting: Setting, opts: Optio
       let backlog = 0
       // The relays run in a scope of their own: closing it lets the last settle finish before the outbox is checked.
       yield* Effect.scoped(Effect.gen(function*() {
-        yield* startRelay(setting, store, publisher, yield* Wakeup.Wakeups)
+        yield* startRelay(setting, store, publisher, yield* Wakeup.Wakeups, opts.flow)
         const start = performance.now()
         from = start + warmup
         until = from + opts.loadSeconds * 1000
@@ -422,8 +441,13 @@ const underLoad = (pgUrl: string, amqpUrl: string, setting: Setting, opts: Optio
               const wait = due - performance.now()
               if (wait > 0) yield* Effect.sleep(wait)
               const drafts = Array.from({ length: opts.txEvents }, () => Seed.OrderPlaced.make(Seed.input(k++)))
-              const messages = yield* Outbox.transaction(Outbox.appendAll(drafts))
-              const at = performance.now()
+              // Stamped by the first after-commit hook: the moment of the commit, before any wait for
+              // the relay's room (backpressure) that `Outbox.append`'s own hook may add.
+              let at = 0
+              const messages = yield* Outbox.transaction(Effect.andThen(
+                store.afterCommit(Effect.sync(() => void (at = performance.now()))),
+                Outbox.appendAll(drafts)
+              ))
               const measured = due >= from
               if (measured) appendedInWindow += messages.length
               for (const m of messages) {

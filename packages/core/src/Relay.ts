@@ -54,6 +54,16 @@ export interface Config {
    * order needs the claim's check that no earlier transaction of the key can still commit).
    */
   readonly dispatch?: "eager" | "poll"
+  /** Eager dispatch: events handed over and not yet published, at most (default `concurrency × batchSize`). */
+  readonly eagerLimit?: number
+  /**
+   * Eager dispatch: producer flow control, off by default. With a duration, appends are always
+   * handed over, and a producer whose commit finds more than `eagerLimit` events in flight waits
+   * (after its commit, inside `withTransaction`, at most this long) until the relay catches up. It
+   * bounds how far publishing lags behind when producers outpace the broker, at the price of
+   * slowing them down to its pace; without it, the excess waits in the table for a claim.
+   */
+  readonly backpressure?: Duration.Input | false
   /** Publish attempts that may start without finishing (the relay died) before an event is failed (default 3). */
   readonly maxCrashes?: number
   /** Events claimed per batch (default 100). */
@@ -93,6 +103,8 @@ export interface Settings {
   readonly ordering: Ordering
   /** `eager` only for unordered relays; `poll` otherwise. */
   readonly dispatch: "eager" | "poll"
+  readonly eagerLimit: number
+  readonly backpressure: Duration.Duration | false
   readonly maxCrashes: number
   readonly batchSize: number
   readonly lease: Duration.Duration
@@ -174,6 +186,10 @@ export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidCo
         claimConcurrency: integer("claimConcurrency", config.claimConcurrency, defaultClaimConcurrency(concurrency, batchSize), 1, 256),
         ordering: ordering(config.ordering),
         dispatch: dispatch(config.dispatch, ordering(config.ordering)),
+        eagerLimit: integer("eagerLimit", config.eagerLimit, concurrency * batchSize, 1, 10_000_000),
+        backpressure: config.backpressure === undefined || config.backpressure === false
+          ? false
+          : duration("backpressure", config.backpressure, "1 second"),
         maxCrashes: integer("maxCrashes", config.maxCrashes, 3, 1, 100),
         batchSize,
         lease,
@@ -489,18 +505,29 @@ const eagerLane = (s: Settings, relayId: string, store: OutboxStore["Service"], 
     const wakeups = yield* Wakeups
     const events = yield* Queue.unbounded<ClaimedEvent, Cause.Done>()
     const settlements = yield* Queue.unbounded<Settlement, Cause.Done>()
-    const capacity = s.concurrency * s.batchSize
+    const limit = s.eagerLimit
+    const backpressure = s.backpressure
     let open = true
     let inFlight = 0
+    // Producers waiting for room (backpressure) wait on `room`, replaced each time it opens.
+    let room = Deferred.makeUnsafe<void>()
+    const released = (n: number) => {
+      inFlight -= n
+      if (inFlight <= limit) {
+        Deferred.doneUnsafe(room, Exit.void)
+        room = Deferred.makeUnsafe<void>()
+      }
+    }
+    const waitForRoom: Effect.Effect<void> = Effect.suspend(() => open && inFlight > limit ? Effect.andThen(Deferred.await(room), waitForRoom) : Effect.void)
     const lane: DispatchLanes.Lane = {
       claim: { relayId, lease: s.lease },
-      hasRoom: (n) => open && inFlight + n <= capacity,
+      hasRoom: (n) => open && (backpressure !== false || inFlight + n <= limit),
       deliver: (delivered) =>
         Effect.suspend(() => {
           if (open) {
             inFlight += delivered.length
             Queue.offerAllUnsafe(events, delivered)
-            return Effect.void
+            return backpressure === false || inFlight <= limit ? Effect.void : Effect.timeoutOption(waitForRoom, backpressure).pipe(Effect.asVoid)
           }
           // Closed between the append and its commit: back to pending, for whichever relay runs next.
           return store.release(relayId, delivered.map((e) => e.message.id)).pipe(
@@ -515,7 +542,7 @@ const eagerLane = (s: Settings, relayId: string, store: OutboxStore["Service"], 
         while (true) {
           const batch = yield* restore(Queue.takeBetween(events, 1, s.batchSize))
           const settlement = yield* publishHeld(restore, store, publisher, batch, s, relayId)
-          inFlight -= batch.length
+          released(batch.length)
           yield* recordSettlement(settlement, relayId)
           Queue.offerUnsafe(settlements, settlement)
         }
@@ -544,6 +571,7 @@ const eagerLane = (s: Settings, relayId: string, store: OutboxStore["Service"], 
       /** Stops hand-overs; the workers finish what they hold. */
       close: Effect.gen(function*() {
         open = false
+        Deferred.doneUnsafe(room, Exit.void)
         DispatchLanes.unregister(store, lane)
         yield* Queue.end(events)
       }),

@@ -170,6 +170,9 @@ describe("Relay settings", () => {
       assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 25 })).claimConcurrency, 8)
       assert.isTrue(Duration.isLessThan(s.publishTimeout, s.lease))
       assert.strictEqual(s.dispatch, "eager")
+      assert.strictEqual(s.eagerLimit, 100)
+      assert.strictEqual((yield* Relay.settings({ concurrency: 4, batchSize: 50 })).eagerLimit, 200)
+      assert.strictEqual(s.backpressure, false)
       // per-key order needs every event to go through the claim's check
       assert.strictEqual((yield* Relay.settings({ ordering: "per-key" })).dispatch, "poll")
       assert.strictEqual((yield* Relay.settings({ dispatch: "poll" })).dispatch, "poll")
@@ -189,7 +192,9 @@ describe("Relay settings", () => {
         [{ name: "has spaces" }, "name"],
         [{ retention: { batchSize: 0 } }, "retention.batchSize"],
         [{ claimConcurrency: 0 }, "claimConcurrency"],
-        [{ dispatch: "immediate" as "eager" }, "dispatch"]
+        [{ dispatch: "immediate" as "eager" }, "dispatch"],
+        [{ eagerLimit: 0 }, "eagerLimit"],
+        [{ backpressure: "-1 seconds" as Duration.Input }, "backpressure"]
       ]
       for (const [config, path] of cases) {
         const error = yield* invalid(config)

@@ -297,6 +297,32 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
       }), { fault })
     })
 
+    it.live("eager dispatch with backpressure: a producer waits after its commit for the relay, at most as long as allowed; shutdown publishes what was handed over", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const one = (n: number) => store.withTransaction(Outbox.append(Thing, { aggregateId: "bp", payload: { n, label: "bp" } }))
+        const count = Effect.map(deliveredIds, (d) => d.length)
+        const slow = yield* startRelay({ ...quiet, concurrency: 1, batchSize: 1, eagerLimit: 1, backpressure: "5 seconds" }).pipe(
+          Effect.provide(slowPublisher("150 millis"))
+        )
+        yield* one(0) // room for it: returns at once
+        assert.strictEqual(yield* count, 0)
+        yield* one(1) // two in flight, one allowed: returns once the first is out
+        assert.isAtLeast(yield* count, 1)
+        yield* slow.stop
+        assert.strictEqual(yield* count, 2)
+        const slower = yield* startRelay({ ...quiet, concurrency: 1, batchSize: 1, eagerLimit: 1, backpressure: "30 millis" }).pipe(
+          Effect.provide(slowPublisher("500 millis"))
+        )
+        yield* one(2)
+        yield* one(3) // waits 30 ms at most, then goes on: its event stays handed over
+        assert.strictEqual(yield* count, 2)
+        yield* slower.stop // publishes both before it returns
+        assert.strictEqual(yield* count, 4)
+        const stats = yield* store.stats
+        assert.deepStrictEqual([stats.published, stats.pending, stats.processing], [4, 0, 0])
+      })))
+
     it.live("shutdown waits for the in-flight batch and loses nothing", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
