@@ -35,3 +35,42 @@ export const MessageJson = Schema.Struct({ ...Message.fields, occurredAt: Schema
 export const HeaderNames = {
   traceparent: "traceparent"
 } as const
+
+// The payload's JSON text as stored, on messages read back from a store: not enumerable, so it
+// stays out of equality checks and spreads (a spread copy re-encodes when it is published).
+const rawJson: unique symbol = Symbol.for("@tidings/core/Message/rawJson")
+
+/**
+ * A message whose payload is parsed from `json` only when read. A relay that only forwards the
+ * message never parses it, and a publisher sends `json` as it is ({@link payloadJson}): parsing and
+ * re-encoding were the largest share of the relay's own CPU per event.
+ */
+export const fromStoredJson = (fields: Omit<Message, "payload">, json: string): Message => {
+  let parsed: unknown
+  let done = false
+  const message = { ...fields } as Message
+  Object.defineProperty(message, "payload", {
+    enumerable: true,
+    configurable: true,
+    get: () => {
+      if (!done) {
+        parsed = JSON.parse(json)
+        done = true
+      }
+      return parsed
+    }
+  })
+  Object.defineProperty(message, rawJson, { value: json, enumerable: false })
+  return message
+}
+
+/** A copy of `message` with other headers; the payload stays unparsed if it was. */
+export const withHeaders = (message: Message, headers: Headers): Message => {
+  const copy = Object.defineProperties({}, Object.getOwnPropertyDescriptors(message)) as Message
+  Object.defineProperty(copy, "headers", { value: headers, enumerable: true, writable: true, configurable: true })
+  return copy
+}
+
+/** The payload as JSON text: the stored text when the message came from a store, else encoded now. */
+export const payloadJson = (message: Message): string | undefined =>
+  (message as { readonly [rawJson]?: string })[rawJson] ?? JSON.stringify(message.payload)

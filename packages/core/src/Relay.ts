@@ -15,7 +15,7 @@ import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, 
 import { InvalidConfig, PublishError, type StoreError } from "./Errors.ts"
 import * as DispatchLanes from "./internal/dispatchLanes.ts"
 import * as Traceparent from "./internal/traceparent.ts"
-import { HeaderNames, type Message } from "./Message.ts"
+import { HeaderNames, type Message, withHeaders } from "./Message.ts"
 import * as Metrics from "./Metrics.ts"
 import { type ClaimedEvent, type ClaimOptions, type Ordering, OutboxStore, type Settlement } from "./OutboxStore.ts"
 import { Publisher, type PublishResult } from "./Publisher.ts"
@@ -247,10 +247,9 @@ const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<Cl
     const spans = yield* Effect.forEach(claimed, (c) => spanOf(c.message, relayId))
     // The published message carries the publish span as its trace parent, so a consumer's span
     // continues append → relay publish → consume as one trace.
-    const messages = claimed.map((c, i): Message => ({
-      ...c.message,
-      headers: { ...c.message.headers, [HeaderNames.traceparent]: Traceparent.format(spans[i]!.traceId, spans[i]!.spanId, spans[i]!.sampled) }
-    }))
+    const messages = claimed.map((c, i): Message =>
+      withHeaders(c.message, { ...c.message.headers, [HeaderNames.traceparent]: Traceparent.format(spans[i]!.traceId, spans[i]!.spanId, spans[i]!.sampled) })
+    )
     const exit = yield* publisher.publish(messages).pipe(
       Effect.timeoutOrElse({
         duration: timeout,

@@ -7,7 +7,7 @@
  * @module
  */
 import * as Errors from "@tidings/core/Errors"
-import type * as Message from "@tidings/core/Message"
+import * as Message from "@tidings/core/Message"
 import * as Publisher from "@tidings/core/Publisher"
 import { Duration, Effect, Layer, Option, type Scope } from "effect"
 import { Buffer } from "node:buffer"
@@ -69,7 +69,8 @@ export const toOutgoing = (
 ): ConfirmPublisher.Outgoing => ({
   exchange: options.exchange,
   routingKey: (options.routingKey ?? defaultRoutingKey)(message),
-  content: Buffer.from(JSON.stringify(message.payload) ?? "null"),
+  // The stored JSON text when the relay read the message back (no parse and re-encode).
+  content: Buffer.from(Message.payloadJson(message) ?? "null"),
   options: {
     messageId: message.id,
     type: message.type,
