@@ -565,7 +565,14 @@ const eagerLane = (s: Settings, relayId: string, store: OutboxStore["Service"], 
     }).pipe(Effect.catchIf(Cause.isDone, () => Effect.void))
     const workers = yield* Effect.forEach(Array.from({ length: s.concurrency }), () => Effect.forkScoped(worker))
     const settling = yield* Effect.forkScoped(settler)
-    DispatchLanes.register(store, lane)
+    // Also unregistered if the layer fails to start, so that no producer hands events to dead workers.
+    yield* Effect.acquireRelease(
+      Effect.sync(() => DispatchLanes.register(store, lane)),
+      () => Effect.sync(() => {
+        open = false
+        DispatchLanes.unregister(store, lane)
+      })
+    )
     return {
       /** Stops hand-overs; the workers finish what they hold. */
       close: Effect.gen(function*() {
