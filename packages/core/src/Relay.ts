@@ -54,14 +54,20 @@ export interface Config {
    * order needs the claim's check that no earlier transaction of the key can still commit).
    */
   readonly dispatch?: "eager" | "poll"
-  /** Eager dispatch: events handed over and not yet published, at most (default `concurrency × batchSize`). */
+  /**
+   * Eager dispatch: events handed over and not yet published, at most (default `concurrency ×
+   * batchSize`). Appends that would go past it are written pending; what a transaction with many
+   * appends brings past it at its commit goes back to pending.
+   */
   readonly eagerLimit?: number
   /**
    * Eager dispatch: producer flow control, off by default. With a duration, appends are always
-   * handed over, and a producer whose commit finds more than `eagerLimit` events in flight waits
-   * (after its commit, inside `withTransaction`, at most this long) until the relay catches up. It
-   * bounds how far publishing lags behind when producers outpace the broker, at the price of
-   * slowing them down to its pace; without it, the excess waits in the table for a claim.
+   * written for the relay, and a producer whose commit leaves the relay full (`eagerLimit` events
+   * in flight) waits (after its commit, inside `withTransaction`, at most this long) until there is
+   * room again; the relay then holds up to twice `eagerLimit`, and what does not fit goes back to
+   * pending for a claim. It bounds how far
+   * publishing lags behind when producers outpace the broker, at the price of slowing them down to
+   * its pace; without it, the excess waits in the table for a claim.
    */
   readonly backpressure?: Duration.Input | false
   /** Publish attempts that may start without finishing (the relay died) before an event is failed (default 3). */
@@ -512,28 +518,36 @@ const eagerLane = (s: Settings, relayId: string, store: OutboxStore["Service"], 
     let room = Deferred.makeUnsafe<void>()
     const released = (n: number) => {
       inFlight -= n
-      if (inFlight <= limit) {
+      if (inFlight < limit) {
         Deferred.doneUnsafe(room, Exit.void)
         room = Deferred.makeUnsafe<void>()
       }
     }
-    const waitForRoom: Effect.Effect<void> = Effect.suspend(() => open && inFlight > limit ? Effect.andThen(Deferred.await(room), waitForRoom) : Effect.void)
+    const waitForRoom: Effect.Effect<void> = Effect.suspend(() => open && inFlight >= limit ? Effect.andThen(Deferred.await(room), waitForRoom) : Effect.void)
+    // Events written claimed for the lane that it will not publish: back to pending (the attempt not
+    // counted), and the pollers woken to claim them.
+    const giveBack = (back: ReadonlyArray<ClaimedEvent>) =>
+      store.release(relayId, back.map((e) => e.message.id)).pipe(
+        Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
+        Effect.andThen(wakeups.signal("local")),
+        Effect.ignore({ log: true })
+      )
     const lane: DispatchLanes.Lane = {
       claim: { relayId, lease: s.lease },
       hasRoom: (n) => open && (backpressure !== false || inFlight + n <= limit),
       deliver: (delivered) =>
         Effect.suspend(() => {
-          if (open) {
-            inFlight += delivered.length
-            Queue.offerAllUnsafe(events, delivered)
-            return backpressure === false || inFlight <= limit ? Effect.void : Effect.timeoutOption(waitForRoom, backpressure).pipe(Effect.asVoid)
-          }
-          // Closed between the append and its commit: back to pending, for whichever relay runs next.
-          return store.release(relayId, delivered.map((e) => e.message.id)).pipe(
-            Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
-            Effect.andThen(wakeups.signal("local")),
-            Effect.ignore({ log: true })
-          )
+          if (!open) return giveBack(delivered)
+          // The room was checked per append, before the commit: a transaction with many appends can
+          // bring more. What does not fit goes back to pending (a claim takes it), so the queue stays
+          // bounded and nothing waits in memory long enough for its lease to run out. With
+          // backpressure the producers wait from `limit` on, and the queue may hold twice as much,
+          // so that the events of the transactions committing meanwhile are not turned back.
+          const fits = Math.max(0, Math.min(delivered.length, (backpressure === false ? limit : 2 * limit) - inFlight))
+          inFlight += fits
+          Queue.offerAllUnsafe(events, fits === delivered.length ? delivered : delivered.slice(0, fits))
+          const rest = fits === delivered.length ? Effect.void : giveBack(delivered.slice(fits))
+          return backpressure === false ? rest : Effect.andThen(rest, Effect.timeoutOption(waitForRoom, backpressure))
         })
     }
     const worker = Effect.uninterruptibleMask((restore) =>
