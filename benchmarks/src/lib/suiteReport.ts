@@ -369,6 +369,8 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
   const available = new Set(Object.keys(charts(r)))
   const img = (name: string, alt: string) => (available.has(name) ? `![${alt}](${chartPath(name)})\n` : "")
   const out: Array<string> = []
+  /** A `###` section: its title, then its introduction when it has one. */
+  const section = (title: string, intro?: string) => out.push("", `### ${title}`, "", ...(intro === undefined ? [] : [intro, ""]))
   out.push(`Run of ${r.date.slice(0, 16).replace("T", " ")} UTC${r.quick ? " (**--quick**: small counts, for checking that everything works; not for comparing)" : ""}: \`${r.command}\`, ${(r.durationSeconds / 60).toFixed(1)} min. Every figure is the **median of ${r.runs} runs** with the min–max of those runs.`)
   out.push("")
   out.push(mdTable(["machine", ""], [
@@ -382,9 +384,7 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
   ], 2))
   out.push("")
   out.push(`> **Figures from different machines don't compare.** They depend on cores, disk (every commit waits for an fsync) and whatever else runs: a load average near or above the number of cores (${m.cpus}) means other work shared the machine. Compare systems within one run.`)
-  out.push("")
-  out.push("### Targets")
-  out.push("")
+  section("Targets")
   out.push(mdTable(["target", "goal", "this run", ""], r.targets.map((t) => [t.description, t.goal, t.actual, mark(t.met)]), 4))
   if (r.problems.length > 0) {
     out.push("")
@@ -395,15 +395,15 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
 
   const c = r.claim
   if (c !== undefined) {
-    out.push("")
-    out.push("### Claim throughput")
-    out.push("")
-    out.push(`Every run drains a fresh table (or queue) of **${fmtInt(c.events)} rows** with the same ~250-byte JSON payload; events/s = rows claimed and marked done ÷ time from starting the workers until the last is done. Handlers and publishers do nothing (Tidings publishes to the in-memory broker). Runs capped at ${c.capSeconds} s count the rows done by then (marked *). The Tidings relay commits its own claims and settles without waiting for the WAL flush (\`bookkeepingCommit: "async"\`, its default); graphile-worker and pg-boss wait on every statement: \`tidings-unordered-sync\` is Tidings waiting too.`)
-    out.push("")
+    section("Claim throughput", `Every run drains a fresh table (or queue) of **${fmtInt(c.events)} rows** with the same ~250-byte JSON payload; events/s = rows claimed and marked done ÷ time from starting the workers until the last is done. Handlers and publishers do nothing (Tidings publishes to the in-memory broker). Runs capped at ${c.capSeconds} s count the rows done by then (marked *). The Tidings relay commits its own claims and settles without waiting for the WAL flush (\`bookkeepingCommit: "async"\`, its default); graphile-worker and pg-boss wait on every statement: \`tidings-unordered-sync\` is Tidings waiting too.`)
     const tidings = c.best["tidings-unordered"]
+    const bestRange = (key: string) => {
+      const best = c.bestOf[key]
+      return best === undefined ? "—" : `${fmtInt(best.min)}–${fmtInt(best.max)}`
+    }
     out.push(mdTable(["system", "best configuration", "events/s (median)", "min–max", "vs tidings-unordered"],
-      [...systems].map((s) => [s, c.bestOf[s]?.config ?? "—", fmtInt(c.best[s]), c.bestOf[s] === undefined ? "—" : `${fmtInt(c.bestOf[s]!.min)}–${fmtInt(c.bestOf[s]!.max)}`, tidings > 0 && c.best[s] > 0 ? `${(c.best[s] / tidings).toFixed(2)}×` : "—"])
-        .concat(Object.entries(c.variants).map(([v, n]) => [`${v} (variant)`, c.bestOf[v]?.config ?? "—", fmtInt(n!), c.bestOf[v] === undefined ? "—" : `${fmtInt(c.bestOf[v]!.min)}–${fmtInt(c.bestOf[v]!.max)}`, tidings > 0 ? `${(n! / tidings).toFixed(2)}×` : "—"])), 2))
+      [...systems].map((s) => [s, c.bestOf[s]?.config ?? "—", fmtInt(c.best[s]), bestRange(s), tidings > 0 && c.best[s] > 0 ? `${(c.best[s] / tidings).toFixed(2)}×` : "—"])
+        .concat(Object.entries(c.variants).map(([v, n]) => [`${v} (variant)`, c.bestOf[v]?.config ?? "—", fmtInt(n!), bestRange(v), tidings > 0 ? `${(n! / tidings).toFixed(2)}×` : "—"])), 2))
     out.push("")
     out.push(img("claim-best", "best claim throughput per system"))
     for (const system of ["tidings-unordered", "tidings-per-key", "sql-loop"]) out.push(img(`claim-${system}`, `${system} throughput vs relays per batch size`))
@@ -417,11 +417,7 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
 
   const l = r.latency
   if (l !== undefined) {
-    out.push("")
-    out.push("### Publish latency")
-    out.push("")
-    out.push(`Producers append one event per transaction on a fixed schedule (${l.producers} producer fibers; ${l.warmupSeconds} s warm-up, then ${l.durationSeconds} s measured); ${l.relays} relays (batch ${l.batch}) publish. Latency per event from its \`COMMIT\` returning to: the in-memory broker's publish returning (\`publish\`), RabbitMQ's confirm (\`confirm\`) or an \`AmqpConsumer\` handler (\`consumer\`). Wake-ups: \`notify\` = store with \`notify: true\`, relays in the producers' process (woken in-process after commit; the NOTIFY goes to other processes); \`listen\` = relays woken only by the NOTIFY, as in another process; \`poll\` = no wake-up, adaptive polling only. graphile-worker (${l.graphile}): \`addJob\` returned → task handler started.`)
-    out.push("")
+    section("Publish latency", `Producers append one event per transaction on a fixed schedule (${l.producers} producer fibers; ${l.warmupSeconds} s warm-up, then ${l.durationSeconds} s measured); ${l.relays} relays (batch ${l.batch}) publish. Latency per event from its \`COMMIT\` returning to: the in-memory broker's publish returning (\`publish\`), RabbitMQ's confirm (\`confirm\`) or an \`AmqpConsumer\` handler (\`consumer\`). Wake-ups: \`notify\` = store with \`notify: true\`, relays in the producers' process (woken in-process after commit; the NOTIFY goes to other processes); \`listen\` = relays woken only by the NOTIFY, as in another process; \`poll\` = no wake-up, adaptive polling only. graphile-worker (${l.graphile}): \`addJob\` returned → task handler started.`)
     out.push(mdTable(["system", "wake-up", "target", "rate/s", "achieved/s", "p50 ms", "p95 ms", "p99 ms", "p99 min–max", "max ms"],
       l.rows.map((row) => [
         row.transport === "rabbitmq" ? `${row.system} (RabbitMQ classic)` : row.system,
@@ -442,11 +438,7 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
 
   const bl = r.bloat
   if (bl !== undefined) {
-    out.push("")
-    out.push("### Bloat: published rows awaiting retention")
-    out.push("")
-    out.push(`The same table, first with **${fmtInt(bl.rows)} published rows** (inserted in ${bl.seedSeconds.toFixed(1)} s, then \`VACUUM ANALYZE\`; ${bl.tableSizeMiB.bloated} MiB), then after retention deleted them (\`OutboxStore.prune\`, ${fmtInt(bl.prune.batch)} per statement: ${fmtInt(bl.prune.rows)} rows in ${bl.prune.seconds.toFixed(1)} s) and a \`VACUUM\` (${bl.vacuumSeconds.toFixed(1)} s, as autovacuum would; ${bl.tableSizeMiB.afterRetention} MiB), against a fresh table. Throughput: ${fmtInt(bl.events)} pending events drained by ${bl.relays} relays, batch ${bl.batch}. Latency: ${fmtInt(bl.rate)} events/s paced, \`notify\`.`)
-    out.push("")
+    section("Bloat: published rows awaiting retention", `The same table, first with **${fmtInt(bl.rows)} published rows** (inserted in ${bl.seedSeconds.toFixed(1)} s, then \`VACUUM ANALYZE\`; ${bl.tableSizeMiB.bloated} MiB), then after retention deleted them (\`OutboxStore.prune\`, ${fmtInt(bl.prune.batch)} per statement: ${fmtInt(bl.prune.rows)} rows in ${bl.prune.seconds.toFixed(1)} s) and a \`VACUUM\` (${bl.vacuumSeconds.toFixed(1)} s, as autovacuum would; ${bl.tableSizeMiB.afterRetention} MiB), against a fresh table. Throughput: ${fmtInt(bl.events)} pending events drained by ${bl.relays} relays, batch ${bl.batch}. Latency: ${fmtInt(bl.rate)} events/s paced, \`notify\`.`)
     const states = ["clean", "bloated", "after-retention"] as const
     const base = bl.throughput.clean.median
     const baseP50 = bl.latency.clean.p50.median
@@ -466,11 +458,7 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
 
   const s = r.scaleOut
   if (s !== undefined) {
-    out.push("")
-    out.push("### Scale-out")
-    out.push("")
-    out.push(`1 to ${Math.max(...s.rows.map((row) => row.processes))} Node processes, each running \`Relay.layer\` (${s.relaysPerProcess} relays, batch ${s.batch}) with its own pool, drain one table of ${fmtInt(s.events)} events together. Each process reports every id it published; duplicates count ids published more than once across all processes.`)
-    out.push("")
+    section("Scale-out", `1 to ${Math.max(...s.rows.map((row) => row.processes))} Node processes, each running \`Relay.layer\` (${s.relaysPerProcess} relays, batch ${s.batch}) with its own pool, drain one table of ${fmtInt(s.events)} events together. Each process reports every id it published; duplicates count ids published more than once across all processes.`)
     const one = s.rows.find((row) => row.processes === 1)?.eventsPerSecond.median
     out.push(mdTable(["processes", "events/s", "min–max", "vs 1 process", "duplicates", "lost", "events per process (last run)"], s.rows.map((row) => [
       String(row.processes),

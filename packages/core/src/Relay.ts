@@ -186,12 +186,13 @@ export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidCo
       }
       const concurrency = integer("concurrency", config.concurrency, 1, 1, 256)
       const batchSize = integer("batchSize", config.batchSize, 100, 1, 10_000)
+      const order = ordering(config.ordering)
       return {
         name,
         concurrency,
         claimConcurrency: integer("claimConcurrency", config.claimConcurrency, defaultClaimConcurrency(concurrency, batchSize), 1, 256),
-        ordering: ordering(config.ordering),
-        dispatch: dispatch(config.dispatch, ordering(config.ordering)),
+        ordering: order,
+        dispatch: dispatch(config.dispatch, order),
         eagerLimit: integer("eagerLimit", config.eagerLimit, concurrency * batchSize, 1, 10_000_000),
         backpressure: config.backpressure === undefined || config.backpressure === false
           ? false
@@ -579,22 +580,17 @@ const eagerLane = (s: Settings, relayId: string, store: OutboxStore["Service"], 
     }).pipe(Effect.catchIf(Cause.isDone, () => Effect.void))
     const workers = yield* Effect.forEach(Array.from({ length: s.concurrency }), () => Effect.forkScoped(worker))
     const settling = yield* Effect.forkScoped(settler)
-    // Also unregistered if the layer fails to start, so that no producer hands events to dead workers.
-    yield* Effect.acquireRelease(
-      Effect.sync(() => DispatchLanes.register(store, lane)),
-      () => Effect.sync(() => {
-        open = false
-        DispatchLanes.unregister(store, lane)
-      })
-    )
+    // No more hand-overs; producers waiting for room go on.
+    const shut = Effect.sync(() => {
+      open = false
+      Deferred.doneUnsafe(room, Exit.void)
+      DispatchLanes.unregister(store, lane)
+    })
+    // Also shut if the layer fails to start, so that no producer hands events to dead workers.
+    yield* Effect.acquireRelease(Effect.sync(() => DispatchLanes.register(store, lane)), () => shut)
     return {
       /** Stops hand-overs; the workers finish what they hold. */
-      close: Effect.gen(function*() {
-        open = false
-        Deferred.doneUnsafe(room, Exit.void)
-        DispatchLanes.unregister(store, lane)
-        yield* Queue.end(events)
-      }),
+      close: Effect.andThen(shut, Queue.end(events)),
       workers,
       /** After the workers: writes the last settlements. */
       finish: Effect.andThen(Queue.end(settlements), Fiber.await(settling))

@@ -6,6 +6,7 @@ import { OutboxStore } from "@tidings/core/OutboxStore"
 import { Effect, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { Hono } from "hono"
+import { eventually } from "../../core/test/RelayContract.ts"
 import { schemaName } from "../../../test/support/pg.ts"
 import * as Command from "../src/Command.ts"
 import * as Input from "../src/Input.ts"
@@ -78,11 +79,7 @@ const commandSuite = (
       expect(((await res.json()) as Body).error).toEqual({ tag: "OrderRejected", message: "rejected after writing" })
       expect(await ctx.entities()).not.toContain(id)
       // once the relay has settled everything (earlier tests' events included), nothing of this one was sent
-      const quiet = OutboxStore.use((s) => s.stats).pipe(
-        Effect.flatMap((st) => st.pending + st.processing === 0 ? Effect.void : Effect.fail("busy" as const)),
-        Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo({ duration: "5 seconds" })))
-      )
-      await ctx.rt.runPromise(quiet)
+      await ctx.rt.runPromise(eventually(OutboxStore.use((s) => s.stats).pipe(Effect.map((st) => st.pending + st.processing === 0)), "5 seconds", "a settled outbox"))
       const delivered = await ctx.rt.runPromise(MemoryBroker.MemoryBroker.use((b) => b.delivered))
       expect(delivered.some((d) => d.message.aggregateId === id)).toBe(false)
     })
