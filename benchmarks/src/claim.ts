@@ -10,7 +10,9 @@
  * - `table: "dirty"`: the relay on a table that also holds 10× as many published rows;
  * - `unordered-sync` (only when asked for): `unordered` with the store's `bookkeepingCommit: "sync"`,
  *   claims and settles waiting for the WAL flush like every other statement (the job queues compared
- *   in the suite commit that way).
+ *   in the suite commit that way);
+ * - `unordered-no-coalesce` (only when asked for): `unordered` with `coalesceClaims: false`, one
+ *   claim statement per poller and batch.
  * @module
  */
 import type { Message } from "@tidings/core/Message"
@@ -144,7 +146,8 @@ const drivers = {
   unordered: relayDriver({}),
   "per-key": relayDriver({ ordering: "per-key" }),
   "sql-loop": () => sqlLoop,
-  "unordered-sync": relayDriver({})
+  "unordered-sync": relayDriver({}),
+  "unordered-no-coalesce": relayDriver({ coalesceClaims: false })
 } satisfies Record<string, (driver: RelayDriver) => Driver>
 
 /** A measured way of draining the outbox. */
@@ -152,7 +155,7 @@ export type Ordering = keyof typeof drivers
 /** Orderings driven by the Tidings relay (the dirty-table runs use these). */
 const relayOrderings: ReadonlyArray<Ordering> = ["unordered"]
 const orderings = Object.keys(drivers) as ReadonlyArray<Ordering>
-/** What runs without `--ordering` (`unordered-sync` only on request). */
+/** What runs without `--ordering` (`unordered-sync` and `unordered-no-coalesce` only on request). */
 const defaultOrderings: ReadonlyArray<Ordering> = ["unordered", "per-key", "sql-loop"]
 
 /** The store's options for an ordering: `unordered-sync` waits for the WAL flush on claims and settles. */

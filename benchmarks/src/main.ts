@@ -23,7 +23,7 @@ const usage = `usage: pnpm bench [suite|claim|latency|publish] [--json] [--quick
             --bloat-rows N (1000000, quick 50000)  --rabbit auto|off  --dry-run (write nothing)
 
   claim     events claimed + marked published per second (ceiling, Tidings relay, hand-written SQL loop)
-            --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,per-key,sql-loop[,unordered-sync]  --table clean,dirty
+            --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,per-key,sql-loop[,unordered-sync,unordered-no-coalesce]  --table clean,dirty
             --events N (pending rows per run; 50000, quick 10000)  --cap S (seconds per run; 15, quick 2)
             --driver process-batch|layer (how the relay runs: Relay.processBatch loops, or Relay.layer's pollers)
   latency   append-commit → publish latency under paced load, wake-ups by NOTIFY vs polling only;

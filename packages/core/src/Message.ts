@@ -48,27 +48,43 @@ const rawJson: unique symbol = Symbol.for("@tidings/core/Message/rawJson")
 export const fromStoredJson = (fields: Omit<Message, "payload">, json: string): Message => {
   let parsed: unknown
   let done = false
-  const message = { ...fields } as Message
-  Object.defineProperty(message, "payload", {
-    enumerable: true,
-    configurable: true,
-    get: () => {
+  // One object literal with a fixed shape (the getter is an own, enumerable property, so spreads
+  // and equality see the payload): building it is several times cheaper than redefining properties.
+  const message: Message = {
+    id: fields.id,
+    type: fields.type,
+    version: fields.version,
+    aggregateType: fields.aggregateType,
+    aggregateId: fields.aggregateId,
+    orderingKey: fields.orderingKey,
+    get payload() {
       if (!done) {
         parsed = JSON.parse(json)
         done = true
       }
       return parsed
-    }
-  })
+    },
+    headers: fields.headers,
+    occurredAt: fields.occurredAt
+  }
   Object.defineProperty(message, rawJson, { value: json, enumerable: false })
   return message
 }
 
 /** A copy of `message` with other headers; the payload stays unparsed if it was. */
 export const withHeaders = (message: Message, headers: Headers): Message => {
-  const copy = Object.defineProperties({}, Object.getOwnPropertyDescriptors(message)) as Message
-  Object.defineProperty(copy, "headers", { value: headers, enumerable: true, writable: true, configurable: true })
-  return copy
+  const json = (message as { readonly [rawJson]?: string })[rawJson]
+  if (json === undefined) return { ...message, headers }
+  return fromStoredJson({
+    id: message.id,
+    type: message.type,
+    version: message.version,
+    aggregateType: message.aggregateType,
+    aggregateId: message.aggregateId,
+    orderingKey: message.orderingKey,
+    headers,
+    occurredAt: message.occurredAt
+  }, json)
 }
 
 /** The payload as JSON text: the stored text when the message came from a store, else encoded now. */

@@ -13,6 +13,7 @@
  */
 import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Queue, Schedule, Semaphore, Tracer } from "effect"
 import { InvalidConfig, PublishError, type StoreError } from "./Errors.ts"
+import * as ClaimCoalescer from "./internal/claimCoalescer.ts"
 import * as DispatchLanes from "./internal/dispatchLanes.ts"
 import * as Traceparent from "./internal/traceparent.ts"
 import { HeaderNames, type Message, withHeaders } from "./Message.ts"
@@ -30,14 +31,26 @@ export interface Config {
   /** Pollers in this process (default 1). */
   readonly concurrency?: number
   /**
-   * Claim statements of this process's pollers that may run at once (default: `concurrency`, at
-   * most 4, or at most `200 / batchSize` for batches under 50). Publishing stays
+   * Claim statements of this process's pollers that may run at once. Publishing stays
    * `concurrency`-wide. Every concurrent `SKIP LOCKED` claim steps over the rows the others hold
    * locked, so with large batches more claimers cost throughput; with small ones the rows in flight
    * are few and more claims in flight hide round trips. Many pollers help when publishing is slow
    * (a remote broker), not for claiming.
+   * - With `coalesceClaims` (unordered default): enough statements for about 40 rows each, at least
+   *   2 and at most 4 (or `200 / batchSize` for batches under 50).
+   * - Otherwise: `concurrency`, at most 4 (or at most `200 / batchSize` for batches under 50).
    */
   readonly claimConcurrency?: number
+  /**
+   * Unordered relays (default true): pollers waiting for a claim statement share the next one. It
+   * settles all their batches and claims a batch for each (at most 500 rows), so the database sees
+   * `claimConcurrency` larger statements instead of one small statement and one commit per poller,
+   * while every poller still publishes `batchSize` events at a time. With small batches that is most
+   * of the database's cost (measured at batch 10, 8 pollers: 21,400 against 15,800 events/s). The
+   * claims are written with one holder id per group (`<name>-<random>-claims`). Per-key relays
+   * always claim per poller.
+   */
+  readonly coalesceClaims?: boolean
   /**
    * `unordered` (default, fastest) or `per-key`: the events of one ordering key are published
    * strictly in order (writing transaction, then append order) while keys go in parallel. Every
@@ -106,6 +119,8 @@ export interface Settings {
   readonly name: string
   readonly concurrency: number
   readonly claimConcurrency: number
+  /** True only for unordered relays. */
+  readonly coalesceClaims: boolean
   readonly ordering: Ordering
   /** `eager` only for unordered relays; `poll` otherwise. */
   readonly dispatch: "eager" | "poll"
@@ -160,6 +175,19 @@ const dispatch = (input: "eager" | "poll" | undefined, order: Ordering): "eager"
 const defaultClaimConcurrency = (concurrency: number, batchSize: number) =>
   Math.min(concurrency, Math.max(4, Math.floor(200 / batchSize)))
 
+// Merged claims: statements of about 40 rows, and at least two in flight, so that the database
+// works on one while the pollers of the other publish (one statement at a time ran 12% slower at
+// batch 10 × 8 pollers than two of 40 rows; four of 20 rows, 12% slower too).
+const coalescedClaimConcurrency = (concurrency: number, batchSize: number) =>
+  Math.min(defaultClaimConcurrency(concurrency, batchSize), Math.max(2, Math.ceil(concurrency * batchSize / 40)))
+
+const coalesceClaims = (input: boolean | undefined, order: Ordering): boolean => {
+  if (input !== undefined && typeof input !== "boolean") {
+    throw new InvalidConfig({ path: "coalesceClaims", message: `must be true or false, got ${JSON.stringify(input)}` })
+  }
+  return order === "unordered" && (input ?? true)
+}
+
 /** Applies defaults and validates; invalid settings fail with `InvalidConfig`. */
 export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidConfig> =>
   Effect.try({
@@ -187,10 +215,18 @@ export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidCo
       const concurrency = integer("concurrency", config.concurrency, 1, 1, 256)
       const batchSize = integer("batchSize", config.batchSize, 100, 1, 10_000)
       const order = ordering(config.ordering)
+      const coalesce = coalesceClaims(config.coalesceClaims, order)
       return {
         name,
         concurrency,
-        claimConcurrency: integer("claimConcurrency", config.claimConcurrency, defaultClaimConcurrency(concurrency, batchSize), 1, 256),
+        claimConcurrency: integer(
+          "claimConcurrency",
+          config.claimConcurrency,
+          (coalesce ? coalescedClaimConcurrency : defaultClaimConcurrency)(concurrency, batchSize),
+          1,
+          256
+        ),
+        coalesceClaims: coalesce,
         ordering: order,
         dispatch: dispatch(config.dispatch, order),
         eagerLimit: integer("eagerLimit", config.eagerLimit, concurrency * batchSize, 1, 10_000_000),
@@ -384,14 +420,15 @@ const publishHeld = (
   publisher: Publisher["Service"],
   held: ReadonlyArray<ClaimedEvent>,
   s: Settings,
-  relayId: string
+  relayId: string,
+  holder: string = relayId
 ) =>
   Effect.gen(function*() {
     yield* Metric.update(Metrics.batchSize, held.length)
     const published = yield* Effect.exit(restore(publishClaimed(publisher, held, s, relayId)))
     if (Exit.isFailure(published)) {
       // Only interruption gets here (publishing turns failures into results).
-      yield* store.release(relayId, held.map((c) => c.message.id)).pipe(Effect.ignore({ log: true }))
+      yield* store.release(holder, held.map((c) => c.message.id)).pipe(Effect.ignore({ log: true }))
       return yield* Effect.failCause(published.cause)
     }
     return yield* settlementOf(held, published.value, s)
@@ -425,11 +462,20 @@ export const processBatch = (s: Settings, relayId: string): Effect.Effect<number
  * that claims the next batch. It waits (adaptively, or until woken) only when it holds nothing, and
  * only the waits and the publish can be interrupted: a claim is never dropped on the floor.
  */
-const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>, mailbox: Mailbox, claims: Semaphore.Semaphore) =>
+const pollerLoop = (
+  s: Settings,
+  relayId: string,
+  stop: Deferred.Deferred<void>,
+  mailbox: Mailbox,
+  claims: Semaphore.Semaphore,
+  coalescer: ClaimCoalescer.ClaimCoalescer | undefined
+) =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const store = yield* OutboxStore
       const publisher = yield* Publisher
+      // The claims' holder in the store: the group's coalescer when claims are merged.
+      const holder = coalescer?.holder ?? relayId
       let held: ReadonlyArray<ClaimedEvent> = []
       let afterKey: string | undefined
       let delay = s.pollBase
@@ -446,10 +492,12 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
         if (held.length === 0) {
           if (yield* Deferred.isDone(stop)) return
           yield* mailbox.clear // signals so far are answered by this claim
-          const claimed = yield* Effect.result(store.claim(claimOptions(s, relayId, afterKey)).pipe(
+          const claim = coalescer !== undefined ? coalescer.settleAndClaim(undefined) : store.claim(claimOptions(s, relayId, afterKey)).pipe(
             // per-key walks the keys from after the last one it took; at the end, wrap around at once
             Effect.flatMap((got) => got.length === 0 && afterKey !== undefined ? store.claim(claimOptions(s, relayId, undefined)) : Effect.succeed(got)),
-            claims.withPermits(1),
+            claims.withPermits(1)
+          )
+          const claimed = yield* Effect.result(claim.pipe(
             Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } }, noStack)
           ))
           if (claimed._tag === "Failure") {
@@ -466,13 +514,17 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
             continue
           }
         }
-        const settlement = yield* publishHeld(restore, store, publisher, held, s, relayId)
+        const settlement = yield* publishHeld(restore, store, publisher, held, s, relayId, holder)
         if (s.ordering === "per-key") afterKey = held[held.length - 1]!.message.orderingKey
         const stopping = yield* Deferred.isDone(stop)
         // The claim in the settle statement answers the signals of every commit so far; kept, they
         // would send this relay into one more (empty) claim right after it.
         if (!stopping) yield* mailbox.clear
-        const next = yield* (stopping ? Effect.as(store.settle(relayId, settlement), []) : claims.withPermits(1)(store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey)))).pipe(
+        const next = yield* (stopping
+          ? Effect.as(store.settle(holder, settlement), [])
+          : coalescer !== undefined
+          ? coalescer.settleAndClaim(settlement)
+          : claims.withPermits(1)(store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey)))).pipe(
           Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
           Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, noStack),
           Effect.result
@@ -658,12 +710,23 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
     const group = `${s.name}-${randomId()}`
     const relayIds = Array.from({ length: s.concurrency }, (_, i) => `${group}-${i}`)
     const claims = yield* Semaphore.make(s.claimConcurrency)
+    // Unordered pollers share one claimer, which merges the claims that wait for a statement.
+    const coalescer = s.coalesceClaims
+      ? yield* ClaimCoalescer.make({
+        store,
+        holder: `${group}-claims`,
+        batchSize: s.batchSize,
+        lease: s.lease,
+        statements: s.claimConcurrency,
+        pollers: s.concurrency
+      })
+      : undefined
 
     const poller = (relayId: string) =>
       Effect.gen(function*() {
         const mailbox = yield* wakeups.subscribe
         running++
-        yield* pollerLoop(s, relayId, stop, mailbox, claims)
+        yield* pollerLoop(s, relayId, stop, mailbox, claims, coalescer)
       }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => running--)))
 
     const pollers = yield* Effect.forEach(relayIds, (id) => Effect.forkScoped(poller(id)))

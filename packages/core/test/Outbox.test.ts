@@ -165,9 +165,19 @@ describe("Relay settings", () => {
       const s = yield* Relay.settings()
       assert.strictEqual(s.batchSize, 100)
       assert.strictEqual(s.claimConcurrency, 1)
+      assert.isTrue(s.coalesceClaims)
       assert.strictEqual((yield* Relay.settings({ concurrency: 16 })).claimConcurrency, 4)
-      assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 10 })).claimConcurrency, 16)
-      assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 25 })).claimConcurrency, 8)
+      // merged claims: about 40 rows a statement, at least two statements
+      assert.strictEqual((yield* Relay.settings({ concurrency: 8, batchSize: 10 })).claimConcurrency, 2)
+      assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 10 })).claimConcurrency, 4)
+      assert.strictEqual((yield* Relay.settings({ concurrency: 8, batchSize: 1 })).claimConcurrency, 2)
+      // one claim per poller: as many statements as pollers for small batches
+      assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 10, coalesceClaims: false })).claimConcurrency, 16)
+      assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 25, coalesceClaims: false })).claimConcurrency, 8)
+      // per-key claims per poller (each walks the keys from its own position)
+      const perKey = yield* Relay.settings({ ordering: "per-key", concurrency: 16, batchSize: 10 })
+      assert.isFalse(perKey.coalesceClaims)
+      assert.strictEqual(perKey.claimConcurrency, 16)
       assert.isTrue(Duration.isLessThan(s.publishTimeout, s.lease))
       assert.strictEqual(s.dispatch, "eager")
       assert.strictEqual(s.eagerLimit, 100)
@@ -192,6 +202,7 @@ describe("Relay settings", () => {
         [{ name: "has spaces" }, "name"],
         [{ retention: { batchSize: 0 } }, "retention.batchSize"],
         [{ claimConcurrency: 0 }, "claimConcurrency"],
+        [{ coalesceClaims: "yes" as unknown as boolean }, "coalesceClaims"],
         [{ dispatch: "immediate" as "eager" }, "dispatch"],
         [{ eagerLimit: 0 }, "eagerLimit"],
         [{ backpressure: "-1 seconds" as Duration.Input }, "backpressure"]
