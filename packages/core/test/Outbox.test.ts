@@ -165,7 +165,8 @@ describe("Relay settings", () => {
       const s = yield* Relay.settings()
       assert.strictEqual(s.batchSize, 100)
       assert.strictEqual(s.claimConcurrency, 1)
-      assert.isTrue(s.coalesceClaims)
+      assert.isFalse(s.coalesceClaims, "one poller has nobody to share a claim with")
+      assert.isTrue((yield* Relay.settings({ concurrency: 2 })).coalesceClaims)
       assert.strictEqual((yield* Relay.settings({ concurrency: 16 })).claimConcurrency, 4)
       // merged claims: about 40 rows a statement, at least two statements
       assert.strictEqual((yield* Relay.settings({ concurrency: 8, batchSize: 10 })).claimConcurrency, 2)
