@@ -404,6 +404,35 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
         assert.deepStrictEqual([...delivered].sort(), [...ids].sort())
       })))
 
+    it.live("merged claims: shutdown leaves no claim behind, whether the batches finish or are interrupted and released", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const ids = yield* seed(100)
+        // in time: the in-flight batches finish and are settled
+        const calm = yield* startRelay({ ...quiet, dispatch: "poll", concurrency: 4, batchSize: 5 }).pipe(Effect.provide(slowPublisher("100 millis")))
+        yield* eventually(Effect.map(store.stats, (s) => s.processing > 0), "5 seconds", "batches in flight")
+        yield* calm.stop
+        let stats = yield* store.stats
+        assert.strictEqual(stats.processing, 0, "no claim is left behind")
+        assert.isAtLeast(stats.published, 5, "the batches in flight completed")
+        assert.strictEqual(stats.published + stats.pending, 100)
+        const published = stats.published
+        assert.isAtLeast(stats.pending, 20, "work is left for the interrupted relay")
+        // past the deadline: the publishes are interrupted and the claims released under the group's holder
+        const stuck = yield* startRelay({ ...quiet, dispatch: "poll", concurrency: 4, batchSize: 5, shutdownTimeout: "50 millis", publishTimeout: "20 seconds" }).pipe(
+          Effect.provide(slowPublisher("10 seconds"))
+        )
+        yield* eventually(Effect.map(store.stats, (s) => s.processing === 20), "5 seconds", "the four pollers holding a batch each")
+        yield* stuck.stop
+        stats = yield* store.stats
+        assert.deepStrictEqual([stats.pending, stats.processing, stats.published], [100 - published, 0, published])
+        const again = yield* startRelay({ ...quiet, concurrency: 4, batchSize: 5 })
+        yield* eventually(Effect.map(store.stats, (s) => s.published === 100), "5 seconds", "the rest")
+        yield* again.stop
+        const delivered = yield* deliveredIds
+        assert.deepStrictEqual([...delivered].sort(), [...ids].sort())
+      })))
+
     it.live("shutdown waits for the in-flight batch and loses nothing", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
