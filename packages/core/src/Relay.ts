@@ -618,13 +618,7 @@ const eagerLane = (s: Settings, relayId: string, store: OutboxStore["Service"], 
     ).pipe(Effect.catchIf(Cause.isDone, () => Effect.void))
     const settler = Effect.gen(function*() {
       while (true) {
-        const taken = yield* Queue.takeAll(settlements)
-        const merged: Settlement = {
-          published: taken.flatMap((t) => t.published),
-          retry: taken.flatMap((t) => t.retry),
-          failed: taken.flatMap((t) => t.failed),
-          released: taken.flatMap((t) => t.released ?? [])
-        }
+        const merged = ClaimCoalescer.mergeSettlements(yield* Queue.takeAll(settlements))
         yield* store.settle(relayId, merged).pipe(
           Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
           Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, noStack),

@@ -27,7 +27,8 @@ export interface ClaimCoalescer {
 const isEmpty = (s: Settlement) =>
   s.published.length === 0 && s.retry.length === 0 && s.failed.length === 0 && (s.released?.length ?? 0) === 0
 
-const merge = (settlements: ReadonlyArray<Settlement>): Settlement => ({
+/** One settlement holding all of `settlements` (one statement settles them together). */
+export const mergeSettlements = (settlements: ReadonlyArray<Settlement>): Settlement => ({
   published: settlements.flatMap((s) => s.published),
   retry: settlements.flatMap((s) => s.retry),
   failed: settlements.flatMap((s) => s.failed),
@@ -56,7 +57,7 @@ export const make = (options: {
 
     const run = (taken: ReadonlyArray<Request>) =>
       Effect.gen(function*() {
-        const settlement = merge(taken.flatMap((r) => r.settlement === undefined ? [] : [r.settlement]))
+        const settlement = mergeSettlements(taken.flatMap((r) => r.settlement === undefined ? [] : [r.settlement]))
         const next = { relayId: holder, batchSize: batchSize * taken.length, lease: options.lease, ordering: "unordered" as const }
         const exit = yield* Effect.exit(isEmpty(settlement) ? store.claim(next) : store.settleAndClaim(holder, settlement, next))
         if (Exit.isFailure(exit)) {
