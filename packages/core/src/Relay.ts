@@ -412,6 +412,18 @@ const claimOptions = (s: Settings, relayId: string, afterKey: string | undefined
   ...(afterKey === undefined ? {} : { afterKey })
 })
 
+/** A poller claiming on its own, at most `claimConcurrency` of the group's claims at once. */
+const ownClaims = (s: Settings, store: OutboxStore["Service"], relayId: string, claims: Semaphore.Semaphore): ClaimCoalescer.Claimer => ({
+  holder: relayId,
+  claim: (afterKey) =>
+    store.claim(claimOptions(s, relayId, afterKey)).pipe(
+      // per-key walks the keys from after the last one it took; at the end, wrap around at once
+      Effect.flatMap((got) => got.length === 0 && afterKey !== undefined ? store.claim(claimOptions(s, relayId, undefined)) : Effect.succeed(got)),
+      claims.withPermits(1)
+    ),
+  settleAndClaim: (settlement, afterKey) => claims.withPermits(1)(store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey)))
+})
+
 /**
  * Publishes what a relay holds; on interruption, gives the claims back so that nothing waits for
  * the lease. Must run inside `uninterruptibleMask`, with its `restore`.
@@ -464,20 +476,12 @@ export const processBatch = (s: Settings, relayId: string): Effect.Effect<number
  * that claims the next batch. It waits (adaptively, or until woken) only when it holds nothing, and
  * only the waits and the publish can be interrupted: a claim is never dropped on the floor.
  */
-const pollerLoop = (
-  s: Settings,
-  relayId: string,
-  stop: Deferred.Deferred<void>,
-  mailbox: Mailbox,
-  claims: Semaphore.Semaphore,
-  coalescer: ClaimCoalescer.ClaimCoalescer | undefined
-) =>
+const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>, mailbox: Mailbox, claimer: ClaimCoalescer.Claimer) =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const store = yield* OutboxStore
       const publisher = yield* Publisher
-      // The claims' holder in the store: the group's coalescer when claims are merged.
-      const holder = coalescer?.holder ?? relayId
+      const holder = claimer.holder
       let held: ReadonlyArray<ClaimedEvent> = []
       let afterKey: string | undefined
       let delay = s.pollBase
@@ -494,12 +498,7 @@ const pollerLoop = (
         if (held.length === 0) {
           if (yield* Deferred.isDone(stop)) return
           yield* mailbox.clear // signals so far are answered by this claim
-          const claim = coalescer !== undefined ? coalescer.settleAndClaim(undefined) : store.claim(claimOptions(s, relayId, afterKey)).pipe(
-            // per-key walks the keys from after the last one it took; at the end, wrap around at once
-            Effect.flatMap((got) => got.length === 0 && afterKey !== undefined ? store.claim(claimOptions(s, relayId, undefined)) : Effect.succeed(got)),
-            claims.withPermits(1)
-          )
-          const claimed = yield* Effect.result(claim.pipe(
+          const claimed = yield* Effect.result(claimer.claim(afterKey).pipe(
             Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } }, noStack)
           ))
           if (claimed._tag === "Failure") {
@@ -522,11 +521,7 @@ const pollerLoop = (
         // The claim in the settle statement answers the signals of every commit so far; kept, they
         // would send this relay into one more (empty) claim right after it.
         if (!stopping) yield* mailbox.clear
-        const next = yield* (stopping
-          ? Effect.as(store.settle(holder, settlement), [])
-          : coalescer !== undefined
-          ? coalescer.settleAndClaim(settlement)
-          : claims.withPermits(1)(store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey)))).pipe(
+        const next = yield* (stopping ? Effect.as(store.settle(holder, settlement), []) : claimer.settleAndClaim(settlement, afterKey)).pipe(
           Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
           Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, noStack),
           Effect.result
@@ -722,7 +717,7 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
       Effect.gen(function*() {
         const mailbox = yield* wakeups.subscribe
         running++
-        yield* pollerLoop(s, relayId, stop, mailbox, claims, coalescer)
+        yield* pollerLoop(s, relayId, stop, mailbox, coalescer ?? ownClaims(s, store, relayId, claims))
       }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => running--)))
 
     const pollers = yield* Effect.forEach(relayIds, (id) => Effect.forkScoped(poller(id)))

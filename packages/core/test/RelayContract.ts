@@ -72,6 +72,9 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
     }))
 
   const deliveredIds = Effect.map(MemoryBroker.MemoryBroker.use((b) => b.delivered), (ds) => ds.map((d) => d.message.id))
+  /** The broker received exactly `ids`, each once (in any order). */
+  const assertDeliveredOnce = (ids: ReadonlyArray<string>) =>
+    Effect.map(deliveredIds, (delivered) => assert.deepStrictEqual([...delivered].sort(), [...ids].sort()))
 
   describe(`Relay: ${name}`, () => {
     it.live("4 pollers publish 2,000 events exactly once", () =>
@@ -121,8 +124,7 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
           const elapsed = Date.now() - start
           yield* Effect.sleep("100 millis")
           yield* stop
-          const delivered = yield* deliveredIds
-          assert.deepStrictEqual([...delivered].sort(), [...ids].sort())
+          yield* assertDeliveredOnce(ids)
           assert.isBelow(elapsed, 2000, `published after ${elapsed} ms; the poll interval is 5 s`)
           assert.strictEqual(spy.claimed(), 0, "no event went through a claim")
           assert.isTrue(spy.appendClaims().every((c) => c !== undefined && /-eager$/.test(c.relayId)))
@@ -399,9 +401,8 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
         yield* eventually(Effect.map(inner.stats, (s) => s.published === 200), "20 seconds", "200 published")
         yield* stop
         assert.strictEqual(failures, 2)
-        const delivered = yield* deliveredIds
         // the pollers retried their settles: nothing waited for a lease, nothing went out twice
-        assert.deepStrictEqual([...delivered].sort(), [...ids].sort())
+        yield* assertDeliveredOnce(ids)
       })))
 
     it.live("merged claims: shutdown leaves no claim behind, whether the batches finish or are interrupted and released", () =>
@@ -429,8 +430,7 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
         const again = yield* startRelay({ ...quiet, concurrency: 4, batchSize: 5 })
         yield* eventually(Effect.map(store.stats, (s) => s.published === 100), "5 seconds", "the rest")
         yield* again.stop
-        const delivered = yield* deliveredIds
-        assert.deepStrictEqual([...delivered].sort(), [...ids].sort())
+        yield* assertDeliveredOnce(ids)
       })))
 
     it.live("shutdown waits for the in-flight batch and loses nothing", () =>
@@ -447,8 +447,7 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
         const again = yield* startRelay(quiet)
         yield* eventually(Effect.map(store.stats, (s) => s.published === 30), "5 seconds", "the rest")
         yield* again.stop
-        const delivered = yield* deliveredIds
-        assert.deepStrictEqual([...delivered].sort(), [...ids].sort())
+        yield* assertDeliveredOnce(ids)
       })))
 
     it.live("shutdown past its deadline interrupts the publish and releases the claims", () =>

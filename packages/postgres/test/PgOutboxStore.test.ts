@@ -12,6 +12,14 @@ outboxStoreContract("postgres via PgClient (postgres.js)", makePgStore(pgClientL
 outboxStoreContract("postgres via @effect/sql-pg", makePgStore(sqlPgLayer()))
 
 describe("Postgres store specifics", () => {
+  /** A store on a fresh schema, with the client and its outbox table for direct queries. */
+  const freshStore = Effect.gen(function*() {
+    const schema = yield* freshSchema()
+    const store = yield* PgOutboxStore.make({ schema })
+    const sql = yield* SqlClient.SqlClient
+    return { schema, store, sql, outbox: sql(`${schema}.outbox`) }
+  })
+
   const showAfterClaim = (bookkeepingCommit: "async" | "sync") =>
     Effect.scoped(Effect.gen(function*() {
       // the store and the transaction below share one client, hence one connection
@@ -39,10 +47,7 @@ describe("Postgres store specifics", () => {
   // deadlock (broken only after deadlock_timeout, one second, by aborting one of them).
   it.live("settle-and-claim never waits for a lock while holding its new claim", () =>
     Effect.scoped(Effect.gen(function*() {
-      const schema = yield* freshSchema()
-      const store = yield* PgOutboxStore.make({ schema })
-      const sql = yield* SqlClient.SqlClient
-      const outbox = sql(`${schema}.outbox`)
+      const { outbox, sql, store } = yield* freshStore
       const ids = yield* seed(3).pipe(Effect.provideService(OutboxStore, store))
       const lease = Duration.seconds(30)
       const [x] = yield* store.claim({ relayId: "r1", batchSize: 1, lease })
@@ -70,12 +75,10 @@ describe("Postgres store specifics", () => {
   // PostgreSQL CPU in proportion to recent traffic; it finds its rows by primary key instead.
   it.live("settling does not scan the processing index, however many rows are claimed", () =>
     Effect.scoped(Effect.gen(function*() {
-      const schema = yield* freshSchema()
-      const store = yield* PgOutboxStore.make({ schema })
-      const sql = yield* SqlClient.SqlClient
+      const { outbox, schema, sql, store } = yield* freshStore
       yield* seed(2_000).pipe(Effect.provideService(OutboxStore, store))
       // statistics from a table with nothing claimed, as a relay's table usually is when analyzed
-      yield* sql`ANALYZE ${sql(`${schema}.outbox`)}`
+      yield* sql`ANALYZE ${outbox}`
       const lease = Duration.seconds(30)
       yield* store.claim({ relayId: "others", batchSize: 1_990, lease })
       const mine = yield* store.claim({ relayId: "r1", batchSize: 10, lease })
@@ -96,17 +99,14 @@ describe("Postgres store specifics", () => {
       assert.strictEqual(settled, 5)
       assert.strictEqual(next.length, 0) // the rest is claimed by "others"
       assert.strictEqual(yield* scans, before)
-      const rows = yield* sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM ${sql(`${schema}.outbox`)}
+      const rows = yield* sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM ${outbox}
         WHERE claimed_by IS DISTINCT FROM 'others' GROUP BY status ORDER BY status`
       assert.deepStrictEqual(rows.map((r) => [r.status, r.n]), [["failed", 1], ["pending", 1], ["processing", 2], ["published", 6]])
     })).pipe(Effect.provide(pgClientLayer(undefined, 1))))
 
   it.live("a row is claimed exactly when it is processing (checked by the table)", () =>
     Effect.scoped(Effect.gen(function*() {
-      const schema = yield* freshSchema()
-      const store = yield* PgOutboxStore.make({ schema })
-      const sql = yield* SqlClient.SqlClient
-      const outbox = sql(`${schema}.outbox`)
+      const { outbox, sql, store } = yield* freshStore
       const [id] = yield* seed(1).pipe(Effect.provideService(OutboxStore, store))
       const violates = (update: Effect.Effect<unknown, unknown>) =>
         Effect.map(Effect.flip(update), (e) => String((e as { cause?: unknown }).cause ?? e))

@@ -16,12 +16,14 @@ interface Request {
   readonly result: Deferred.Deferred<ReadonlyArray<ClaimedEvent>, StoreError>
 }
 
-/** A relay group's shared claimer. */
-export interface ClaimCoalescer {
+/** How a poller claims: on its own, or through its group's shared claimer (this module). */
+export interface Claimer {
   /** The `claimed_by` of every claim it makes: settles and releases of its events use it. */
   readonly holder: string
-  /** Settles `settlement` (if any) and claims up to one batch, in a statement shared with others. */
-  readonly settleAndClaim: (settlement: Settlement | undefined) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
+  /** Claims up to one batch (per-key: from after `afterKey`). */
+  readonly claim: (afterKey: string | undefined) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
+  /** Settles `settlement` and claims up to one batch, in one statement. */
+  readonly settleAndClaim: (settlement: Settlement, afterKey: string | undefined) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
 }
 
 const isEmpty = (s: Settlement) =>
@@ -49,7 +51,7 @@ export const make = (options: {
   readonly lease: Duration.Duration
   readonly statements: number
   readonly pollers: number
-}): Effect.Effect<ClaimCoalescer, never, Scope.Scope> =>
+}): Effect.Effect<Claimer, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { batchSize, holder, store } = options
     const requests = yield* Queue.unbounded<Request>()
@@ -81,13 +83,12 @@ export const make = (options: {
     )
     for (let i = 0; i < options.statements; i++) yield* Effect.forkScoped(worker)
 
-    return {
-      holder,
-      settleAndClaim: (settlement) =>
-        Effect.suspend(() => {
-          const result = Deferred.makeUnsafe<ReadonlyArray<ClaimedEvent>, StoreError>()
-          Queue.offerUnsafe(requests, { settlement, result })
-          return Deferred.await(result)
-        })
-    }
+    const submit = (settlement: Settlement | undefined) =>
+      Effect.suspend(() => {
+        const result = Deferred.makeUnsafe<ReadonlyArray<ClaimedEvent>, StoreError>()
+        Queue.offerUnsafe(requests, { settlement, result })
+        return Deferred.await(result)
+      })
+    // Unordered only: no key position to keep.
+    return { holder, claim: () => submit(undefined), settleAndClaim: (settlement) => submit(settlement) }
   })
