@@ -45,7 +45,7 @@ export const layer: Layer.Layer<Publisher.Publisher | PublishFaults, never, Brok
           if (rule === undefined) continue
           rule.remaining--
           refused++
-          refusedIds.set(m.id, new Errors.PublishError({ reason: "refused by the fault switch (POST /admin/faults/publish)", retryable: false }))
+          refusedIds.set(m.id, new Errors.PublishError({ message: "refused by the fault switch (POST /admin/faults/publish)", reason: new Errors.Refused({ retryable: false }) }))
         }
         if (refusedIds.size === 0) return broker.publisher.publish(messages)
         const rest = messages.filter((m) => !refusedIds.has(m.id))

@@ -49,7 +49,7 @@ const program = Effect.gen(function*() {
   // The broker refuses the first payment request once, to show a retry with backoff.
   let refusals = 1
   yield* broker.setFault((m) =>
-    m.type === "payment.requested" && refusals-- > 0 ? new Errors.PublishError({ reason: "broker busy (injected)", retryable: true }) : undefined
+    m.type === "payment.requested" && refusals-- > 0 ? new Errors.PublishError({ message: "broker busy (injected)", reason: new Errors.Refused({ retryable: true }) }) : undefined
   )
   yield* broker.subscribe.pipe(
     Stream.runForEach(({ message, receivedAt }) => {

@@ -36,7 +36,7 @@ type PublishResult = PublisherPort.PublishResult
 
 const settlementOf = (results: ReadonlyArray<PublishResult>): OutboxStorePort.Settlement => ({
   published: results.flatMap((r) => (r._tag === "Published" ? [r.id] : [])),
-  retry: results.flatMap((r) => (r._tag === "Rejected" ? [{ id: r.id, delay: retryDelay, error: r.error.reason }] : [])),
+  retry: results.flatMap((r) => (r._tag === "Rejected" ? [{ id: r.id, delay: retryDelay, error: r.error.message }] : [])),
   failed: []
 })
 

@@ -7,6 +7,7 @@
  * @module
  */
 import { Cause, Clock, Duration, Effect, Exit, Option, Schema } from "effect"
+import * as Errors from "./Errors.ts"
 import { Relay } from "./Relay.ts"
 
 /** Why a check failed; `message` is meant for operators (no credentials: drivers scrub them). */
@@ -26,18 +27,6 @@ export interface Check<R = never> {
   readonly run: Effect.Effect<void, CheckFailed, R>
 }
 
-const describe = (error: unknown): string => {
-  if (typeof error === "object" && error !== null) {
-    const tag = "_tag" in error && typeof error._tag === "string" ? error._tag : undefined
-    const text = (key: string) => key in error && typeof (error as Record<string, unknown>)[key] === "string" && (error as Record<string, unknown>)[key] !== ""
-      ? (error as Record<string, string>)[key]
-      : undefined
-    // Tidings' errors name their text `message` or (publish errors) `reason`.
-    const message = text("message") ?? text("reason")
-    if (tag !== undefined || message !== undefined) return [tag, message].filter((x) => x !== undefined).join(": ")
-  }
-  return String(error)
-}
 
 /**
  * A check from an effect: ready when it succeeds with `true` or nothing; not ready when it returns
@@ -49,7 +38,7 @@ export const make = <E, R>(name: string, check: Effect.Effect<boolean | void, E,
     Effect.flatMap((exit) => {
       if (Exit.isSuccess(exit)) return exit.value === false ? Effect.fail(new CheckFailed({ check: name, message: notReady })) : Effect.void
       const error = Cause.findErrorOption(exit.cause)
-      const message = Option.isSome(error) ? describe(error.value) : Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : `defect: ${describe(Cause.squash(exit.cause))}`
+      const message = Option.isSome(error) ? Errors.describe(error.value) : Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : `defect: ${Errors.describe(Cause.squash(exit.cause))}`
       return Effect.fail(new CheckFailed({ check: name, message }))
     })
   )
@@ -101,7 +90,7 @@ export const run = <const C extends ReadonlyArray<Check<any>>>(
       const durationMs = (yield* Clock.currentTimeMillis) - start
       if (Exit.isSuccess(exit)) return { name: check.name, status: "up", durationMs } satisfies CheckResult
       const error = Cause.findErrorOption(exit.cause)
-      const message = Option.isSome(error) ? error.value.message : `defect: ${describe(Cause.squash(exit.cause))}`
+      const message = Option.isSome(error) ? error.value.message : `defect: ${Errors.describe(Cause.squash(exit.cause))}`
       return { name: check.name, status: "down", durationMs, message } satisfies CheckResult
     }), { concurrency: "unbounded" }).pipe(
       Effect.map((results): Report => ({ status: results.every((r) => r.status === "up") ? "up" : "down", checks: results }))

@@ -27,11 +27,13 @@
  * Call `handle` outside any open transaction: it opens its own (the start count must commit on its own).
  * @module
  */
-import { Cause, Duration, Effect, Exit, Layer, Metric, Schema } from "effect"
-import type { NotInTransaction, StoreError } from "./Errors.ts"
+import { Duration, Effect, Exit, Layer, Metric, Schema } from "effect"
+import { describeCause, type NotInTransaction, type StoreError } from "./Errors.ts"
 import { InboxStore } from "./InboxStore.ts"
+import { every } from "./internal/periodic.ts"
+import * as Metrics from "./Metrics.ts"
 import { OutboxStore } from "./OutboxStore.ts"
-import { noStack } from "./internal/spans.ts"
+import { noStack } from "./Tracing.ts"
 
 /** A message whose handling kept killing the process (or one dead-lettered that way before). Never retried. */
 export class InboxCrashLoop extends Schema.TaggedError<InboxCrashLoop>()("InboxCrashLoop", {
@@ -76,15 +78,10 @@ export const instanceId: string = crypto.randomUUID()
 export type HandleError = StoreError | NotInTransaction | InboxCrashLoop
 
 /** Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`). */
-export const handled = Metric.counter("tidings_inbox_handled_total", { description: "Inbox handling outcomes", incremental: true })
+export const handled = Metrics.inbox.handled
 
 const count = (consumer: string, outcome: string) => Metric.update(Metric.withAttributes(handled, { consumer, outcome }), 1)
 
-const describe = (cause: Cause.Cause<unknown>): string => {
-  const error = Cause.squash(cause)
-  const text = error instanceof Error ? `${error.name}: ${error.message}` : typeof error === "object" && error !== null && "_tag" in error ? String((error as { _tag: unknown })._tag) : String(error)
-  return text.slice(0, 1000)
-}
 
 /**
  * Runs `handler` for `messageId` at most once per `consumer` (see the module docs). Returns
@@ -128,7 +125,7 @@ export const handle = <A, E, R>(
       Effect.onExit((exit) =>
         Exit.isSuccess(exit)
           ? count(consumer, exit.value._tag === "Processed" ? "processed" : "duplicate")
-          : store.recordFailure(messageId, consumer, describe(exit.cause)).pipe(Effect.ignore({ log: true }), Effect.andThen(count(consumer, "failed")))
+          : store.recordFailure(messageId, consumer, describeCause(exit.cause)).pipe(Effect.ignore({ log: true }), Effect.andThen(count(consumer, "failed")))
       )
     )
     return result as Result<A>
@@ -188,11 +185,4 @@ export const pruneOnce = (options: RetentionOptions): Effect.Effect<number, Stor
 
 /** Runs {@link pruneOnce} every `interval` while the layer lives (errors are logged, never fatal). */
 export const layerRetention = (options: RetentionOptions): Layer.Layer<never, never, InboxStore> =>
-  Layer.effectDiscard(
-    pruneOnce(options).pipe(
-      Effect.catch((e) => Effect.logWarning("inbox retention failed", e).pipe(Effect.as(0))),
-      Effect.andThen(Effect.sleep(options.interval ?? "1 minute")),
-      Effect.forever,
-      Effect.forkScoped
-    )
-  )
+  Layer.effectDiscard(Effect.forkScoped(every(options.interval ?? "1 minute", "inbox retention", pruneOnce(options))))

@@ -20,7 +20,6 @@
 import { Cause, Clock, Context, Duration, Effect, Exit, Layer, Metric, PubSub, Queue, Ref, type Scope, Stream } from "effect"
 import * as Errors from "./Errors.ts"
 import { InvalidConfig, PublishError } from "./Errors.ts"
-import { describeError } from "./internal/describeError.ts"
 import type { Message } from "./Message.ts"
 import * as Metrics from "./Metrics.ts"
 import * as Publisher from "./Publisher.ts"
@@ -97,7 +96,7 @@ export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publish
           try {
             error = fault?.(message)
           } catch (cause) {
-            error = new PublishError({ reason: "fault injector threw", retryable: true, cause })
+            error = new PublishError({ message: "fault injector threw", reason: new Errors.Unknown({ retryable: true }), cause })
           }
           if (error !== undefined) {
             results.push(Publisher.rejected(message.id, error))
@@ -300,7 +299,7 @@ export const consume = <E, R>(config: ConsumerConfig<E, R>): Effect.Effect<Consu
             if (failure._tag === "Some") {
               if (failure.value === timedOut) return { _tag: "Timeout", error: `handler timed out after ${Duration.format(s.timeout)}` } as const
               const error = failure.value
-              return { _tag: isRetryable(error) ? "TransientFailure" : "PermanentFailure", error: describeError(error) } as const
+              return { _tag: isRetryable(error) ? "TransientFailure" : "PermanentFailure", error: Errors.describe(error) } as const
             }
             return { _tag: "Defect", error: Cause.pretty(exit.cause).split("\n")[0] ?? "defect" } as const
           })()

@@ -1,6 +1,8 @@
 /**
- * Metrics of the outbox and the relay, named `tidings_<area>_<thing>_<unit>`. They are ordinary
- * Effect metrics: export them with any Effect metrics exporter (the Hono adapter serves Prometheus).
+ * Every metric of Tidings, in one place, named `tidings_<area>_<thing>_<unit>`: the outbox and the
+ * relay, consumers (every transport), the inbox and sagas. They are ordinary Effect metrics: export
+ * them with any Effect metrics exporter (the Hono adapter serves Prometheus).
+ * @since 0.1.0
  * @module
  */
 import { Metric } from "effect"
@@ -57,4 +59,41 @@ export const consumer = {
     description: "Time spent in the handler",
     boundaries: Metric.exponentialBoundaries({ start: 0.0005, factor: 2, count: 18 })
   })
+} as const
+
+/**
+ * Saga metrics (`Saga.run`, `Saga.start`, replies and recovery).
+ * @since 0.1.0
+ */
+export const saga = {
+  /** Sagas started (`Saga.run` and `Saga.start`). */
+  started: Metric.counter("tidings_saga_started_total", { description: "Sagas started", incremental: true }),
+  /** Sagas that reached a final status, by `status` (completed, compensated, failed). */
+  finished: Metric.counter("tidings_saga_finished_total", { description: "Sagas finished, by final status", incremental: true }),
+  /** Step durations (an action, or a command until its reply), by `saga` and `step`. */
+  stepDuration: Metric.histogram("tidings_saga_step_duration_seconds", {
+    description: "Saga step duration: action run, or command sent until its reply",
+    boundaries: Metric.exponentialBoundaries({ start: 0.001, factor: 2, count: 20 })
+  }),
+  /** Compensations that ran to an outcome, by `outcome` (compensated, failed). */
+  compensations: Metric.counter("tidings_saga_compensations_total", {
+    description: "Saga step compensations, by outcome",
+    incremental: true
+  }),
+  /** Sagas taken over by a recovery worker (past their deadline, stuck, or their executor died). */
+  recoveries: Metric.counter("tidings_saga_recoveries_total", {
+    description: "Sagas claimed and resumed by a recovery worker",
+    incremental: true
+  }),
+  /** Sagas currently in each status (`status` attribute), refreshed by the recovery worker. */
+  byStatus: Metric.gauge("tidings_saga_sagas", { description: "Sagas by status" })
+} as const
+
+/**
+ * Inbox metrics.
+ * @since 0.1.0
+ */
+export const inbox = {
+  /** Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`). */
+  handled: Metric.counter("tidings_inbox_handled_total", { description: "Inbox handling outcomes", incremental: true })
 } as const

@@ -10,12 +10,12 @@ import { Clock, Effect, Option, Schema, SchemaIssue } from "effect"
 import { InvalidEvent, type NotInTransaction, type StoreError } from "./Errors.ts"
 import type { EventDraft, EventInput, EventType } from "./Event.ts"
 import * as DispatchLanes from "./internal/dispatchLanes.ts"
-import * as Traceparent from "./internal/traceparent.ts"
+import * as Tracing from "./Tracing.ts"
 import { uuidv7 } from "./internal/uuid.ts"
 import { HeaderNames, Message } from "./Message.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import { Wakeups } from "./Wakeup.ts"
-import { noStack } from "./internal/spans.ts"
+import { noStack } from "./Tracing.ts"
 
 /** What `append` can fail with. */
 export type AppendError = InvalidEvent | NotInTransaction | StoreError
@@ -86,7 +86,7 @@ export const appendAll = (drafts: ReadonlyArray<EventDraft>): Effect.Effect<Read
   Effect.gen(function*() {
     const store = yield* OutboxStore
     const now = yield* Clock.currentTimeMillis
-    const traceparent = yield* Traceparent.current
+    const traceparent = yield* Tracing.currentTraceparent
     const messages = yield* Effect.forEach(drafts, (draft) => encode(draft, now, traceparent))
     if (messages.length === 0) return messages
     const lane = yield* eagerLane(store, messages.length)

@@ -20,7 +20,7 @@ import { Duration, Effect, Schema } from "effect"
 import type { StoreError } from "./Errors.ts"
 import * as Inbox from "./Inbox.ts"
 import { InboxStore } from "./InboxStore.ts"
-import { noStack } from "./internal/spans.ts"
+import { noStack } from "./Tracing.ts"
 
 /** An event arrived before the events preceding it in its aggregate were applied: retry it later. */
 export class ProjectionGap extends Schema.TaggedError<ProjectionGap>()("ProjectionGap", {

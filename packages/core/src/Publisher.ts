@@ -1,6 +1,9 @@
 /**
  * The publishing port: where the relay sends claimed events. Only a confirmed publish counts; the
- * relay marks an event published after its `Published` result and nothing else.
+ * relay marks an event published after its `Published` result and nothing else. A publisher that
+ * cannot reach its broker fails with a `PublishError` whose reason is `Unavailable` (not a failure
+ * of the message) and says when it is back through `awaitAvailable`.
+ * @since 0.1.0
  * @module
  */
 import { Context, type Effect } from "effect"
@@ -19,6 +22,12 @@ export interface Service {
    * lost) may be returned as the error instead of one `Rejected` per message.
    */
   readonly publish: (messages: ReadonlyArray<Message>) => Effect.Effect<ReadonlyArray<PublishResult>, PublishError>
+  /**
+   * Completes at once while the publisher can take messages, otherwise when it can again (the
+   * broker reconnected, a resource alarm cleared). Relays wait on it before claiming, so an outage
+   * is a pause that counts no attempts. Omitted: always available.
+   */
+  readonly awaitAvailable?: Effect.Effect<void>
 }
 
 /** The publisher the relay uses. */

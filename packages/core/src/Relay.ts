@@ -12,17 +12,19 @@
  * @module
  */
 import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Queue, Schedule, Semaphore, Tracer } from "effect"
-import { InvalidConfig, PublishError, type StoreError } from "./Errors.ts"
+import * as Errors from "./Errors.ts"
+import { every } from "./internal/periodic.ts"
+import { InvalidConfig, PublishError, type StoreError, Timeout, Unknown } from "./Errors.ts"
 import * as ClaimCoalescer from "./internal/claimCoalescer.ts"
 import * as DispatchLanes from "./internal/dispatchLanes.ts"
-import * as Traceparent from "./internal/traceparent.ts"
+import * as Tracing from "./Tracing.ts"
 import { HeaderNames, type Message, withHeaders } from "./Message.ts"
 import * as Metrics from "./Metrics.ts"
 import { type ClaimedEvent, type ClaimOptions, type Ordering, OutboxStore, type Settlement } from "./OutboxStore.ts"
 import { Publisher, type PublishResult } from "./Publisher.ts"
 import * as Retry from "./Retry.ts"
 import { type Mailbox, Wakeups } from "./Wakeup.ts"
-import { noStack } from "./internal/spans.ts"
+import { noStack } from "./Tracing.ts"
 
 /** Relay settings; every field has a default. */
 export interface Config {
@@ -270,10 +272,10 @@ export interface Service {
 export class Relay extends Context.Service<Relay, Service>()("@tidings/core/Relay") {}
 
 
-const errorText = (error: PublishError): string => `${error.reason}${error.retryable ? "" : " (not retryable)"}`
+const errorText = (error: PublishError): string => `${error.message}${error.isRetryable ? "" : " (not retryable)"}`
 
 const spanOf = (message: Message, relayId: string) => {
-  const parent = Traceparent.parse(message.headers[HeaderNames.traceparent])
+  const parent = Tracing.parseTraceparent(message.headers[HeaderNames.traceparent])
   return Effect.makeSpan("tidings.relay.publish", {
     kind: "producer",
     ...(parent !== undefined ? { parent } : {}),
@@ -293,27 +295,27 @@ const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<Cl
     // The published message carries the publish span as its trace parent, so a consumer's span
     // continues append → relay publish → consume as one trace.
     const messages = claimed.map((c, i): Message =>
-      withHeaders(c.message, { ...c.message.headers, [HeaderNames.traceparent]: Traceparent.format(spans[i]!.traceId, spans[i]!.spanId, spans[i]!.sampled) })
+      withHeaders(c.message, { ...c.message.headers, [HeaderNames.traceparent]: Tracing.formatTraceparent(spans[i]!) })
     )
     const exit = yield* publisher.publish(messages).pipe(
       Effect.timeoutOrElse({
         duration: timeout,
-        orElse: () => Effect.fail(new PublishError({ reason: `publish timed out after ${Duration.format(timeout)}`, retryable: true }))
+        orElse: () => Effect.fail(new PublishError({ message: `publish timed out after ${Duration.format(timeout)}`, reason: new Timeout() }))
       }),
-      Effect.catchDefect((defect) => Effect.fail(new PublishError({ reason: `publisher defect: ${String(defect)}`, retryable: true, cause: defect }))),
+      Effect.catchDefect((defect) => Effect.fail(new PublishError({ message: `publisher defect: ${String(defect)}`, reason: new Unknown({ retryable: true }), cause: defect }))),
       Effect.exit
     )
     const end = yield* Clock.currentTimeNanos
     const byId = new Map<string, PublishResult>()
     if (Exit.isSuccess(exit)) for (const r of exit.value) byId.set(r.id, r)
     const batchError = Exit.isFailure(exit)
-      ? Option.getOrElse(Cause.findErrorOption(exit.cause), () => new PublishError({ reason: Cause.pretty(exit.cause), retryable: true }))
+      ? Option.getOrElse(Cause.findErrorOption(exit.cause), () => new PublishError({ message: Errors.describeCause(exit.cause), reason: new Unknown({ retryable: true }) }))
       : undefined
     const results = messages.map((m): PublishResult =>
       byId.get(m.id) ?? {
         _tag: "Rejected",
         id: m.id,
-        error: batchError ?? new PublishError({ reason: "the publisher returned no result for this message", retryable: true })
+        error: batchError ?? new PublishError({ message: "the publisher returned no result for this message", reason: new Unknown({ retryable: true }) })
       }
     )
     if (Exit.isSuccess(exit) || !Cause.hasInterrupts(exit.cause)) {
@@ -375,7 +377,7 @@ const settlementOf = (claimed: ReadonlyArray<ClaimedEvent>, results: ReadonlyMap
         continue
       }
       const error = errorText(result.error)
-      if (!result.error.retryable) {
+      if (!result.error.isRetryable) {
         failed.push({ id: event.message.id, error })
       } else if (event.attempts >= s.maxAttempts) {
         failed.push({ id: event.message.id, error: `${error}; gave up after ${event.attempts} attempts` })
@@ -678,13 +680,6 @@ const nextDelay = (s: Settings, previous: Duration.Duration, claimed: number | "
 
 const randomId = () => Math.random().toString(36).slice(2, 8)
 
-/** Runs `effect` every `interval` until interrupted, logging (not dying on) failures. */
-const every = <E, R>(interval: Duration.Duration, label: string, effect: Effect.Effect<void, E, R>) =>
-  effect.pipe(
-    Effect.catchCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.logWarning(`${label} failed`, cause)),
-    Effect.andThen(Effect.sleep(interval)),
-    Effect.forever
-  )
 
 /**
  * Starts the relay group: `concurrency` pollers plus the lease reclaimer, retention and stats loops.
@@ -774,4 +769,4 @@ export const spanNames = { claim: "tidings.outbox.claim", publish: "tidings.rela
 
 // Re-exported for callers that build parents from headers (consumers do the same).
 export const parentFromHeaders = (headers: Readonly<Record<string, string>>): Tracer.ExternalSpan | undefined =>
-  Traceparent.parse(headers[HeaderNames.traceparent])
+  Tracing.parseTraceparent(headers[HeaderNames.traceparent])

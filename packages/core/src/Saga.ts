@@ -19,12 +19,12 @@
  * @module
  */
 import { Cause, Clock, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Pull, Schedule, Schema } from "effect"
-import { InvalidConfig, type InvalidEvent, type NotInTransaction, StoreError } from "./Errors.ts"
+import { describe as describeError, describeCause as causeText, InvalidConfig, type InvalidEvent, isRetryable, type NotInTransaction, StoreError } from "./Errors.ts"
 import * as Event from "./Event.ts"
 import type { EventDraft } from "./Event.ts"
-import { describeError } from "./internal/describeError.ts"
+import { every } from "./internal/periodic.ts"
 import { pendingStep } from "./internal/sagaSteps.ts"
-import * as SagaMetrics from "./internal/sagaMetrics.ts"
+import * as Metrics from "./Metrics.ts"
 import {
   InvalidSagaDefinition,
   InvalidSagaInput,
@@ -63,7 +63,7 @@ export {
 export type { SagaStatus, StepStatus } from "./SagaStore.ts"
 
 /** The saga metrics: `tidings_saga_*`. */
-export const metrics = SagaMetrics
+export const metrics = Metrics.saga
 
 /** Span names of the saga engine. */
 export const spanNames = {
@@ -294,13 +294,6 @@ export const registry = <const D extends ReadonlyArray<Any>>(...definitions: D):
 // Shared machinery
 // ---------------------------------------------------------------------------------------------
 
-/** The `_tag` and `isRetryable` view of an error, without trusting its shape. */
-const isRetryable = (error: unknown): boolean =>
-  !(typeof error === "object" && error !== null && (error as { readonly isRetryable?: unknown }).isRetryable === false)
-
-/** The first typed error of a cause, or its pretty form (defects). */
-const causeText = (cause: Cause.Cause<unknown>): string =>
-  Option.match(Cause.findErrorOption(cause), { onNone: () => Cause.pretty(cause).split("\n")[0] ?? "unknown failure", onSome: describeError })
 
 /** Encodes a value with its schema into JSON (`undefined` → `null`). */
 const encodeJson = (schema: AnyCodec, value: unknown): Effect.Effect<unknown, string> =>
@@ -361,10 +354,10 @@ const kindOf = (definition: Any): "local" | "command" | "mixed" | "empty" => {
   return local && command ? "mixed" : local ? "local" : command ? "command" : "empty"
 }
 
-const finished = (status: SagaStatus) => Metric.update(Metric.withAttributes(SagaMetrics.finished, { status }), 1)
-const compensated = (outcome: "compensated" | "failed") => Metric.update(Metric.withAttributes(SagaMetrics.compensations, { outcome }), 1)
+const finished = (status: SagaStatus) => Metric.update(Metric.withAttributes(Metrics.saga.finished, { status }), 1)
+const compensated = (outcome: "compensated" | "failed") => Metric.update(Metric.withAttributes(Metrics.saga.compensations, { outcome }), 1)
 const stepTook = (saga: string, step: string, ms: number) =>
-  Metric.update(Metric.withAttributes(SagaMetrics.stepDuration, { saga, step }), Math.max(0, ms) / 1000)
+  Metric.update(Metric.withAttributes(Metrics.saga.stepDuration, { saga, step }), Math.max(0, ms) / 1000)
 
 /** A step runner's handle on its saga: compare-and-set writes that track the version. */
 interface Tracker {
@@ -625,7 +618,7 @@ export const run = <Input, Results, R>(
     const claim: Claim = { owner: options.owner ?? processOwner, lease }
     const id = yield* sagaId(def.name, options.id)
     const created = yield* store.create({ id, type: def.name, input: encodedInput, steps: def.steps.map((s) => s.name), claim })
-    yield* Metric.update(SagaMetrics.started, 1)
+    yield* Metric.update(Metrics.saga.started, 1)
     const t: Tracker = { store, id, version: created.version }
 
     const body = Effect.uninterruptibleMask((restore) =>
@@ -903,7 +896,7 @@ export const start = <Input, Results, R>(
       })
       yield* Outbox.appendAll([command])
     })))
-    yield* Metric.update(SagaMetrics.started, 1)
+    yield* Metric.update(Metrics.saga.started, 1)
     return id
   }).pipe(Effect.withSpan(spanNames.start, { attributes: { "tidings.saga.type": definition.name } }))
 
@@ -1282,7 +1275,7 @@ const recoverySettings = <R>(config: RecoveryConfig<R>): Effect.Effect<RecoveryS
 const recoverSaga = (definition: Any, claimed: SagaRecord, seen: SagaRecord, s: RecoverySettings) =>
   Effect.gen(function*() {
     const store = yield* SagaStore
-    yield* Metric.update(SagaMetrics.recoveries, 1)
+    yield* Metric.update(Metrics.saga.recoveries, 1)
     const why = seen.claimedUntil !== null
       ? `its executor ${seen.claimedBy ?? "?"} stopped (claim expired)`
       : seen.deadline !== null
@@ -1349,7 +1342,7 @@ const recoverRound = (registry: Registry<any>, s: RecoverySettings) =>
   Effect.gen(function*() {
     const store = yield* SagaStore
     const counts = yield* store.countByStatus
-    for (const [status, n] of Object.entries(counts)) yield* Metric.update(Metric.withAttributes(SagaMetrics.byStatus, { status }), n)
+    for (const [status, n] of Object.entries(counts)) yield* Metric.update(Metric.withAttributes(Metrics.saga.byStatus, { status }), n)
     const due = yield* store.findRecoverable({ stuckAfter: s.stuckAfter, limit: s.batchSize, types: [...registry.definitions.keys()] })
     const recovered: Array<RecoveryReport["recovered"][number]> = []
     for (const seen of due) {
@@ -1377,11 +1370,5 @@ const recoverRound = (registry: Registry<any>, s: RecoverySettings) =>
 export const recovery = <R>(config: RecoveryConfig<R>): Layer.Layer<never, InvalidConfig, SagaStore | R> =>
   Layer.effectDiscard(Effect.gen(function*() {
     const s = yield* recoverySettings(config)
-    const pause = Effect.suspend(() => Effect.sleep(Duration.millis(Duration.toMillis(s.interval) * (0.8 + Math.random() * 0.4))))
-    yield* recoverRound(config.registry, s).pipe(
-      Effect.catchCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.logWarning("saga recovery round failed", cause)),
-      Effect.andThen(pause),
-      Effect.forever,
-      Effect.forkScoped
-    )
+    yield* Effect.forkScoped(every(s.interval, "saga recovery round", recoverRound(config.registry, s), { jitter: 0.2 }))
   })) as Layer.Layer<never, InvalidConfig, SagaStore | R>

@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer, Schedule } from "effect"
+import { PublishError, Unavailable } from "../src/Errors.ts"
 import * as Health from "../src/Health.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
@@ -16,7 +17,7 @@ describe("Health", () => {
         Health.up("memory"),
         Health.make("false", Effect.succeed(false), "not connected"),
         Health.make("failed", Effect.fail({ _tag: "StoreError", message: "connection refused" })),
-        Health.make("reason", Effect.fail({ _tag: "PublishError", reason: "channel closed" })),
+        Health.make("reason", Effect.fail(new PublishError({ message: "channel closed", reason: new Unavailable() }))),
         Health.make("died", Effect.die(new Error("boom")))
       ])
       assert.strictEqual(report.status, "down")

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Duration, Effect, Exit, Layer, Metric, Option, Schedule, Schema, Tracer } from "effect"
-import { type InvalidConfig, type InvalidEvent, PublishError } from "../src/Errors.ts"
+import { type InvalidConfig, type InvalidEvent, PublishError, Refused } from "../src/Errors.ts"
 import * as Event from "../src/Event.ts"
 import { uuidv7, uuidv7Time } from "../src/internal/uuid.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
@@ -131,7 +131,7 @@ describe("Relay metrics", () => {
       }
       // events appended while no relay runs: the stats loop reports them as pending
       yield* store.withTransaction(Outbox.appendAll(Array.from({ length: 7 }, (_, i) => Loose.make({ aggregateId: `a${i}`, payload: i }))))
-      yield* MemoryBroker.MemoryBroker.use((b) => b.setFault(() => new PublishError({ reason: "paused", retryable: true })))
+      yield* MemoryBroker.MemoryBroker.use((b) => b.setFault(() => new PublishError({ message: "paused", reason: new Refused({ retryable: true }) })))
       // the broker refuses everything for now: the events wait as pending between retries
       const relay = yield* startRelay({
         // wake-ups are counted: events appended while an eager relay runs need none

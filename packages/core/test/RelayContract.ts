@@ -3,7 +3,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Effect, Exit, Layer, Metric, Schedule, Scope, Semaphore } from "effect"
-import { PublishError, StoreError } from "../src/Errors.ts"
+import { PublishError, Refused, StoreError, Unavailable } from "../src/Errors.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import type { Message } from "../src/Message.ts"
 import * as Metrics from "../src/Metrics.ts"
@@ -197,7 +197,7 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
       let failures = 3
       const fault = (_: Message) => {
         attempts.push(Date.now())
-        return failures-- > 0 ? new PublishError({ reason: "broker unavailable", retryable: true }) : undefined
+        return failures-- > 0 ? new PublishError({ message: "broker unavailable", reason: new Refused({ retryable: true }) }) : undefined
       }
       return run(Effect.gen(function*() {
         const store = yield* OutboxStore
@@ -231,8 +231,8 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
         yield* broker.setFault((m) => {
           tries.set(m.id, (tries.get(m.id) ?? 0) + 1)
           const label = (m.payload as { label: string }).label
-          if (label === "#0") return new PublishError({ reason: "temporarily down", retryable: true })
-          if (label === "#1") return new PublishError({ reason: "message too large", retryable: false })
+          if (label === "#0") return new PublishError({ message: "temporarily down", reason: new Refused({ retryable: true }) })
+          if (label === "#1") return new PublishError({ message: "message too large", reason: new Refused({ retryable: false }) })
           return undefined
         })
         const [flaky, poison, fine] = yield* seed(3)
@@ -265,7 +265,7 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
       const perKey = new Array<number>(keys).fill(0)
       let random = 42
       const rand = () => (random = (random * 1103515245 + 12345) % 2147483648) / 2147483648
-      const fault = () => rand() < 0.2 ? new PublishError({ reason: "random nack", retryable: true }) : undefined
+      const fault = () => rand() < 0.2 ? new PublishError({ message: "random nack", reason: new Refused({ retryable: true }) }) : undefined
       return run(Effect.gen(function*() {
         const store = yield* OutboxStore
         // Producers append one or two events per transaction; a key's transactions are serialized, so
@@ -392,7 +392,7 @@ export const relayContract = (name: string, makeStore: Effect.Effect<Service, un
           settleAndClaim: (relayId, settlement, next) =>
             Effect.suspend(() =>
               next.batchSize > 5 && failures < 2
-                ? (failures++, Effect.fail(new StoreError({ operation: "settleAndClaim", message: "connection reset", retryable: true })))
+                ? (failures++, Effect.fail(new StoreError({ operation: "settleAndClaim", message: "connection reset", reason: new Unavailable() })))
                 : Effect.andThen(Effect.sleep("2 millis"), inner.settleAndClaim(relayId, settlement, next))
             )
         }

@@ -4,7 +4,7 @@
  * command-driven twin with participants.
  */
 import { Duration, Effect, Option, Schedule, Schema } from "effect"
-import { StoreError } from "../src/Errors.ts"
+import { StoreError, Unavailable } from "../src/Errors.ts"
 import * as Event from "../src/Event.ts"
 import type { Message } from "../src/Message.ts"
 import { OutboxStore } from "../src/OutboxStore.ts"
@@ -59,7 +59,7 @@ export const localOrder = (script: Script, options: { readonly name?: string; re
           Effect.as({ reservationId: `res-${ctx.input.orderId}`, until: new Date("2030-01-01T00:00:00.000Z") })
         ),
       compensate: (_ctx, result) =>
-        attempt(script, "undo:reserve", script.failCompensation?.["reserve"], () => new StoreError({ operation: "release", message: "inventory down", retryable: true })).pipe(
+        attempt(script, "undo:reserve", script.failCompensation?.["reserve"], () => new StoreError({ operation: "release", message: "inventory down", reason: new Unavailable() })).pipe(
           Effect.andThen(slow(script.slowCompensation?.["reserve"])),
           Effect.andThen(Effect.sync(() => void script.log.push(`released ${result.reservationId} until ${result.until.toISOString()}`)))
         ),
@@ -68,13 +68,13 @@ export const localOrder = (script: Script, options: { readonly name?: string; re
     .step("charge", {
       result: Schema.Struct({ paymentId: Schema.String }),
       action: (ctx) =>
-        attempt(script, "charge", script.failAction?.["charge"], () => new StoreError({ operation: "charge", message: "gateway busy", retryable: true })).pipe(
+        attempt(script, "charge", script.failAction?.["charge"], () => new StoreError({ operation: "charge", message: "gateway busy", reason: new Unavailable() })).pipe(
           Effect.andThen(slow(script.slowAction?.["charge"])),
           // typed access to an earlier step's result (decoded: `until` is a Date again)
           Effect.as({ paymentId: `pay-${ctx.results.reserve.reservationId}-${ctx.results.reserve.until.getUTCFullYear()}` })
         ),
       compensate: (_ctx, result) =>
-        attempt(script, "undo:charge", script.failCompensation?.["charge"], () => new StoreError({ operation: "refund", message: "gateway down", retryable: true })).pipe(
+        attempt(script, "undo:charge", script.failCompensation?.["charge"], () => new StoreError({ operation: "refund", message: "gateway down", reason: new Unavailable() })).pipe(
           Effect.andThen(slow(script.slowCompensation?.["charge"])),
           Effect.andThen(Effect.sync(() => void script.log.push(`refunded ${result.paymentId}`)))
         ),

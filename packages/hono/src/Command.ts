@@ -5,7 +5,7 @@
  * that is the app's `SqlClient` transaction, so any `sql` write inside the handler joins it too.
  * @module
  */
-import type { StoreError } from "@tidings/core/Errors"
+import { isRetryable, type StoreError } from "@tidings/core/Errors"
 import * as Outbox from "@tidings/core/Outbox"
 import type { OutboxStore } from "@tidings/core/OutboxStore"
 import { Effect, type Schedule } from "effect"
@@ -45,8 +45,6 @@ export interface Options<B, P, Q> {
    */
   readonly retry?: Schedule.Schedule<unknown, unknown>
 }
-
-const isRetryable = (e: unknown): boolean => typeof e === "object" && e !== null && (e as { readonly isRetryable?: unknown }).isRetryable === true
 
 /**
  * Runs `effect` in one outbox transaction, retried along `retry` (when given) on retryable errors.

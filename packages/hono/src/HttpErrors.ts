@@ -6,6 +6,7 @@
  * logged with their cause instead, so that SQL text, hosts or stack traces never reach a client.
  * @module
  */
+import * as Errors from "@tidings/core/Errors"
 import { Cause, Effect, Option, Schema, SchemaIssue } from "effect"
 import type { ErrorHandler, NotFoundHandler } from "hono"
 import * as Json from "./internal/json.ts"
@@ -107,8 +108,7 @@ export const statusOf = (error: unknown, statuses: StatusMap = {}): number => {
   if (tag !== undefined && builtIn[tag] !== undefined) return builtIn[tag]
   if (tag !== undefined && tag.endsWith("NotFound")) return 404
   if (tag !== undefined && tag.endsWith("Conflict")) return 409
-  if (tag === "TimeoutError") return 503
-  if (isRecord(error) && (error["isRetryable"] === true || error["retryable"] === true)) return 503
+  if (Errors.isRetryable(error)) return 503
   return 500
 }
 

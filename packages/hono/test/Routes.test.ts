@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { PublishError } from "@tidings/core/Errors"
+import { PublishError, Refused } from "@tidings/core/Errors"
 import * as Event from "@tidings/core/Event"
 import * as Health from "@tidings/core/Health"
 import { InboxStore } from "@tidings/core/InboxStore"
@@ -49,7 +49,7 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
     beforeAll(async () => {
       rt = await makeRuntime()
       await rt.runPromise(MemoryBroker.MemoryBroker.use((b) =>
-        b.setFault((m) => m.aggregateId.startsWith("poison-") && !m.headers["x-healed"] ? new PublishError({ reason: "exchange refused it", retryable: false }) : undefined)
+        b.setFault((m) => m.aggregateId.startsWith("poison-") && !m.headers["x-healed"] ? new PublishError({ message: "exchange refused it", reason: new Refused({ retryable: false }) }) : undefined)
       ))
       app = new Hono()
       app.route("/admin", Routes.all(rt, { auth: token, checks: [Health.relay, ...extraChecks] }))
@@ -84,7 +84,7 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
 
       // Heal the broker for this event only, then retry it through the route.
       await rt.runPromise(MemoryBroker.MemoryBroker.use((b) =>
-        b.setFault((m) => m.aggregateId.startsWith("poison-") && m.id !== event.id ? new PublishError({ reason: "exchange refused it", retryable: false }) : undefined)
+        b.setFault((m) => m.aggregateId.startsWith("poison-") && m.id !== event.id ? new PublishError({ message: "exchange refused it", reason: new Refused({ retryable: false }) }) : undefined)
       ))
       const retried = await post(`/admin/outbox/failed/${event.id}/retry`)
       expect([retried.status, await retried.json()]).toEqual([200, { retried: 1 }])
@@ -106,7 +106,7 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
         expect(await failedEvents()).toEqual([])
       } finally {
         await rt.runPromise(MemoryBroker.MemoryBroker.use((broker) =>
-          broker.setFault((m) => m.aggregateId.startsWith("poison-") ? new PublishError({ reason: "exchange refused it", retryable: false }) : undefined)
+          broker.setFault((m) => m.aggregateId.startsWith("poison-") ? new PublishError({ message: "exchange refused it", reason: new Refused({ retryable: false }) }) : undefined)
         ))
       }
     })
@@ -190,7 +190,7 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
         checks: [
           Health.relay,
           Health.up("memory"),
-          Health.make("db", Effect.fail(new PublishError({ reason: "db unreachable", retryable: true }))),
+          Health.make("db", Effect.fail(new PublishError({ message: "db unreachable", reason: new Refused({ retryable: true }) }))),
           Health.make("broker", Effect.succeed(false), "broker not connected"),
           Health.make("slow", Effect.never)
         ]

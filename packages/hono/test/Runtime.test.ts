@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { StoreError } from "@tidings/core/Errors"
+import { Rejected, StoreError, Unavailable } from "@tidings/core/Errors"
 import { Cause, Context, Deferred, Effect, Layer, Logger, Schema } from "effect"
 import { Hono } from "hono"
 import * as HttpErrors from "../src/HttpErrors.ts"
@@ -45,7 +45,7 @@ describe("Runtime", () => {
 
   it("rejects with RuntimeBuildError when the layers fail, after releasing what was built", async () => {
     const { events, layer } = tracked()
-    const failing = Layer.effectDiscard(Effect.fail(new StoreError({ operation: "connect", message: "db down", retryable: true })))
+    const failing = Layer.effectDiscard(Effect.fail(new StoreError({ operation: "connect", message: "db down", reason: new Unavailable() })))
     const error = await Runtime.make(Layer.merge(layer, failing.pipe(Layer.provide(layer)))).then(() => undefined, (e: unknown) => e)
     expect(error).toBeInstanceOf(Runtime.RuntimeBuildError)
     expect((error as Runtime.RuntimeBuildError).failure).toBeInstanceOf(StoreError)
@@ -85,8 +85,8 @@ describe("Runtime", () => {
       app.get("/bad", rt.handler(() => new HttpErrors.BadRequest({ message: "nope", issues: [{ path: ["body", "x"], message: "Expected a number" }] })))
       app.get("/oos", rt.handler(() => new OutOfStock({ sku: "a" })))
       app.get("/oos-override", rt.handler(() => new OutOfStock({ sku: "a" }), { statuses: { OutOfStock: 422 } }))
-      app.get("/busy", rt.handler(() => new StoreError({ operation: "claim", message: "connection refused to 10.0.0.1", retryable: true })))
-      app.get("/broken", rt.handler(() => new StoreError({ operation: "claim", message: "syntax error at SELECT secret", retryable: false })))
+      app.get("/busy", rt.handler(() => new StoreError({ operation: "claim", message: "connection refused to 10.0.0.1", reason: new Unavailable() })))
+      app.get("/broken", rt.handler(() => new StoreError({ operation: "claim", message: "syntax error at SELECT secret", reason: new Rejected() })))
       app.get("/defect", rt.handler(() => Effect.die(new Error("bug with secret detail"))))
       app.get("/throws", rt.handler(() => {
         throw new Error("thrown secret")

@@ -4,12 +4,13 @@
  * and the inbox row commit together. Duplicates serialize on the inbox row's lock.
  * @module
  */
-import { type InvalidConfig, NotInTransaction, StoreError } from "@tidings/core/Errors"
+import { type InvalidConfig, NotInTransaction } from "@tidings/core/Errors"
 import { type InboxRecord, InboxStore, type Service } from "@tidings/core/InboxStore"
 import { Duration, Effect, Layer, Option } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
-import { mapSqlError } from "./internal/storeError.ts"
+import { pruneUnderLock } from "./internal/prune.ts"
+import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
 
 /** Options of the Postgres inbox store. */
 export interface Options {
@@ -85,7 +86,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       withTransaction: (effect) =>
         sql.withTransaction(effect).pipe(
           Effect.catchIf(SqlError.isSqlError, (e) =>
-            Effect.fail(new StoreError({ operation: "inbox.transaction", message: e.message, retryable: e.isRetryable, cause: e })))
+            Effect.fail(fromSqlError("inbox.transaction", e)))
         ),
 
       begin: (messageId, consumer, instance) =>
@@ -144,22 +145,20 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           mapSqlError("inbox.count")
         ),
 
+      // One pruner at a time per schema; the others skip this round.
       prune: ({ limit, olderThan }) =>
-        sql.withTransaction(Effect.gen(function*() {
-          // One pruner at a time per schema; the others skip this round.
-          const [lock] = yield* sql<{ locked: boolean }>`SELECT pg_try_advisory_xact_lock(hashtext(${lockKey})) AS locked`
-          if (lock?.locked !== true) return undefined
-          const [row] = yield* sql<{ n: number | string }>`WITH pruned AS (
-              DELETE FROM ${inbox} WHERE (message_id, consumer) IN (
-                SELECT message_id, consumer FROM ${inbox}
-                WHERE received_at < now() - make_interval(secs => ${Duration.toMillis(olderThan) / 1000})
-                ORDER BY received_at LIMIT ${limit}
-                FOR UPDATE SKIP LOCKED
-              )
-              RETURNING 1
-            ) SELECT count(*)::int AS n FROM pruned`
-          return Number(row?.n ?? 0)
-        })).pipe(mapSqlError("inbox.prune")),
+        pruneUnderLock(
+          sql,
+          lockKey,
+          "inbox.prune",
+          sql`DELETE FROM ${inbox} WHERE (message_id, consumer) IN (
+            SELECT message_id, consumer FROM ${inbox}
+            WHERE received_at < now() - make_interval(secs => ${Duration.toMillis(olderThan) / 1000})
+            ORDER BY received_at LIMIT ${limit}
+            FOR UPDATE SKIP LOCKED
+          )
+          RETURNING 1`
+        ),
 
       lockPosition: (projection, aggregateId) =>
         requireTx.pipe(

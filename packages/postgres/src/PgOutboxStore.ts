@@ -5,14 +5,15 @@
  * parameter so that no driver-specific array binding is needed.
  * @module
  */
-import { type InvalidConfig, NotInTransaction, StoreError } from "@tidings/core/Errors"
+import { type InvalidConfig, NotInTransaction } from "@tidings/core/Errors"
 import { type ClaimedEvent, type ClaimOptions, OutboxStore, type Service, type Settlement } from "@tidings/core/OutboxStore"
 import { Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import { instanceId } from "./internal/instance.ts"
 import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
-import { mapSqlError } from "./internal/storeError.ts"
+import { pruneUnderLock } from "./internal/prune.ts"
+import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
 
 /** Options of the Postgres outbox store. */
 export interface Options {
@@ -286,7 +287,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       withTransaction: (effect) =>
         sql.withTransaction(effect).pipe(
           Effect.catchIf(SqlError.isSqlError, (e) =>
-            Effect.fail(new StoreError({ operation: "transaction", message: e.message, retryable: e.isRetryable, cause: e })))
+            Effect.fail(fromSqlError("transaction", e)))
         ),
 
       afterCommit: (effect) => sql.afterCommit(effect),
@@ -352,21 +353,19 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           FROM picked WHERE o.id = picked.id
           RETURNING ${cols}`.pipe(Effect.map((rows) => toClaimed(rows)[0]), mapSqlError("claimSuspect")),
 
+      // One pruner at a time per schema; the others skip this round.
       prune: ({ limit, olderThan }) =>
-        sql.withTransaction(Effect.gen(function*() {
-          // One pruner at a time per schema; the others skip this round.
-          const [lock] = yield* sql<{ locked: boolean }>`SELECT pg_try_advisory_xact_lock(hashtext(${lockKey})) AS locked`
-          if (lock?.locked !== true) return undefined
-          const [row] = yield* sql<{ n: number | string }>`WITH pruned AS (
-              DELETE FROM ${outbox} WHERE id IN (
-                SELECT id FROM ${outbox}
-                WHERE status = 'published' AND published_at < now() - make_interval(secs => ${seconds(olderThan)})
-                ORDER BY published_at LIMIT ${limit}
-              )
-              RETURNING 1
-            ) SELECT count(*)::int AS n FROM pruned`
-          return Number(row?.n ?? 0)
-        })).pipe(mapSqlError("prune")),
+        pruneUnderLock(
+          sql,
+          lockKey,
+          "prune",
+          sql`DELETE FROM ${outbox} WHERE id IN (
+            SELECT id FROM ${outbox}
+            WHERE status = 'published' AND published_at < now() - make_interval(secs => ${seconds(olderThan)})
+            ORDER BY published_at LIMIT ${limit}
+          )
+          RETURNING 1`
+        ),
 
       stats: sql<{ pending: number; processing: number; published: number; failed: number; suspect: number; oldest_ms: number | string | null }>`SELECT
           (SELECT count(*)::int FROM ${outbox} WHERE status = 'pending') AS pending,

@@ -10,7 +10,8 @@
  * {@link RebuildGap} and changes nothing.
  * @module
  */
-import { InvalidConfig, StoreError } from "@tidings/core/Errors"
+import { InvalidConfig, type StoreError } from "@tidings/core/Errors"
+import { fromSqlError } from "./internal/storeError.ts"
 import type { Message } from "@tidings/core/Message"
 import type { Definition } from "@tidings/core/Projection"
 import { Effect, Schema } from "effect"
@@ -112,6 +113,6 @@ export const rebuild = <A, E, R>(
       return { applied, aggregates: positions.size }
     })).pipe(
       Effect.catchIf(SqlError.isSqlError, (e) =>
-        Effect.fail(new StoreError({ operation: "projection.rebuild", message: e.message, retryable: e.isRetryable, cause: e })))
+        Effect.fail(fromSqlError("projection.rebuild", e)))
     )
   }).pipe(Effect.withSpan("tidings.projection.rebuild", { attributes: { "tidings.projection": projection.name } }))

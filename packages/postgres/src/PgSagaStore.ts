@@ -6,7 +6,7 @@
  * the row lock and then finds the version changed, or loses outright.
  * @module
  */
-import { type InvalidConfig, StoreError } from "@tidings/core/Errors"
+import type { InvalidConfig } from "@tidings/core/Errors"
 import {
   type Execution,
   type NewSaga,
@@ -23,7 +23,7 @@ import {
 import { Duration, Effect, Layer } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
-import { mapSqlError } from "./internal/storeError.ts"
+import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
 
 /** Options of the Postgres saga store. */
 export interface Options {
@@ -150,7 +150,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       withTransaction: (effect) =>
         sql.withTransaction(effect).pipe(
           Effect.catchIf(SqlError.isSqlError, (e) =>
-            Effect.fail(new StoreError({ operation: "transaction", message: e.message, retryable: e.isRetryable, cause: e })))
+            Effect.fail(fromSqlError("transaction", e)))
         ),
 
       create: (input: NewSaga) => {

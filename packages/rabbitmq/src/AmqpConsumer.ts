@@ -26,9 +26,9 @@ import { HeaderNames } from "./AmqpPublisher.ts"
 import type * as EventRegistry from "./EventRegistry.ts"
 import { connectionError } from "./internal/amqpError.ts"
 import * as ConfirmPublisher from "./internal/confirmPublisher.ts"
-import * as Traceparent from "./internal/traceparent.ts"
 import type * as Topology from "./Topology.ts"
-import { noStack } from "./internal/spans.ts"
+import * as Tracing from "@tidings/core/Tracing"
+import { noStack } from "@tidings/core/Tracing"
 
 /** What to do with a delivery. `retry` is a delayed retry when retry queues exist, else a requeue. */
 export type Decision = "ack" | "retry" | "requeue" | "dead-letter"
@@ -441,7 +441,7 @@ export const make = <A, E, R>(
       const { message } = item
       const headers = message.properties.headers ?? {}
       const attempt = attemptOf(message)
-      const parent = Traceparent.parse(headers[HeaderNames.traceparent])
+      const parent = Tracing.parseTraceparent(headers[HeaderNames.traceparent])
       const messageId = str(message.properties.messageId)
       const eventType = str(message.properties.type)
       return Effect.gen(function*() {

@@ -14,7 +14,7 @@ import { Buffer } from "node:buffer"
 import { AmqpConfigError, type AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
 import { AmqpConnection } from "./AmqpConnection.ts"
 import * as ConfirmPublisher from "./internal/confirmPublisher.ts"
-import { noStack } from "./internal/spans.ts"
+import { noStack } from "@tidings/core/Tracing"
 
 /** AMQP header names set by the publisher and read by consumers. */
 export const HeaderNames = {
@@ -91,8 +91,24 @@ export const toOutgoing = (
   }
 })
 
+// A nack or a return is the broker refusing this message; a confirm that did not come is a timeout;
+// a channel that closed under it is the broker going away (not this message's failure).
+const reasonOf = (outcome: Extract<ConfirmPublisher.Outcome, { _tag: "Failed" }>): Errors.PublishErrorReason => {
+  switch (outcome.kind) {
+    case "nack":
+    case "returned":
+      return new Errors.Refused({ retryable: outcome.retryable })
+    case "timeout":
+      return new Errors.Timeout()
+    case "closed":
+      return new Errors.Unavailable()
+    case "invalid":
+      return new Errors.Invalid()
+  }
+}
+
 const toPublishError = (outcome: Extract<ConfirmPublisher.Outcome, { _tag: "Failed" }>) =>
-  new Errors.PublishError({ reason: `${outcome.kind}: ${outcome.reason}`, retryable: outcome.retryable })
+  new Errors.PublishError({ message: `${outcome.kind}: ${outcome.reason}`, reason: reasonOf(outcome) })
 
 /** Builds the publisher; its confirm channels are re-opened after every reconnect. */
 export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
@@ -126,10 +142,10 @@ export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | A
         // Fail fast rather than buffer: the relay keeps the events in the outbox and retries them.
         if (state._tag !== "Connected") {
           const last = "lastError" in state && state.lastError !== undefined ? `: ${state.lastError.message}` : ""
-          return yield* new Errors.PublishError({ reason: `RabbitMQ not connected (${state._tag})${last}`, retryable: true })
+          return yield* new Errors.PublishError({ message: `RabbitMQ not connected (${state._tag})${last}`, reason: new Errors.Unavailable() })
         }
         if (state.blocked) {
-          return yield* new Errors.PublishError({ reason: "RabbitMQ blocked the connection (resource alarm)", retryable: true })
+          return yield* new Errors.PublishError({ message: "RabbitMQ blocked the connection (resource alarm)", reason: new Errors.Unavailable() })
         }
         const outgoing: Array<ConfirmPublisher.Outgoing> = []
         const invalid = new Map<number, Errors.PublishError>()
@@ -138,11 +154,11 @@ export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | A
             outgoing.push(toOutgoing(message, encodeOptions))
           } catch (cause) {
             // A routing-key function that throws or a payload that cannot be serialized fails again on every try.
-            invalid.set(i, new Errors.PublishError({ reason: `cannot encode message: ${String(cause)}`, retryable: false }))
+            invalid.set(i, new Errors.PublishError({ message: `cannot encode message: ${String(cause)}`, reason: new Errors.Invalid() }))
           }
         }
         const outcomes = yield* confirms.publish(outgoing, timeoutMs).pipe(
-          Effect.mapError((error) => new Errors.PublishError({ reason: `RabbitMQ ${error.message}`, retryable: error.retryable }))
+          Effect.mapError((error) => new Errors.PublishError({ message: `RabbitMQ ${error.message}`, reason: error.retryable ? new Errors.Unavailable() : new Errors.Unknown({ retryable: false }) }))
         )
         let o = 0
         return messages.map((message, i): Publisher.PublishResult => {

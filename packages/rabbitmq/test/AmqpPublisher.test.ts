@@ -88,8 +88,8 @@ describe("AmqpPublisher", () => {
       assert.strictEqual(errors.length, 2)
       for (const e of errors) {
         assert.strictEqual(e._tag, "PublishError")
-        assert.include(e.reason, "returned")
-        assert.include(e.reason, "NO_ROUTE")
+        assert.include(e.message, "returned")
+        assert.include(e.message, "NO_ROUTE")
         assert.isTrue(e.isRetryable, "a consumer queue may be bound later: the relay retries")
       }
       const strict = yield* (yield* publisherOn(connection, { exchange, unroutable: "fail" })).publish([message()])
@@ -122,7 +122,7 @@ describe("AmqpPublisher", () => {
       const errors = rejected(results)
       assert.strictEqual(errors.length, 2)
       for (const e of errors) {
-        assert.include(e.reason, "nack")
+        assert.include(e.message, "nack")
         assert.isTrue(e.isRetryable)
       }
     }).pipe(Effect.scoped))
@@ -137,8 +137,8 @@ describe("AmqpPublisher", () => {
       const errors = rejected(first)
       assert.strictEqual(errors.length, 2)
       for (const e of errors) {
-        assert.include(e.reason, "closed")
-        assert.include(e.reason, "404")
+        assert.include(e.message, "closed")
+        assert.include(e.message, "404")
         assert.isTrue(e.isRetryable)
       }
       // The exchange appears (a late deploy): the re-opened channel publishes again.
@@ -163,7 +163,7 @@ describe("AmqpPublisher", () => {
       const errors = rejected(results)
       assert.isAbove(errors.length, 0)
       for (const e of errors) {
-        assert.include(e.reason, "timeout")
+        assert.include(e.message, "timeout")
         assert.isTrue(e.isRetryable)
       }
     }).pipe(Effect.scoped))

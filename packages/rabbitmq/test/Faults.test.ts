@@ -193,7 +193,8 @@ describe("RabbitMQ faults (private broker node)", () => {
       assert.isTrue(Exit.isFailure(exit))
       const error = Exit.isFailure(exit) ? Option.getOrUndefined(Cause.findErrorOption(exit.cause)) : undefined
       assert.strictEqual(error?._tag, "PublishError")
-      assert.include(error?.reason ?? "", "not connected")
+      assert.include(error?.message ?? "", "not connected")
+      assert.strictEqual(error?.reason._tag, "Unavailable")
       assert.isTrue(error?.isRetryable)
       const awaited = yield* Effect.exit(connection.awaitReady("300 millis"))
       assert.isTrue(Exit.isFailure(awaited), "awaitReady gives up with the last error")

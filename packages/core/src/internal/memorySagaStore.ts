@@ -1,5 +1,5 @@
 import { Clock, Context, Duration, Effect, Option } from "effect"
-import { StoreError } from "../Errors.ts"
+import { Contention, Rejected, StoreError } from "../Errors.ts"
 import type * as SagaStore from "../SagaStore.ts"
 import { SagaConflict, SagaNotFound } from "./sagaErrors.ts"
 import { pendingStep } from "./sagaSteps.ts"
@@ -127,7 +127,7 @@ export const makeMemorySagaStore: Effect.Effect<SagaStore.Service> = Effect.sync
             new StoreError({
               operation: "commit",
               message: `saga ${id} was changed by another transaction (serialization failure)`,
-              retryable: true,
+              reason: new Contention(),
               cause: new SagaConflict({ sagaId: id, expectedVersion: baseVersion ?? -1, ...(stored ? { actualVersion: stored.saga.version } : {}) })
             })
           )
@@ -150,7 +150,7 @@ export const makeMemorySagaStore: Effect.Effect<SagaStore.Service> = Effect.sync
         const tx = yield* current
         const now = yield* Clock.currentTimeMillis
         if (read(tx, saga.id) !== undefined) {
-          return yield* new StoreError({ operation: "create", message: `saga ${saga.id} already exists`, retryable: false })
+          return yield* new StoreError({ operation: "create", message: `saga ${saga.id} already exists`, reason: new Rejected() })
         }
         const row: Row = {
           saga: {
