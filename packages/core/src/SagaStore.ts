@@ -1,35 +1,54 @@
 /**
  * The saga storage port. The saga engine (`Saga`) is written once against it; `@tidings/postgres`
- * implements it on Postgres (`PgSagaStore`) and {@link layerMemory} in memory, and both pass the
- * same contract tests.
+ * implements it on Postgres (`PgSagaStore`) and `MemorySagaStore` in memory, and both pass the
+ * same contract (`sagaStoreContract` in `@tidings/core/testing`).
  *
  * Every change of a saga is a compare-and-set on its `version`: {@link Service.update} applies only
  * when the version is the one the caller read, and bumps it. That is how a recovery worker takes a
  * saga over from a dead instance without two instances ever acting on it, and how two concurrent
  * replies cannot both advance the same step.
+ * @since 0.1.0
  * @module
  */
-import { Context, type Duration, type Effect, Layer } from "effect"
+import { Context, type Duration, type Effect } from "effect"
 import type { StoreError } from "./Errors.ts"
-import { makeMemorySagaStore } from "./internal/memorySagaStore.ts"
-import type { SagaConflict, SagaNotFound } from "./internal/sagaErrors.ts"
+import type { SagaConflict, SagaNotFound } from "./SagaErrors.ts"
 
-export { SagaConflict, SagaNotFound } from "./internal/sagaErrors.ts"
+export {
+  /**
+   * @since 0.1.0
+   * @category errors
+   */
+  SagaConflict,
+  /**
+   * @since 0.1.0
+   * @category errors
+   */
+  SagaNotFound
+} from "./SagaErrors.ts"
 
 /**
  * Lifecycle of a saga: `running` (steps going forward), `compensating` (undoing the completed steps
  * in reverse), and the final states `completed`, `compensated` and `failed` (a compensation kept
  * failing: the state that needs a person).
+ * @since 0.1.0
+ * @category models
  */
 export type SagaStatus = "running" | "completed" | "compensating" | "compensated" | "failed"
 
 /**
  * Lifecycle of a step: `pending` (not run yet, or running), `completed` (its result is stored),
  * `failed` (its action failed or timed out), `compensated`, `compensation_failed`.
+ * @since 0.1.0
+ * @category models
  */
 export type StepStatus = "pending" | "completed" | "failed" | "compensated" | "compensation_failed"
 
-/** A saga execution as stored. */
+/**
+ * A saga execution as stored.
+ * @since 0.1.0
+ * @category models
+ */
 export interface SagaRecord {
   readonly id: string
   /** The saga definition's name. */
@@ -52,7 +71,11 @@ export interface SagaRecord {
   readonly updatedAt: Date
 }
 
-/** One step of an execution as stored. */
+/**
+ * One step of an execution as stored.
+ * @since 0.1.0
+ * @category models
+ */
 export interface StepRecord {
   readonly index: number
   readonly name: string
@@ -70,19 +93,31 @@ export interface StepRecord {
   readonly finishedAt: Date | null
 }
 
-/** A saga with its steps, in order. */
+/**
+ * A saga with its steps, in order.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Execution {
   readonly saga: SagaRecord
   readonly steps: ReadonlyArray<StepRecord>
 }
 
-/** The in-process executor of a saga and how long its claim holds without a heartbeat. */
+/**
+ * The in-process executor of a saga and how long its claim holds without a heartbeat.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Claim {
   readonly owner: string
   readonly lease: Duration.Duration
 }
 
-/** Changes to one step, applied together with the saga's update. */
+/**
+ * Changes to one step, applied together with the saga's update.
+ * @since 0.1.0
+ * @category models
+ */
 export interface StepUpdate {
   readonly index: number
   readonly status?: StepStatus
@@ -98,7 +133,11 @@ export interface StepUpdate {
   readonly finished?: boolean
 }
 
-/** Changes to a saga; omitted fields are unchanged. */
+/**
+ * Changes to a saga; omitted fields are unchanged.
+ * @since 0.1.0
+ * @category models
+ */
 export interface SagaUpdate {
   readonly status?: SagaStatus
   readonly currentStep?: number
@@ -110,7 +149,11 @@ export interface SagaUpdate {
   readonly steps?: ReadonlyArray<StepUpdate>
 }
 
-/** A new execution. */
+/**
+ * A new execution.
+ * @since 0.1.0
+ * @category models
+ */
 export interface NewSaga {
   readonly id: string
   readonly type: string
@@ -124,7 +167,11 @@ export interface NewSaga {
   readonly stepUpdates?: ReadonlyArray<StepUpdate>
 }
 
-/** What the recovery worker looks for. */
+/**
+ * What the recovery worker looks for.
+ * @since 0.1.0
+ * @category models
+ */
 export interface RecoverableQuery {
   /** An unclaimed saga without a deadline is stuck when it has not changed for this long. */
   readonly stuckAfter: Duration.Duration
@@ -133,7 +180,11 @@ export interface RecoverableQuery {
   readonly types?: ReadonlyArray<string>
 }
 
-/** The saga storage port. */
+/**
+ * The saga storage port.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Service {
   /** Runs an effect in a transaction of this store (joining an open one). */
   readonly withTransaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | StoreError, R>
@@ -164,16 +215,10 @@ export interface Service {
   readonly countByStatus: Effect.Effect<Record<SagaStatus, number>, StoreError>
 }
 
-/** The saga storage service. */
+/**
+ * The saga storage service.
+ * @since 0.1.0
+ * @category services
+ */
 export class SagaStore extends Context.Service<SagaStore, Service>()("@tidings/core/SagaStore") {}
 
-/**
- * An in-memory store with the semantics of the Postgres one: compare-and-set, claims with leases,
- * and transactions (writes are applied at commit, after checking that no saga they touch was
- * changed by someone else meanwhile). Its transactions are its own: a memory `OutboxStore`
- * transaction around them commits after them.
- */
-export const layerMemory: Layer.Layer<SagaStore> = Layer.effect(SagaStore, makeMemorySagaStore)
-
-/** Builds a fresh in-memory store (one per call). */
-export const makeMemory: Effect.Effect<Service> = makeMemorySagaStore

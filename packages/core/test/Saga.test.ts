@@ -1,14 +1,32 @@
+/**
+ * The saga engine on the memory stores, on TestClock: timeouts, retry delays, leases and deadlines
+ * pass by moving the clock (`onTestClock`, `TestClock.adjust`), never by waiting.
+ */
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schema } from "effect"
+import { TestClock } from "effect/testing"
+import * as MemorySagaStore from "../src/MemorySagaStore.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Saga from "../src/Saga.ts"
 import * as SagaStore from "../src/SagaStore.ts"
-import { failureTag } from "./OutboxStoreContract.ts"
-import { eventually } from "./RelayContract.ts"
-import { Charge, commandOrder, Confirm, localOrder, makeScript, participants, pump, Refund, Release, Reserve } from "./SagaFixtures.ts"
+import {
+  Charge,
+  clockUntil,
+  commandOrder,
+  Confirm,
+  failureTag,
+  localOrder,
+  makeScript,
+  onTestClock,
+  participants,
+  pump,
+  Refund,
+  Release,
+  Reserve
+} from "./SagaFixtures.ts"
 
 const withStores = <A, E, R>(body: Effect.Effect<A, E, R>) =>
-  Effect.provide(body, Layer.mergeAll(Layer.fresh(SagaStore.layerMemory), Layer.fresh(OutboxStore.layerMemory)))
+  Effect.provide(body, Layer.mergeAll(Layer.fresh(MemorySagaStore.layer), Layer.fresh(OutboxStore.layerMemory)))
 
 const order = { orderId: "o-1", sku: "book", cents: 2599 }
 
@@ -31,14 +49,20 @@ describe("Saga definitions", () => {
         compensate: (ctx) => Effect.succeed(ctx.results.b)
       })
     assert.deepStrictEqual(definition.steps.map((s) => [s._tag, s.name]), [["Local", "a"], ["Local", "b"]])
-    assert.throws(() => definition.step("a", { action: () => Effect.void }), /duplicate step name/)
-    assert.throws(() => Saga.make("bad name!", { input: Schema.String }), /saga name/)
-    assert.throws(() => definition.step("c", { action: () => Effect.void, timeout: 0 }), /positive duration/)
+    assert.throws(() => definition.step("a", { action: () => Effect.void }), Saga.InvalidSagaDefinition, /duplicate step name/)
+    assert.throws(() => Saga.make("bad name!", { input: Schema.String }), Saga.InvalidSagaDefinition, /saga name/)
+    assert.throws(() => definition.step("c", { action: () => Effect.void, timeout: 0 }), Saga.InvalidSagaDefinition, /c\.timeout: must be a finite positive duration/)
+    assert.throws(
+      () => definition.command("d", { send: () => Reserve.make({ aggregateId: "o", payload: { orderId: "o", sku: "s" } }), compensation: { timeout: -5 } }),
+      Saga.InvalidSagaDefinition,
+      /d\.compensation\.timeout/
+    )
+    assert.throws(() => Saga.registry(definition, Saga.make("typed", { input: Schema.String })), Saga.InvalidSagaDefinition, /two definitions named "typed"/)
   })
 })
 
 describe("Saga.run (memory stores)", () => {
-  it.live("runs the steps in order and persists each outcome; results are stored encoded and decoded for later steps", () =>
+  it.effect("runs the steps in order and persists each outcome; results are stored encoded and decoded for later steps", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript()
       const startedBefore = yield* counter(Saga.metrics.started)
@@ -63,7 +87,7 @@ describe("Saga.run (memory stores)", () => {
       assert.strictEqual(failureTag(yield* Effect.exit(Saga.get("no-such-saga"))), "SagaNotFound")
     })))
 
-  it.live("a failing step compensates the completed steps in reverse order, each given its result", () =>
+  it.effect("a failing step compensates the completed steps in reverse order, each given its result", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript({ failAction: { confirm: Infinity } })
       const before = yield* counter(Saga.metrics.compensations, { outcome: "compensated" })
@@ -90,15 +114,17 @@ describe("Saga.run (memory stores)", () => {
       assert.strictEqual((yield* counter(Saga.metrics.compensations, { outcome: "compensated" })) - before, 2)
     })))
 
-  it.live("a step is retried by its schedule while its error is retryable", () =>
+  it.effect("a step is retried by its schedule while its error is retryable", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript({ failAction: { charge: 2 } })
-      const done = yield* Saga.run(localOrder(script), order)
+      const { exit: ran, took } = yield* onTestClock(Saga.run(localOrder(script), order))
+      const done = yield* ran
+      assert.strictEqual(took, 20, "two retries, 10 ms apart")
       assert.deepStrictEqual(script.log, ["reserve", "charge", "charge", "charge", "confirm"])
       assert.deepStrictEqual((yield* Saga.get(done.id)).steps.map((s) => s.attempts), [1, 3, 1])
       // out of retries: the step fails and the saga compensates
       const exhausted = makeScript({ failAction: { charge: 3 } })
-      const exit = yield* Effect.exit(Saga.run(localOrder(exhausted), order))
+      const { exit } = yield* onTestClock(Saga.run(localOrder(exhausted), order))
       assert.strictEqual(firstError(exit)?._tag, "SagaStepFailed")
       assert.deepStrictEqual(exhausted.log.filter((k) => k === "charge").length, 3)
       // a non-retryable error is not retried
@@ -108,17 +134,17 @@ describe("Saga.run (memory stores)", () => {
       assert.deepStrictEqual(declined.log, ["reserve"])
     })))
 
-  it.live("a step timeout compensates the completed steps", () =>
+  it.effect("a step timeout compensates the completed steps", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript({ slowAction: { charge: "5 seconds" } })
-      const started = Date.now()
-      const exit = yield* Effect.exit(Saga.run(localOrder(script, { chargeTimeout: "100 millis" }), order, { id: "0193b4a2-7c1e-7000-8000-000000000002" }))
-      const elapsed = Date.now() - started
+      const { exit, took } = yield* onTestClock(
+        Saga.run(localOrder(script, { chargeTimeout: "100 millis" }), order, { id: "0193b4a2-7c1e-7000-8000-000000000002" })
+      )
       const error = firstError(exit)
       assert.strictEqual(error?._tag, "SagaStepTimeout")
       assert.strictEqual(error.timeoutMs, 100)
       assert.isTrue(error.isRetryable)
-      assert.isBelow(elapsed, 2000, "3 attempts of 100 ms, not 5 s")
+      assert.strictEqual(took, 320, "3 attempts of 100 ms and 2 pauses of 10 ms, not 5 s")
       assert.deepStrictEqual(script.log.filter((k) => k === "charge").length, 3, "each attempt timed out, then retried")
       const state = yield* Saga.get("0193b4a2-7c1e-7000-8000-000000000002")
       assert.deepStrictEqual([state.status, ...statuses(state)], ["compensated", "compensated", "failed", "pending"])
@@ -127,11 +153,11 @@ describe("Saga.run (memory stores)", () => {
       assert.notInclude(script.log, "undo:charge", "the timed-out step did not complete, so it is not compensated")
     })))
 
-  it.live("a compensation that keeps failing is retried by its schedule, then the saga is failed with the step and error recorded", () =>
+  it.effect("a compensation that keeps failing is retried by its schedule, then the saga is failed with the step and error recorded", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript({ failAction: { confirm: Infinity }, failCompensation: { charge: Infinity } })
       const failedBefore = yield* counter(Saga.metrics.finished, { status: "failed" })
-      const exit = yield* Effect.exit(Saga.run(localOrder(script), order, { id: "0193b4a2-7c1e-7000-8000-000000000003" }))
+      const { exit } = yield* onTestClock(Saga.run(localOrder(script), order, { id: "0193b4a2-7c1e-7000-8000-000000000003" }))
       const error = firstError(exit)
       assert.strictEqual(error?._tag, "SagaCompensationFailed")
       assert.strictEqual(error.step, "charge")
@@ -149,25 +175,32 @@ describe("Saga.run (memory stores)", () => {
       assert.strictEqual((yield* counter(Saga.metrics.finished, { status: "failed" })) - failedBefore, 1)
     })))
 
-  it.live("a compensation that times out is retried and may then succeed", () =>
+  it.effect("a compensation that times out is retried and may then succeed", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript({ failAction: { confirm: Infinity }, slowCompensation: { charge: "1 second" }, failCompensation: { reserve: 1 } })
-      // undo:charge sleeps 1 s and its timeout is 300 ms: every attempt times out
-      const exit = yield* Effect.exit(Saga.run(localOrder(script), order))
+      // undo:charge sleeps 1 s and its timeout is 300 ms: every attempt times out, and a timeout is retried
+      const { exit, took } = yield* onTestClock(Saga.run(localOrder(script), order))
       assert.strictEqual(firstError(exit)?._tag, "SagaCompensationFailed")
-      assert.match(firstError(exit).message, /timed out after 300/)
+      assert.match(firstError(exit).message, /compensation of charge failed after 3 attempts: timed out after 300/)
+      assert.strictEqual(script.log.filter((k) => k === "undo:charge").length, 3)
+      assert.strictEqual(took, 920, "3 attempts of 300 ms and 2 pauses of 10 ms")
       const quick = makeScript({ failAction: { confirm: Infinity }, failCompensation: { reserve: 1, charge: 2 } })
-      yield* Effect.exit(Saga.run(localOrder(quick), order))
+      assert.strictEqual(failureTag((yield* onTestClock(Saga.run(localOrder(quick), order))).exit), "SagaStepFailed")
       assert.deepStrictEqual(quick.log.filter((k) => k.startsWith("undo:")), ["undo:charge", "undo:charge", "undo:charge", "undo:reserve", "undo:reserve"])
     })))
 
-  it.live("the caller's interruption during compensation does not stop it", () =>
+  it.effect("the caller's interruption during compensation does not stop it", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript({ failAction: { confirm: Infinity }, slowCompensation: { reserve: "300 millis" } })
       const id = "0193b4a2-7c1e-7000-8000-000000000004"
       const fiber = yield* Effect.forkChild(Saga.run(localOrder(script), order, { id }))
-      yield* eventually(Effect.sync(() => script.log.includes("undo:reserve")), "5 seconds", "the compensation to start")
-      yield* Fiber.interrupt(fiber)
+      yield* script.reached("undo:reserve")
+      const interrupting = yield* Effect.forkChild(Fiber.interrupt(fiber))
+      yield* TestClock.adjust("200 millis")
+      assert.isUndefined(interrupting.pollUnsafe(), "the interruption waits for the compensation under way")
+      assert.notInclude(script.log, "released res-o-1 until 2030-01-01T00:00:00.000Z")
+      yield* TestClock.adjust("100 millis")
+      yield* Fiber.join(interrupting)
       // the compensation was neither stopped nor left behind: it had finished when the interruption returned
       assert.include(script.log, "released res-o-1 until 2030-01-01T00:00:00.000Z")
       const exit = yield* Fiber.await(fiber)
@@ -175,12 +208,12 @@ describe("Saga.run (memory stores)", () => {
       assert.strictEqual((yield* Saga.get(id)).status, "compensated")
     })))
 
-  it.live("interrupting the caller during a step stops that step and compensates the completed ones", () =>
+  it.effect("interrupting the caller during a step stops that step and compensates the completed ones", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript({ slowAction: { charge: "10 seconds" } })
       const id = "0193b4a2-7c1e-7000-8000-000000000005"
       const fiber = yield* Effect.forkChild(Saga.run(localOrder(script), order, { id }))
-      yield* eventually(Effect.sync(() => script.log.includes("charge")), "5 seconds", "the charge to start")
+      yield* script.reached("charge")
       yield* Fiber.interrupt(fiber)
       const state = yield* Saga.get(id)
       assert.deepStrictEqual([state.status, ...statuses(state)], ["compensated", "compensated", "failed", "pending"])
@@ -188,14 +221,14 @@ describe("Saga.run (memory stores)", () => {
       assert.deepStrictEqual(script.log, ["reserve", "charge", "undo:reserve", "released res-o-1 until 2030-01-01T00:00:00.000Z"])
     })))
 
-  it.live("a saga without steps completes at once", () =>
+  it.effect("a saga without steps completes at once", () =>
     withStores(Effect.gen(function*() {
       const done = yield* Saga.run(Saga.make("nothing", { input: Schema.Null }), null)
       const state = yield* Saga.get(done.id)
       assert.deepStrictEqual([state.status, state.steps.length, state.claimedBy], ["completed", 0, null])
     })))
 
-  it.live("invalid input and the wrong engine are typed errors that write nothing", () =>
+  it.effect("invalid input and the wrong engine are typed errors that write nothing", () =>
     withStores(Effect.gen(function*() {
       const exit = yield* Effect.exit(Saga.run(localOrder(makeScript()), { orderId: "o", sku: "s", cents: 1.5 }))
       assert.strictEqual(failureTag(exit), "InvalidSagaInput")
@@ -204,8 +237,13 @@ describe("Saga.run (memory stores)", () => {
       assert.strictEqual(failureTag(yield* Effect.exit(Saga.run(mixed, order))), "InvalidSagaDefinition")
       const local = localOrder(makeScript()) as unknown as Saga.SagaDefinition<typeof order, {}, never, "command">
       assert.strictEqual(failureTag(yield* Effect.exit(Saga.start(local, order))), "InvalidSagaDefinition")
+      // bad options: one InvalidConfig naming every wrong one
+      const badOptions = yield* Effect.flip(Saga.run(localOrder(makeScript()), order, { lease: 0, maxCompensationAttempts: 0.5 }))
+      assert.strictEqual(badOptions._tag, "InvalidConfig")
+      assert.deepStrictEqual(badOptions._tag === "InvalidConfig" ? badOptions.issues?.map((i) => i.path) : [], ["lease", "maxCompensationAttempts"])
       const store = yield* SagaStore.SagaStore
       assert.deepStrictEqual(yield* store.findRecoverable({ stuckAfter: Duration.zero, limit: 10 }), [])
+      assert.deepStrictEqual(yield* store.countByStatus, { running: 0, completed: 0, compensating: 0, compensated: 0, failed: 0 }, "nothing written")
     })))
 })
 
@@ -223,10 +261,10 @@ describe("Saga recovery (memory stores)", () => {
           { index: completed, attemptStarted: true }
         ]
       })
-      yield* Effect.sleep("100 millis")
+      yield* TestClock.adjust("100 millis") // the dead runner's lease expires
     })
 
-  it.live("a saga whose runner died is compensated from what the store recorded, once, by one of several workers", () =>
+  it.effect("a saga whose runner died is compensated from what the store recorded, once, by one of several workers", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript()
       const registry = Saga.registry(localOrder(script))
@@ -247,7 +285,7 @@ describe("Saga recovery (memory stores)", () => {
       assert.strictEqual((yield* gauge("running")).value, 0)
     })))
 
-  it.live("recovery of a saga of an unknown type is left to instances that know it; a stuck compensation ends failed", () =>
+  it.effect("recovery of a saga of an unknown type is left to instances that know it; a stuck compensation ends failed", () =>
     withStores(Effect.gen(function*() {
       const id = "0193b4a2-7c1e-7000-8000-000000000011"
       yield* orphan(id, 1)
@@ -257,9 +295,12 @@ describe("Saga recovery (memory stores)", () => {
       const store = yield* SagaStore.SagaStore
       const seen = (yield* store.load(id))!
       yield* store.update(id, seen.saga.version, { status: "compensating", claim: { owner: "dead", lease: Duration.millis(10) }, steps: [0, 1, 2].map(() => ({ index: 0, compensationStarted: true })) })
-      yield* Effect.sleep("50 millis")
+      yield* TestClock.adjust("50 millis")
       const script = makeScript({ failCompensation: { reserve: Infinity } })
-      const report = yield* Saga.recoverOnce({ registry: Saga.registry(localOrder(script)), maxCompensationAttempts: 4 })
+      const report = yield* Effect.flatten(Effect.map(
+        onTestClock(Saga.recoverOnce({ registry: Saga.registry(localOrder(script)), maxCompensationAttempts: 4 })),
+        ({ exit }) => exit
+      ))
       assert.deepStrictEqual(report.recovered.map((r) => r.outcome), ["failed"])
       assert.deepStrictEqual(script.log, ["undo:reserve"], "one attempt left of four")
       const state = yield* Saga.get(id)
@@ -268,16 +309,25 @@ describe("Saga recovery (memory stores)", () => {
       assert.match(state.error!, /failed 4 times \(the most allowed\)/)
     })))
 
-  it.live("the recovery layer runs rounds until it is closed; bad settings are InvalidConfig", () =>
+  it.effect("the recovery layer runs rounds until it is closed; bad settings are InvalidConfig", () =>
     withStores(Effect.gen(function*() {
       const script = makeScript()
+      const registry = Saga.registry(localOrder(script))
       const id = "0193b4a2-7c1e-7000-8000-000000000012"
-      yield* orphan(id, 1)
+      const later = "0193b4a2-7c1e-7000-8000-000000000013"
+      const recoveriesBefore = yield* counter(Saga.metrics.recoveries)
       yield* Effect.scoped(Effect.gen(function*() {
-        yield* Layer.build(Saga.recovery({ registry: Saga.registry(localOrder(script)), interval: "20 millis" }))
-        yield* eventually(Effect.map(Saga.get(id), (s) => s.status === "compensated"), "5 seconds", "recovery")
+        yield* Layer.build(Saga.recovery({ registry, interval: "20 millis" }))
+        // the orphan's lease expires only after the first rounds: a later round recovers it
+        yield* orphan(id, 1)
+        yield* clockUntil(Effect.map(Saga.get(id), (s) => s.status === "compensated"), "the orphan recovered by a later round")
       }))
       assert.deepStrictEqual(script.log, ["undo:reserve", "released res-o-1 until 2030-01-01T00:00:00.000Z"])
+      // closed: no more rounds
+      yield* orphan(later, 1)
+      yield* TestClock.adjust("1 minute")
+      assert.strictEqual((yield* Saga.get(later)).status, "running")
+      assert.strictEqual((yield* counter(Saga.metrics.recoveries)) - recoveriesBefore, 1)
       const bad = yield* Effect.exit(Layer.build(Saga.recovery({ registry: Saga.registry(), batchSize: 0 })).pipe(Effect.scoped))
       assert.strictEqual(failureTag(bad), "InvalidConfig")
     })))
@@ -288,7 +338,7 @@ describe("Saga.start and replies (memory stores)", () => {
 
   // (That a rolled-back caller's transaction leaves no saga either is shown on Postgres: the memory
   // saga store's transactions are its own.)
-  it.live("start writes the saga and its first command; a rolled-back caller's transaction sends no command", () =>
+  it.effect("start writes the saga and its first command; a rolled-back caller's transaction sends no command", () =>
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const exit = yield* Effect.exit(outbox.withTransaction(Effect.andThen(Saga.start(commandOrder(), order), Effect.fail("business rule" as const))))
@@ -306,7 +356,7 @@ describe("Saga.start and replies (memory stores)", () => {
       assert.isTrue(Option.isNone(Saga.commandOf({ ...command!.message, headers: {} })))
     })))
 
-  it.live("replies advance the saga to completion; duplicates are ignored", () =>
+  it.effect("replies advance the saga to completion; duplicates are ignored", () =>
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
@@ -326,7 +376,7 @@ describe("Saga.start and replies (memory stores)", () => {
       assert.strictEqual(yield* Saga.handleReply(registry, seen[0]!), "ignored", "not a reply")
     })))
 
-  it.live("a failing participant: the completed steps are compensated by commands, in reverse", () =>
+  it.effect("a failing participant: the completed steps are compensated by commands, in reverse", () =>
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
@@ -341,7 +391,7 @@ describe("Saga.start and replies (memory stores)", () => {
       assert.strictEqual(state.error, "step charge failed: card declined")
     })))
 
-  it.live("a failed compensation is resent by recovery after its retry delay, then the saga is failed", () =>
+  it.effect("a failed compensation is resent by recovery after its retry delay, then the saga is failed", () =>
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const definition = commandOrder({ name: "refunds" })
@@ -351,7 +401,7 @@ describe("Saga.start and replies (memory stores)", () => {
       let result = yield* pump(refunds, silentConfirm)
       assert.deepStrictEqual(result.outcomes, ["advanced", "advanced"])
       // confirm never answers: a reply that does not come makes the saga stuck
-      yield* Effect.sleep("60 millis")
+      yield* TestClock.adjust("60 millis")
       const first = yield* Saga.recoverOnce({ registry: refunds, stuckAfter: "50 millis" })
       assert.deepStrictEqual(first.recovered.map((r) => r.outcome), ["compensating"])
       assert.match((yield* Saga.get(id)).error!, /step confirm failed: no reply \(stuck\)/)
@@ -359,18 +409,18 @@ describe("Saga.start and replies (memory stores)", () => {
       for (let i = 0; i < 10 && (yield* Saga.get(id)).status === "compensating"; i++) {
         result = yield* pump(refunds, silentConfirm)
         rounds.push(...result.outcomes)
-        yield* Effect.sleep("30 millis")
+        yield* TestClock.adjust("30 millis") // past the retry delay (10 ms)
         rounds.push(...(yield* Saga.recoverOnce({ registry: refunds, stuckAfter: "50 millis" })).recovered.map((r) => `recovered:${r.outcome}`))
       }
       // refund: sent, failed → retry in 10 ms → resent (2nd) → failed → resent (3rd) → failed: schedule exhausted
-      assert.deepStrictEqual(rounds.filter((r) => r !== "recovered:error"), ["retrying", "recovered:compensating", "retrying", "recovered:compensating", "failed"])
+      assert.deepStrictEqual(rounds, ["retrying", "recovered:compensating", "retrying", "recovered:compensating", "failed"])
       const state = yield* Saga.get(id)
       assert.deepStrictEqual([state.status, ...statuses(state)], ["failed", "completed", "compensation_failed", "failed"])
       assert.strictEqual(state.steps[1]!.compensationAttempts, 3)
       assert.match(state.error!, /compensation of charge failed after 3 attempts: refund gateway down/)
     })))
 
-  it.live("a step without a reply within its timeout is compensated; a success that comes later is undone too", () =>
+  it.effect("a step without a reply within its timeout is compensated; a success that comes later is undone too", () =>
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const definition = commandOrder({ name: "slow-charge", chargeTimeout: "50 millis" })
@@ -378,7 +428,9 @@ describe("Saga.start and replies (memory stores)", () => {
       const id = yield* outbox.withTransaction(Saga.start(definition, order))
       const { seen } = yield* pump(slow, participants({ silent: [Charge.type] }))
       const charge = Option.getOrThrow(Saga.commandOf(seen.find((m) => m.type === Charge.type)!))
-      yield* Effect.sleep("80 millis")
+      const early = yield* Saga.recoverOnce({ registry: slow })
+      assert.deepStrictEqual(early.recovered, [], "not overdue yet")
+      yield* TestClock.adjust("80 millis")
       const report = yield* Saga.recoverOnce({ registry: slow })
       assert.deepStrictEqual(report.recovered.map((r) => r.outcome), ["compensating"])
       const after = yield* pump(slow, participants())
@@ -395,7 +447,7 @@ describe("Saga.start and replies (memory stores)", () => {
       assert.deepStrictEqual([state.status, ...statuses(state)], ["compensated", "compensated", "compensated", "pending"])
     })))
 
-  it.live("a reply whose result does not match its schema fails the step", () =>
+  it.effect("a reply whose result does not match its schema fails the step", () =>
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
@@ -417,7 +469,7 @@ describe("Saga.start and replies (memory stores)", () => {
       return message
     })
 
-  it.live("concurrent handling of the same reply advances the saga once", () =>
+  it.effect("concurrent handling of the same reply advances the saga once", () =>
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
@@ -427,11 +479,14 @@ describe("Saga.start and replies (memory stores)", () => {
         Saga.completed({ reservationId: "r-1" })
       ))
       const gate = yield* Deferred.make<void>()
-      const outcomes = yield* Effect.forEach(
+      const handlers = yield* Effect.forEach(
         Array.from({ length: 6 }),
         () => Effect.andThen(Deferred.await(gate), Saga.handleReply(registry, reply)),
         { concurrency: "unbounded" }
-      ).pipe(Effect.forkChild, Effect.tap(() => Deferred.succeed(gate, undefined)), Effect.flatMap(Fiber.join))
+      ).pipe(Effect.forkChild)
+      yield* Deferred.succeed(gate, undefined)
+      yield* TestClock.adjust("1 minute") // the losers' conflict retries wait on the clock
+      const outcomes = yield* Fiber.join(handlers)
       assert.deepStrictEqual([...outcomes].sort(), ["advanced", "ignored", "ignored", "ignored", "ignored", "ignored"])
       const charges = (yield* outbox.claim({ relayId: "r", batchSize: 10, lease: Duration.seconds(5) })).filter((c) => c.message.type === Charge.type)
       assert.strictEqual(charges.length, 1, "one charge command")

@@ -3,7 +3,8 @@
  * `@tidings/postgres`): a local "create order" saga whose steps record what they did, and its
  * command-driven twin with participants.
  */
-import { Duration, Effect, Option, Schedule, Schema } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Fiber, Option, Schedule, Schema } from "effect"
+import { TestClock } from "effect/testing"
 import { StoreError, Unavailable } from "../src/Errors.ts"
 import * as Event from "../src/Event.ts"
 import type { Message } from "../src/Message.ts"
@@ -32,13 +33,39 @@ export interface Script {
   readonly slowCompensation?: Readonly<Record<string, Duration.Input>>
   /** Records every action and compensation run (`reserve`, `undo:reserve`, ...). */
   readonly log: Array<string>
+  /** Appends to the log. */
+  readonly record: (entry: string) => void
+  /** Succeeds once `entry` is in the log: waits for that state, not for time. */
+  readonly reached: (entry: string) => Effect.Effect<void>
 }
 
-export const makeScript = (overrides: Omit<Script, "log"> = {}): Script => ({ ...overrides, log: [] })
+export const makeScript = (overrides: Omit<Script, "log" | "record" | "reached"> = {}): Script => {
+  const log: Array<string> = []
+  const waiting = new Set<() => void>()
+  return {
+    ...overrides,
+    log,
+    record: (entry) => {
+      log.push(entry)
+      for (const wake of [...waiting]) wake()
+    },
+    reached: (entry) =>
+      Effect.callback<void>((resume) => {
+        const check = () => {
+          if (!log.includes(entry)) return
+          waiting.delete(check)
+          resume(Effect.void)
+        }
+        waiting.add(check)
+        check()
+        return Effect.sync(() => void waiting.delete(check))
+      })
+  }
+}
 
 const attempt = (script: Script, key: string, failures: number | undefined, error: () => unknown) =>
   Effect.suspend(() => {
-    script.log.push(key)
+    script.record(key)
     const done = script.log.filter((k) => k === key).length
     return failures !== undefined && done <= failures ? Effect.fail(error()) : Effect.void
   })
@@ -61,7 +88,7 @@ export const localOrder = (script: Script, options: { readonly name?: string; re
       compensate: (_ctx, result) =>
         attempt(script, "undo:reserve", script.failCompensation?.["reserve"], () => new StoreError({ operation: "release", message: "inventory down", reason: new Unavailable() })).pipe(
           Effect.andThen(slow(script.slowCompensation?.["reserve"])),
-          Effect.andThen(Effect.sync(() => void script.log.push(`released ${result.reservationId} until ${result.until.toISOString()}`)))
+          Effect.andThen(Effect.sync(() => script.record(`released ${result.reservationId} until ${result.until.toISOString()}`)))
         ),
       compensation: { timeout: "2 seconds", retry: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 2 })) }
     })
@@ -76,7 +103,7 @@ export const localOrder = (script: Script, options: { readonly name?: string; re
       compensate: (_ctx, result) =>
         attempt(script, "undo:charge", script.failCompensation?.["charge"], () => new StoreError({ operation: "refund", message: "gateway down", reason: new Unavailable() })).pipe(
           Effect.andThen(slow(script.slowCompensation?.["charge"])),
-          Effect.andThen(Effect.sync(() => void script.log.push(`refunded ${result.paymentId}`)))
+          Effect.andThen(Effect.sync(() => script.record(`refunded ${result.paymentId}`)))
         ),
       retry: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 2 })),
       ...(options.chargeTimeout === undefined ? {} : { timeout: options.chargeTimeout }),
@@ -167,4 +194,40 @@ export const pump = <R>(registry: Saga.Registry<R>, participant: Participant, ma
       }
     }
     return yield* Effect.die(new Error(`pump: still busy after ${maxRounds} rounds`))
+  })
+
+// ---- time and failures -----------------------------------------------------------------------
+
+/** The tag of an exit's first typed error. */
+export const failureTag = (exit: Exit.Exit<unknown, unknown>): string | undefined =>
+  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { _tag?: string })._tag)) : undefined
+
+/**
+ * Runs `effect` on the TestClock (inside `it.effect`): forks it and moves the clock far ahead, so
+ * that every sleep, timeout and retry delay on its way fires in order, at once. Returns its exit
+ * and how much clock time it took.
+ */
+export const onTestClock = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const fiber = yield* Effect.forkChild(Effect.gen(function*() {
+      const began = yield* Clock.currentTimeMillis
+      const exit = yield* Effect.exit(effect)
+      return { exit, took: (yield* Clock.currentTimeMillis) - began }
+    }))
+    yield* TestClock.adjust("1 hour")
+    return yield* Fiber.join(fiber)
+  })
+
+/**
+ * Moves the TestClock forward `step` at a time until `check` holds: the clock-driven form of
+ * waiting for a state (no real time passes; `max` is clock time, so a slow machine cannot hit it).
+ */
+export const clockUntil = <E, R>(check: Effect.Effect<boolean, E, R>, what: string, step: Duration.Input = "10 millis", max: Duration.Input = "10 minutes") =>
+  Effect.gen(function*() {
+    const steps = Math.ceil(Duration.toMillis(Duration.fromInputUnsafe(max)) / Duration.toMillis(Duration.fromInputUnsafe(step)))
+    for (let i = 0; i <= steps; i++) {
+      if (yield* check) return
+      yield* TestClock.adjust(step)
+    }
+    return yield* Effect.die(new Error(`${what}: not reached within ${Duration.format(Duration.fromInputUnsafe(max))} of clock time`))
   })

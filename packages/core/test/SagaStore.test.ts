@@ -1,4 +1,5 @@
-import * as SagaStore from "../src/SagaStore.ts"
-import { sagaStoreContract } from "./SagaStoreContract.ts"
+import * as MemorySagaStore from "../src/MemorySagaStore.ts"
+import { sagaStoreContract } from "@tidings/core/testing"
 
-sagaStoreContract("memory", SagaStore.makeMemory)
+// The memory store reads Effect's Clock: the suite runs on TestClock, without waiting.
+sagaStoreContract("memory", MemorySagaStore.make, { clock: "test" })

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { InvalidConfig } from "@tidings/core/Errors"
-import * as SagaStore from "@tidings/core/SagaStore"
+import * as MemorySagaStore from "@tidings/core/MemorySagaStore"
 import { Redacted } from "effect"
 import { Hono, type MiddlewareHandler } from "hono"
 import * as Auth from "../src/Auth.ts"
@@ -15,7 +15,7 @@ const errorOf = async (res: Response) => ((await res.json()) as { error: { tag: 
 
 describe("Auth: admin routes are closed by default", () => {
   it("without a guard, every admin view answers 403, and so does `all`", async () => {
-    const rt = await Runtime.make(SagaStore.layerMemory)
+    const rt = await Runtime.make(MemorySagaStore.layer)
     try {
       const app = new Hono()
       app.route("/sagas", Routes.sagas(rt))
@@ -37,7 +37,7 @@ describe("Auth: admin routes are closed by default", () => {
   })
 
   it("with a token: 401 without it, 401 with a wrong one or scheme, through with the right one", async () => {
-    const rt = await Runtime.make(SagaStore.layerMemory)
+    const rt = await Runtime.make(MemorySagaStore.layer)
     try {
       const app = new Hono()
       app.route("/sagas", Routes.sagas(rt, { auth: token }))
@@ -60,7 +60,7 @@ describe("Auth: admin routes are closed by default", () => {
   })
 
   it("with a custom middleware: it decides", async () => {
-    const rt = await Runtime.make(SagaStore.layerMemory)
+    const rt = await Runtime.make(MemorySagaStore.layer)
     try {
       const seen: Array<string> = []
       const onlyOps: MiddlewareHandler = async (c, next) => {
@@ -85,7 +85,7 @@ describe("Auth: admin routes are closed by default", () => {
   })
 
   it("metrics take an optional guard", async () => {
-    const rt = await Runtime.make(SagaStore.layerMemory)
+    const rt = await Runtime.make(MemorySagaStore.layer)
     try {
       const app = new Hono()
       app.route("/", Routes.metrics(rt, { auth: token }))

@@ -1,4 +1,4 @@
-import { sagaStoreContract } from "../../core/test/SagaStoreContract.ts"
+import { sagaStoreContract } from "@tidings/core/testing"
 import { freshSchema, pgClientLayer, sqlPgLayer } from "../../../test/support/pg.ts"
 import { Effect, Layer } from "effect"
 import type { SqlClient } from "effect/sql"

@@ -1,6 +1,7 @@
 /**
  * A step not started yet, as a new saga holds it (the engine's local runs and the memory store).
- * @internal
+ * @since 0.1.0
+ * @category constructors
  */
 export const pendingStep = (index: number, name: string) => ({
   index,

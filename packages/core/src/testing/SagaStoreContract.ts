@@ -1,13 +1,21 @@
 /**
- * The contract every `SagaStore` passes: the memory store here, the Postgres store in
- * `@tidings/postgres`. Time-dependent cases use short real durations, so that a Clock-driven store
- * and a database using `now()` can both run them.
+ * The contract every `SagaStore` passes (`MemorySagaStore` in core, `PgSagaStore` in
+ * `@tidings/postgres`): run it against your own driver to check that the saga engine can rely on
+ * it — compare-and-set on the version, transactions, claims with leases, heartbeats and the
+ * recovery query.
+ *
+ * @example
+ * // packages/my-driver/test/MySagaStore.test.ts
+ * import { sagaStoreContract } from "@tidings/core/testing"
+ * sagaStoreContract("my driver", MySagaStore.make({ ... }))
+ * @since 0.1.0
+ * @module
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Exit, Fiber, Layer, type Scope } from "effect"
-import { uuidv7 } from "../src/internal/uuid.ts"
-import { type NewSaga, SagaStore, type Service } from "../src/SagaStore.ts"
-import { failureTag } from "./OutboxStoreContract.ts"
+import { Clock, Deferred, Duration, Effect, Fiber, Layer, Result, type Scope } from "effect"
+import { TestClock } from "effect/testing"
+import { uuidv7 } from "../internal/uuid.ts"
+import { type NewSaga, SagaStore, type Service } from "../SagaStore.ts"
 
 const newSaga = (overrides: Partial<NewSaga> = {}): NewSaga => ({
   id: uuidv7(Date.now()),
@@ -19,17 +27,46 @@ const newSaga = (overrides: Partial<NewSaga> = {}): NewSaga => ({
 
 const claim = (owner: string, ms: number) => ({ owner, lease: Duration.millis(ms) })
 
-/** Registers the contract suite for a store built fresh for each test. */
-export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>) => {
+/**
+ * Options of {@link sagaStoreContract}.
+ * @since 0.1.0
+ * @category models
+ */
+export interface SagaStoreContractOptions {
+  /**
+   * Which clock the store reads. `"live"` (default): its own, such as a database's `now()`; the
+   * suite waits real time for leases and deadlines to pass (about 3 seconds in all). `"test"`:
+   * Effect's `Clock` (as `MemorySagaStore` does); the suite runs on `TestClock` and moves time
+   * with `TestClock.adjust`, waiting for nothing.
+   */
+  readonly clock?: "live" | "test"
+}
+
+/**
+ * Registers the contract suite (`describe` / `it` from `@effect/vitest`) for a store built fresh
+ * for each test by `makeStore`.
+ * @since 0.1.0
+ * @category contracts
+ */
+export const sagaStoreContract = (
+  name: string,
+  makeStore: Effect.Effect<Service, unknown, Scope.Scope>,
+  options: SagaStoreContractOptions = {}
+): void => {
+  const onTestClock = options.clock === "test"
+  const test = onTestClock ? it.effect : it.live
+  /** Lets `duration` pass on the store's clock. */
+  const passTime = (duration: Duration.Input) => onTestClock ? TestClock.adjust(duration) : Effect.sleep(duration)
+  const now = Clock.currentTimeMillis
   const run = <A, E>(body: Effect.Effect<A, E, SagaStore>) =>
     Effect.scoped(Effect.flatMap(makeStore, (store) => Effect.provide(body, Layer.succeed(SagaStore, store))))
 
   describe(`SagaStore contract: ${name}`, () => {
-    it.live("create and load: the execution and its steps round-trip", () =>
+    test("create and load: the execution and its steps round-trip", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         const saga = newSaga({ deadline: Duration.seconds(60), claim: claim("runner-1", 30_000), stepUpdates: [{ index: 0, attemptStarted: true }] })
-        const before = Date.now()
+        const before = yield* now
         const created = yield* store.create(saga)
         assert.strictEqual(created.id, saga.id)
         assert.strictEqual(created.version, 0)
@@ -43,7 +80,7 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         assert.isNull(loaded.saga.error)
         assert.strictEqual(loaded.saga.claimedBy, "runner-1")
         const deadline = loaded.saga.deadline!.getTime()
-        assert.isTrue(deadline >= before + 59_000 && deadline <= Date.now() + 61_000, `deadline ${deadline}`)
+        assert.isTrue(deadline >= before + 59_000 && deadline <= (yield* now) + 61_000, `deadline ${deadline}`)
         assert.isTrue(loaded.saga.claimedUntil!.getTime() >= before + 29_000)
         assert.deepStrictEqual(loaded.steps.map((s) => [s.index, s.name, s.status, s.result, s.error, s.attempts, s.compensationAttempts]), [
           [0, "reserve", "pending", null, null, 1, 0],
@@ -55,15 +92,15 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         assert.isNull(loaded.steps[0]!.finishedAt)
         assert.isUndefined(yield* store.load(uuidv7(Date.now())))
         // a second saga with the same id is refused
-        assert.strictEqual(failureTag(yield* Effect.exit(store.create(saga))), "StoreError")
+        assert.strictEqual((yield* Effect.flip(store.create(saga)))._tag, "StoreError")
       })))
 
-    it.live("create joins the caller's transaction: a rollback leaves nothing", () =>
+    test("create joins the caller's transaction: a rollback leaves nothing", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         const rolledBack = newSaga()
-        const exit = yield* Effect.exit(store.withTransaction(Effect.andThen(store.create(rolledBack), Effect.fail("business rule" as const))))
-        assert.isTrue(Exit.isFailure(exit))
+        const exit = yield* Effect.result(store.withTransaction(Effect.andThen(store.create(rolledBack), Effect.fail("business rule" as const))))
+        assert.isTrue(Result.isFailure(exit))
         assert.isUndefined(yield* store.load(rolledBack.id))
         const committed = newSaga()
         const seen = yield* store.withTransaction(Effect.andThen(store.create(committed), store.load(committed.id)))
@@ -71,12 +108,12 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         assert.strictEqual((yield* store.load(committed.id))?.saga.id, committed.id)
       })))
 
-    it.live("update is a compare-and-set on the version, with the steps in the same write", () =>
+    test("update is a compare-and-set on the version, with the steps in the same write", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         const saga = newSaga({ claim: claim("runner-1", 30_000) })
         yield* store.create(saga)
-        yield* Effect.sleep("20 millis")
+        yield* passTime("20 millis")
         const updated = yield* store.update(saga.id, 0, {
           currentStep: 1,
           deadline: Duration.seconds(5),
@@ -88,9 +125,8 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         assert.strictEqual(updated.version, 1)
         assert.strictEqual(updated.currentStep, 1)
         assert.isTrue(updated.updatedAt.getTime() > updated.createdAt.getTime())
-        const stale = yield* Effect.exit(store.update(saga.id, 0, { status: "failed" }))
-        assert.strictEqual(failureTag(stale), "SagaConflict")
-        assert.strictEqual(failureTag(yield* Effect.exit(store.update(uuidv7(Date.now()), 0, { status: "failed" }))), "SagaNotFound")
+        assert.strictEqual((yield* Effect.flip(store.update(saga.id, 0, { status: "failed" })))._tag, "SagaConflict")
+        assert.strictEqual((yield* Effect.flip(store.update(uuidv7(Date.now()), 0, { status: "failed" })))._tag, "SagaNotFound")
         const second = yield* store.update(saga.id, 1, {
           status: "compensating",
           error: "charge failed: card declined",
@@ -117,53 +153,53 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         assert.deepStrictEqual([last.status, last.result, last.error], ["completed", null, null])
       })))
 
-    it.live("concurrent updates from the same version: exactly one wins", () =>
+    test("concurrent updates from the same version: exactly one wins", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         const saga = newSaga()
         yield* store.create(saga)
-        const exits = yield* Effect.forEach(
+        const results = yield* Effect.forEach(
           Array.from({ length: 8 }, (_, i) => i),
-          (i) => Effect.exit(store.update(saga.id, 0, { error: `writer ${i}`, steps: [{ index: 0, attemptStarted: true }] })),
+          (i) => Effect.result(store.update(saga.id, 0, { error: `writer ${i}`, steps: [{ index: 0, attemptStarted: true }] })),
           { concurrency: "unbounded" }
         )
-        assert.strictEqual(exits.filter(Exit.isSuccess).length, 1)
-        assert.deepStrictEqual(exits.filter(Exit.isFailure).map(failureTag), Array(7).fill("SagaConflict"))
+        assert.strictEqual(results.filter(Result.isSuccess).length, 1)
+        assert.deepStrictEqual(results.filter(Result.isFailure).map((r) => r.failure._tag), Array(7).fill("SagaConflict"))
         const loaded = (yield* store.load(saga.id))!
         assert.strictEqual(loaded.saga.version, 1)
         assert.strictEqual(loaded.steps[0]!.attempts, 1)
       })))
 
-    it.live("transactions: a failed one rolls its updates back; a lost race is a conflict", () =>
+    test("transactions: a failed one rolls its updates back; a lost race is a conflict", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         const saga = newSaga()
         yield* store.create(saga)
-        const exit = yield* Effect.exit(store.withTransaction(Effect.gen(function*() {
+        const exit = yield* Effect.result(store.withTransaction(Effect.gen(function*() {
           yield* store.update(saga.id, 0, { status: "completed" })
           assert.strictEqual((yield* store.load(saga.id))!.saga.status, "completed", "read your own writes")
           return yield* Effect.fail("rolled back" as const)
         })))
-        assert.isTrue(Exit.isFailure(exit))
+        assert.isTrue(Result.isFailure(exit))
         const after = (yield* store.load(saga.id))!
         assert.deepStrictEqual([after.saga.status, after.saga.version], ["running", 0])
         // A transaction reads version 0, another commits version 1 meanwhile: the first one's write loses.
         // the other writer is a fiber forked before the transaction opened, so it runs outside it
         const go = yield* Deferred.make<void>()
         const other = yield* Effect.forkChild(Effect.andThen(Deferred.await(go), store.update(saga.id, 0, { error: "the other writer" })))
-        const raced = yield* Effect.exit(store.withTransaction(Effect.gen(function*() {
+        const raced = yield* Effect.result(store.withTransaction(Effect.gen(function*() {
           const seen = (yield* store.load(saga.id))!
           yield* Deferred.succeed(go, undefined)
           yield* Fiber.join(other)
           return yield* store.update(saga.id, seen.saga.version, { error: "too late" })
         })))
-        assert.isTrue(Exit.isFailure(raced))
+        assert.isTrue(Result.isFailure(raced))
         const final = (yield* store.load(saga.id))!
         assert.strictEqual(final.saga.error, "the other writer")
         assert.strictEqual(final.saga.version, 1)
       })))
 
-    it.live("claim: only an active saga, at the version read, without a live claim; one of many claimants wins", () =>
+    test("claim: only an active saga, at the version read, without a live claim; one of many claimants wins", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         const held = newSaga({ claim: claim("runner-1", 30_000) })
@@ -172,7 +208,7 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
 
         const expiring = newSaga({ claim: claim("runner-2", 150) })
         yield* store.create(expiring)
-        yield* Effect.sleep("300 millis")
+        yield* passTime("300 millis")
         assert.isUndefined(yield* store.claim(expiring.id, 7, claim("recovery-1", 5_000)), "a stale version loses")
         const winners = yield* Effect.forEach(
           ["recovery-a", "recovery-b", "recovery-c", "recovery-d"],
@@ -184,7 +220,7 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         assert.strictEqual(won[0]!.version, 1)
         const loaded = (yield* store.load(expiring.id))!
         assert.strictEqual(loaded.saga.claimedBy, won[0]!.claimedBy)
-        assert.isTrue(loaded.saga.claimedUntil!.getTime() > Date.now() + 3_000)
+        assert.isTrue(loaded.saga.claimedUntil!.getTime() > (yield* now) + 3_000)
 
         const unclaimed = newSaga()
         yield* store.create(unclaimed)
@@ -197,23 +233,23 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         assert.isUndefined(yield* store.claim(done.id, 1, claim("recovery-1", 5_000)), "final sagas are not claimed")
       })))
 
-    it.live("heartbeat renews the owner's claim only", () =>
+    test("heartbeat renews the owner's claim only", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         const saga = newSaga({ claim: claim("runner-1", 300) })
         yield* store.create(saga)
         assert.isFalse(yield* store.heartbeat(saga.id, claim("someone-else", 10_000)))
-        yield* Effect.sleep("200 millis")
+        yield* passTime("200 millis")
         assert.isTrue(yield* store.heartbeat(saga.id, claim("runner-1", 10_000)))
-        yield* Effect.sleep("200 millis")
+        yield* passTime("200 millis")
         const loaded = (yield* store.load(saga.id))!
-        assert.isTrue(loaded.saga.claimedUntil!.getTime() > Date.now() + 5_000)
+        assert.isTrue(loaded.saga.claimedUntil!.getTime() > (yield* now) + 5_000)
         assert.strictEqual(loaded.saga.version, 0, "a heartbeat does not change the version")
         assert.isUndefined(yield* store.claim(saga.id, 0, claim("recovery", 1_000)), "renewed: not recoverable")
         assert.isFalse(yield* store.heartbeat(uuidv7(Date.now()), claim("runner-1", 1_000)))
       })))
 
-    it.live("countByStatus counts every saga by its status, transactions included", () =>
+    test("countByStatus counts every saga by its status, transactions included", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         assert.deepStrictEqual(yield* store.countByStatus, { running: 0, completed: 0, compensating: 0, compensated: 0, failed: 0 })
@@ -226,7 +262,7 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         assert.deepStrictEqual(yield* store.countByStatus, { running: 1, completed: 1, compensating: 1, compensated: 0, failed: 0 })
       })))
 
-    it.live("findRecoverable: expired claims, past deadlines and stuck sagas, most overdue first", () =>
+    test("findRecoverable: expired claims, past deadlines and stuck sagas, most overdue first", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         const stuckAfter = Duration.millis(1600)
@@ -240,10 +276,10 @@ export const sagaStoreContract = (name: string, makeStore: Effect.Effect<Service
         for (const s of [expired, overdue, stuck, live, notYet, finished, compensating]) yield* store.create(s)
         yield* store.update(finished.id, 0, { status: "compensated" })
         yield* store.update(compensating.id, 0, { status: "compensating", deadline: Duration.millis(1200) })
-        yield* Effect.sleep("300 millis")
+        yield* passTime("300 millis")
         let due = (yield* store.findRecoverable({ stuckAfter, limit: 100 })).map((s) => s.id)
         assert.deepStrictEqual(due, [expired.id])
-        yield* Effect.sleep("1500 millis")
+        yield* passTime("1500 millis")
         due = (yield* store.findRecoverable({ stuckAfter, limit: 100 })).map((s) => s.id)
         assert.deepStrictEqual(due, [expired.id, overdue.id, compensating.id, stuck.id])
         assert.deepStrictEqual(yield* store.findRecoverable({ stuckAfter, limit: 100, types: ["other-type"] }), [], "filtered by type")

@@ -1,8 +1,17 @@
-import { Clock, Context, Duration, Effect, Option } from "effect"
-import { Contention, Rejected, StoreError } from "../Errors.ts"
-import type * as SagaStore from "../SagaStore.ts"
-import { SagaConflict, SagaNotFound } from "./sagaErrors.ts"
-import { pendingStep } from "./sagaSteps.ts"
+/**
+ * The in-memory `SagaStore`, with the semantics of the Postgres one: compare-and-set on the
+ * version, claims with leases, and transactions (writes are applied at commit, after checking that
+ * no saga they touch was changed by someone else meanwhile). Time is Effect's `Clock`, so tests can
+ * drive leases and deadlines with `TestClock`. Its transactions are its own: a memory
+ * `OutboxStore` transaction around them commits after them. For tests and single-process demos.
+ * @since 0.1.0
+ * @module
+ */
+import { Clock, Context, Duration, Effect, Layer, Option } from "effect"
+import { Contention, Rejected, StoreError } from "./Errors.ts"
+import { pendingStep } from "./internal/sagaSteps.ts"
+import { SagaConflict, SagaNotFound } from "./SagaErrors.ts"
+import * as SagaStore from "./SagaStore.ts"
 
 interface SagaRow {
   id: string
@@ -93,8 +102,13 @@ const applySteps = (row: Row, updates: ReadonlyArray<SagaStore.StepUpdate>, now:
 
 const isActive = (s: SagaRow) => s.status === "running" || s.status === "compensating"
 
-/** The in-memory store. Each operation is synchronous, hence atomic, as a statement would be. */
-export const makeMemorySagaStore: Effect.Effect<SagaStore.Service> = Effect.sync(() => {
+/**
+ * Builds a fresh in-memory store (one per call). Each operation is synchronous, hence atomic, as a
+ * statement would be.
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make: Effect.Effect<SagaStore.Service> = Effect.sync(() => {
   // One key per store instance, so two memory stores never join each other's transactions.
   const Tx = Context.Service<Transaction>(`@tidings/core/MemorySagaStore/Transaction/${++instances}`)
   const rows = new Map<string, Row>()
@@ -264,3 +278,10 @@ export const makeMemorySagaStore: Effect.Effect<SagaStore.Service> = Effect.sync
   }
   return service
 })
+
+/**
+ * A fresh in-memory store as a layer.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<SagaStore.SagaStore> = Layer.effect(SagaStore.SagaStore, make)
