@@ -3,12 +3,14 @@
  * pass by moving the clock (`onTestClock`, `TestClock.adjust`), never by waiting.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schema } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schedule, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import * as MemorySagaStore from "../src/MemorySagaStore.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Saga from "../src/Saga.ts"
+import * as SagaRecovery from "../src/SagaRecovery.ts"
 import * as SagaStore from "../src/SagaStore.ts"
+import * as Settings from "../src/Settings.ts"
 import {
   Charge,
   clockUntil,
@@ -221,6 +223,29 @@ describe("Saga.run (memory stores)", () => {
       assert.deepStrictEqual(script.log, ["reserve", "charge", "undo:reserve", "released res-o-1 until 2030-01-01T00:00:00.000Z"])
     })))
 
+  it.effect("what is retried is Errors.isRetryable's rule, in actions and compensations alike", () =>
+    withStores(Effect.gen(function*() {
+      const tries: Array<string> = []
+      const spaced = Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 2 }))
+      const failing = (key: string, error: unknown) => Effect.suspend(() => (tries.push(key), Effect.fail(error)))
+      const definition = (error: unknown) =>
+        Saga.make("retry-rule", { input: Schema.Null })
+          .step("a", { action: () => Effect.void, compensate: () => failing("undo:a", error), compensation: { retry: spaced } })
+          .step("b", { action: () => failing("b", error), retry: spaced })
+      // an error that says nothing (a plain Error) is permanent: one attempt each, and the saga needs a person
+      const plain = yield* onTestClock(Saga.run(definition(new Error("boom")), null))
+      assert.strictEqual(failureTag(plain.exit), "SagaCompensationFailed")
+      assert.deepStrictEqual(tries.splice(0), ["b", "undo:a"])
+      assert.strictEqual(plain.took, 0)
+      // an error that says it is transient (`retryable: true`) is retried by the schedules
+      const transient = yield* onTestClock(Saga.run(definition({ _tag: "Busy", retryable: true }), null))
+      assert.strictEqual(failureTag(transient.exit), "SagaCompensationFailed")
+      assert.deepStrictEqual(tries.splice(0), ["b", "b", "b", "undo:a", "undo:a", "undo:a"])
+      assert.strictEqual(transient.took, 40)
+      const stepFailed = yield* Effect.flip(Saga.run(Saga.make("once", { input: Schema.Null }).step("x", { action: () => Effect.fail({ retryable: true }) }), null))
+      assert.isTrue(stepFailed._tag === "SagaStepFailed" && stepFailed.isRetryable, "SagaStepFailed is as retryable as its cause")
+    })))
+
   it.effect("a saga without steps completes at once", () =>
     withStores(Effect.gen(function*() {
       const done = yield* Saga.run(Saga.make("nothing", { input: Schema.Null }), null)
@@ -330,6 +355,14 @@ describe("Saga recovery (memory stores)", () => {
       assert.strictEqual((yield* counter(Saga.metrics.recoveries)) - recoveriesBefore, 1)
       const bad = yield* Effect.exit(Layer.build(Saga.recovery({ registry: Saga.registry(), batchSize: 0 })).pipe(Effect.scoped))
       assert.strictEqual(failureTag(bad), "InvalidConfig")
+      // every wrong setting at once, by its name (SagaRecovery.ConfigSchema, as Settings decodes it)
+      const worse = yield* Effect.flip(Saga.recoverOnce({ registry: Saga.registry(), interval: -1, batchSize: 1.5, owner: "" }))
+      assert.deepStrictEqual(worse._tag === "InvalidConfig" ? worse.issues?.map((i) => i.path) : worse._tag, ["interval", "batchSize", "owner"])
+      const defaults = yield* Settings.decode(SagaRecovery.ConfigSchema, {})
+      assert.deepStrictEqual(
+        [Duration.toMillis(defaults.interval), Duration.toMillis(defaults.stuckAfter), Duration.toMillis(defaults.lease), defaults.batchSize, defaults.maxCompensationAttempts],
+        [1_000, 300_000, 30_000, 20, 10]
+      )
     })))
 })
 

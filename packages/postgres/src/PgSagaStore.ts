@@ -4,6 +4,7 @@
  * first command, and each reply's state change commits with the next command. Every write is one
  * statement; compare-and-set is `WHERE version = $expected`, so a concurrent writer either waits for
  * the row lock and then finds the version changed, or loses outright.
+ * @since 0.1.0
  * @module
  */
 import type { InvalidConfig } from "@tidings/core/Errors"
@@ -25,7 +26,11 @@ import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
 
-/** Options of the Postgres saga store. */
+/**
+ * Options of the Postgres saga store.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Options {
   /** Schema holding the tables (see `Migrator`); default `tidings`. */
   readonly schema?: string
@@ -135,7 +140,11 @@ const stepRows = (updates: ReadonlyArray<StepUpdate>) => {
   return [...rows.values()]
 }
 
-/** Builds the store; fails with `InvalidConfig` for a bad schema name. */
+/**
+ * Builds the store; fails with `InvalidConfig` for a bad schema name.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfig, SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const schema = yield* resolveSchema(options.schema)
@@ -302,6 +311,10 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
     return store
   })
 
-/** The Postgres saga store as a layer over the app's `SqlClient`. */
+/**
+ * The Postgres saga store as a layer over the app's `SqlClient`.
+ * @since 0.1.0
+ * @category layers
+ */
 export const layer = (options: Options = {}): Layer.Layer<SagaStore, InvalidConfig, SqlClient.SqlClient> =>
   Layer.effect(SagaStore, make(options))

@@ -41,10 +41,11 @@ describe("saga recovery across processes", () => {
       const states = () => Effect.forEach(before, (s) => Saga.get(s.id)).pipe(Effect.provide(PgSagaStore.layer({ schema })))
       yield* eventually(Effect.map(states(), (ss) => ss.every((s) => s.status === "compensated")), "30 seconds", "every saga compensated")
       const recoveredAfter = Date.now() - killedAt
-      // give a duplicate every chance to show up before the workers stop
-      yield* Effect.sleep("700 millis")
+      // Stop the workers: each closes its recovery worker, which waits for any compensation still
+      // under way, so that every side effect a duplicate could have is in the table before counting.
       for (const w of workers) w.kill("SIGTERM")
-      yield* Effect.promise(() => Promise.all(workers.map(exited)))
+      assert.deepStrictEqual(yield* Effect.promise(() => Promise.all(workers.map(exited))), [0, 0, 0], "graceful stops")
+      for (const w of workers) assert.include(w.output(), "stopped")
 
       const effects = yield* sql<{ saga_id: string; step: string; kind: string; pid: number }>`
         SELECT saga_id, step, kind, pid FROM ${sql(`${schema}.effects`)} ORDER BY seq`
