@@ -44,8 +44,9 @@ describe("saga recovery across processes", () => {
       // Stop the workers: each closes its recovery worker, which waits for any compensation still
       // under way, so that every side effect a duplicate could have is in the table before counting.
       for (const w of workers) w.kill("SIGTERM")
-      assert.deepStrictEqual(yield* Effect.promise(() => Promise.all(workers.map(exited))), [0, 0, 0], "graceful stops")
-      for (const w of workers) assert.include(w.output(), "stopped")
+      yield* Effect.promise(() => Promise.all(workers.map(exited)))
+      // (the exit status is not compared: Deno reports a child sent SIGTERM as killed by it, even when it handled it)
+      for (const w of workers) assert.include(w.output(), "stopped", w.output())
 
       const effects = yield* sql<{ saga_id: string; step: string; kind: string; pid: number }>`
         SELECT saga_id, step, kind, pid FROM ${sql(`${schema}.effects`)} ORDER BY seq`
