@@ -492,6 +492,20 @@ describe("Saga.start and replies (memory stores)", () => {
       assert.strictEqual(failureTag(unknown), "InvalidSagaDefinition")
     })))
 
+  it.effect("handleReply takes any delivery with an id, type, payload and headers; malformed replies and unknown sagas are ignored", () =>
+    withStores(Effect.gen(function*() {
+      const outbox = yield* OutboxStore.OutboxStore
+      const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
+      const delivery = (payload: unknown): Saga.Received => ({ id: "d-1", type: Saga.ReplyEvent.type, payload, headers: { "x-broker": 1 } })
+      const reply = { sagaId: id, sagaType: "command-order", step: 0, stepName: "reserve", kind: "action", attempt: 1, outcome: "completed", result: { reservationId: "r-7" } }
+      assert.strictEqual(yield* Saga.handleReply(registry, delivery({ ...reply, step: -1 })), "ignored", "does not decode")
+      assert.strictEqual(yield* Saga.handleReply(registry, delivery({ ...reply, sagaId: "0193b4a2-7c1e-7000-8000-0000000000ff" })), "ignored", "no such saga")
+      assert.strictEqual(yield* Saga.handleReply(registry, delivery({ ...reply, stepName: "charge" })), "ignored", "the step's name does not match")
+      assert.strictEqual((yield* Saga.get(id)).version, 0, "nothing changed")
+      assert.strictEqual(yield* Saga.handleReply(registry, delivery(reply)), "advanced")
+      assert.deepStrictEqual((yield* Saga.get(id)).steps[0]!.result, { reservationId: "r-7" })
+    })))
+
   const makeReply = (sagaId: string) =>
     Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
