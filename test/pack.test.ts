@@ -36,11 +36,11 @@ import { Hono } from "hono"
 
 const rt = await Runtime.make(OutboxStore.layerMemory)
 const app = new Hono()
-app.route("/admin", Routes.all(rt, { auth: Redacted.make("pack-token") }))
+app.route("/admin", Routes.all(rt, { auth: Redacted.make("pack-token-0123456789abcdef-0123456789") }))
 const server = await Serve.serve(app)
 const health = await fetch(server.url + "/admin/health")
 const denied = await fetch(server.url + "/admin/outbox/stats")
-const stats = await fetch(server.url + "/admin/outbox/stats", { headers: { authorization: "Bearer pack-token" } })
+const stats = await fetch(server.url + "/admin/outbox/stats", { headers: { authorization: "Bearer pack-token-0123456789abcdef-0123456789" } })
 const body = await stats.json()
 await denied.text()
 await health.text()
