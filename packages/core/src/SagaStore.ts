@@ -96,6 +96,8 @@ export interface StepUpdate {
   readonly compensationStarted?: boolean
   /** `finishedAt = now`. */
   readonly finished?: boolean
+  /** `compensationAttempts = 0` (before `compensationStarted`): an operator's retry of a failed compensation. */
+  readonly resetCompensationAttempts?: boolean
 }
 
 /** Changes to a saga; omitted fields are unchanged. */
@@ -133,6 +135,14 @@ export interface RecoverableQuery {
   readonly types?: ReadonlyArray<string>
 }
 
+/** What {@link Service.list} returns. */
+export interface ListQuery {
+  readonly status?: SagaStatus
+  /** Only sagas of this definition. */
+  readonly type?: string
+  readonly limit: number
+}
+
 /** The saga storage port. */
 export interface Service {
   /** Runs an effect in a transaction of this store (joining an open one). */
@@ -160,6 +170,8 @@ export interface Service {
    * that have not changed for `stuckAfter`.
    */
   readonly findRecoverable: (query: RecoverableQuery) => Effect.Effect<ReadonlyArray<SagaRecord>, StoreError>
+  /** Sagas for the admin views, most recently created first. */
+  readonly list: (query: ListQuery) => Effect.Effect<ReadonlyArray<SagaRecord>, StoreError>
   /** How many sagas are in each status (for the sagas-by-status gauge). */
   readonly countByStatus: Effect.Effect<Record<SagaStatus, number>, StoreError>
 }
