@@ -11,10 +11,11 @@
  * | `GET /stock` | stock by SKU |
  * | `GET /health`, `GET /ready`, `GET /metrics` | liveness, readiness (Postgres, broker, relay; details with the token), Prometheus |
  * | `/admin/sagas/:id`, `/admin/outbox/...`, `/admin/inbox/...`, `/admin/dead-letters` | Tidings' admin views (bearer token) |
+ * | `GET /admin/console` | the operator console (a web page; asks for the admin token) |
  * | `POST /admin/faults/publish`, `GET /admin/broker` | the demo's fault switch; the broker and its dead letters (bearer token) |
  */
 import { Health, Relay, Retry, Saga } from "@tidings/core"
-import { Auth, Command, Input, Routes, Runtime, Safety } from "@tidings/hono"
+import { Auth, Command, Console, Input, Routes, Runtime, Safety } from "@tidings/hono"
 import { Migrator, PgClient, PgInboxStore, PgOutboxStore, PgSagaStore } from "@tidings/postgres"
 import { Effect, Layer, Redacted, Schema } from "effect"
 import { Hono } from "hono"
@@ -115,6 +116,14 @@ export const routes = (rt: Runtime.Runtime<Services>, options: { readonly schema
   app.route("/admin/outbox", Routes.outbox(rt, { auth }))
   app.route("/admin/inbox", Routes.inbox(rt, { auth }))
   app.route("/admin/dead-letters", Routes.deadLetters(rt, { auth }))
+  // The operator console: same token, same checks; RabbitMQ's dead-letter queues when on RabbitMQ.
+  const onRabbit = rt.managed.runSync(Transport.Broker.use((b) => Effect.succeed(b.deadLetterQueues !== undefined)))
+  const deadLetterQueues: Console.DeadLetterQueues<Transport.Broker> = {
+    list: Transport.Broker.use((b) => b.deadLetterQueues!.list),
+    peek: (queue, limit) => Transport.Broker.use((b) => b.deadLetterQueues!.peek(queue, limit)),
+    replay: (queue, options) => Transport.Broker.use((b) => b.deadLetterQueues!.replay(queue, options))
+  }
+  app.route("/admin/console", Console.routes(rt, { auth, checks, ...(onRabbit ? { deadLetterQueues } : {}) }))
 
   const admin = new Hono()
   admin.use("*", Auth.bearer(auth))

@@ -3,6 +3,8 @@
 // attributes): nothing from the server is ever parsed as HTML.
 
 const TOKEN_KEY = "tidings.console.token"
+// The API is mounted next to this script, wherever the console is.
+const root = new URL(".", import.meta.url)
 const VIEWS = [
   ["overview", "Overview"],
   ["outbox", "Outbox"],
@@ -78,7 +80,8 @@ const ago = (iso) => {
   return h("span", { title: new Date(t).toISOString() }, `${duration(Math.max(0, now - t))} ago`)
 }
 
-const short = (id) => h("span", { class: "mono", title: id }, String(id).slice(0, 8))
+// The end of an id: UUIDv7s start with their timestamp, so ids of one minute share their start.
+const short = (id) => h("span", { class: "mono", title: id }, `…${String(id).slice(-8)}`)
 
 const empty = (text) => h("p", { class: "empty" }, text)
 
@@ -98,7 +101,7 @@ class Unauthorized extends Error {}
 const api = async (path, options = {}) => {
   const token = sessionStorage.getItem(TOKEN_KEY)
   if (!token) throw new Unauthorized("no token")
-  const response = await fetch(`api/${path}`, {
+  const response = await fetch(new URL(`api/${path}`, root), {
     method: options.method ?? "GET",
     credentials: "omit",
     cache: "no-store",
@@ -161,25 +164,28 @@ const card = (label, value, sub, tone) =>
   h("div", { class: `card${tone ? ` ${tone}` : ""}`, "data-card": label }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), sub ? h("div", { class: "sub" }, sub) : null)
 
 const throughputChart = (points) => {
-  const width = 640
-  const height = 150
-  const pad = { left: 36, right: 8, top: 10, bottom: 22 }
+  // About as wide as the panel, so that the labels stay at their font size.
+  const width = 1200
+  const height = 190
+  const pad = { left: 44, right: 12, top: 12, bottom: 26 }
   const max = Math.max(1, ...points.map((p) => p.published))
   const bw = (width - pad.left - pad.right) / Math.max(1, points.length)
   const y = (v) => pad.top + (height - pad.top - pad.bottom) * (1 - v / max)
+  const every = Math.ceil(points.length / 8)
   return svg("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": "Events published per minute" },
     svg("line", { x1: pad.left, x2: width - pad.right, y1: y(0), y2: y(0) }),
     svg("line", { x1: pad.left, x2: width - pad.right, y1: y(max), y2: y(max) }),
-    svg("text", { x: 4, y: y(max) + 4 }, num(max)),
-    svg("text", { x: 4, y: y(0) + 4 }, "0"),
+    svg("text", { x: pad.left - 6, y: y(max) + 4, "text-anchor": "end" }, num(max)),
+    svg("text", { x: pad.left - 6, y: y(0) + 4, "text-anchor": "end" }, "0"),
     points.map((p, i) => {
       const x = pad.left + i * bw + 1
       const top = y(p.published)
+      const last = i === points.length - 1
       return svg("g", null,
-        svg("rect", { class: `bar${i === points.length - 1 ? " now" : ""}`, x, y: top, width: Math.max(1, bw - 2), height: Math.max(0, y(0) - top) },
+        svg("rect", { class: `bar${last ? " now" : ""}`, x, y: top, width: Math.max(1, bw - 2), height: Math.max(0, y(0) - top) },
           svg("title", null, `${new Date(p.minute).toISOString().slice(11, 16)} UTC: ${p.published} published`)),
-        i % Math.ceil(points.length / 8) === 0 || i === points.length - 1
-          ? svg("text", { x: x + bw / 2 - 12, y: height - 6 }, new Date(p.minute).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }))
+        (points.length - 1 - i) % every === 0
+          ? svg("text", { x: last ? x + bw - 2 : x + bw / 2, y: height - 8, "text-anchor": last ? "end" : "middle" }, last ? "now" : new Date(p.minute).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }))
           : null)
     }))
 }
@@ -372,23 +378,23 @@ const timelineChart = (detail) => {
   const start = new Date(saga.createdAt).getTime()
   const active = saga.status === "running" || saga.status === "compensating"
   const end = Math.max(start + 1, new Date(saga.updatedAt).getTime(), ...detail.timeline.map((e) => (e.finishedAt ? new Date(e.finishedAt).getTime() : 0)), active ? new Date(state.overview.now).getTime() : 0)
-  const width = 760
-  const label = 150
-  const row = 26
+  const width = 1200
+  const label = 200
+  const row = 30
   const x = (t) => label + ((width - label - 70) * (t - start)) / (end - start)
   return svg("svg", { class: "timeline", viewBox: `0 0 ${width} ${row * detail.timeline.length + 24}`, width: "100%", role: "img", "aria-label": "Saga timeline" },
     svg("text", { x: label, y: 12, class: "dim" }, "0"),
-    svg("text", { x: width - 110, y: 12, class: "dim" }, duration(end - start)),
+    svg("text", { x: width - 70, y: 12, class: "dim", "text-anchor": "end" }, duration(end - start)),
     detail.timeline.map((e, i) => {
       const y = 20 + i * row
       const from = e.startedAt ? new Date(e.startedAt).getTime() : null
       const to = e.finishedAt ? new Date(e.finishedAt).getTime() : e.current ? end : null
       return svg("g", null,
         svg("line", { x1: label, x2: width - 70, y1: y + row - 4, y2: y + row - 4 }),
-        svg("text", { x: 0, y: y + 14 }, `${e.index + 1}. ${e.step}`),
-        from === null ? svg("text", { x: label, y: y + 14, class: "dim" }, "not started") : svg("rect", { class: e.current === "action" ? "action" : e.status, x: x(from), y: y + 3, width: Math.max(3, x(to ?? from) - x(from)), height: row - 10, rx: 3 },
+        svg("text", { x: 0, y: y + 16 }, `${e.index + 1}. ${e.step}`),
+        from === null ? svg("text", { x: label, y: y + 16, class: "dim" }, "not started") : svg("rect", { class: e.current === "action" ? "action" : e.status, x: x(from), y: y + 3, width: Math.max(3, x(to ?? from) - x(from)), height: row - 10, rx: 3 },
           svg("title", null, `${e.step}: ${e.status}${e.error ? ` — ${e.error}` : ""}`)),
-        from === null ? null : svg("text", { x: Math.min(width - 66, x(to ?? from) + 6), y: y + 14, class: "dim" }, e.durationMs === null ? "" : duration(e.durationMs)))
+        from === null ? null : svg("text", { x: Math.min(width - 66, x(to ?? from) + 6), y: y + 16, class: "dim" }, e.durationMs === null ? "" : duration(e.durationMs)))
     }))
 }
 

@@ -25,7 +25,7 @@ export const render = (): string => {
   return [
     "// Generated from packages/hono/console/ by packages/hono/scripts/build-console.ts. Do not edit.",
     "",
-    "/** The console page (its `<head>` gets a `<base>` for the mount point when served). */",
+    "/** The console page (its script and style URLs get the mount point when served). */",
     `export const html = ${JSON.stringify(html)}`,
     "",
     "/** The console's stylesheet. */",

@@ -48,11 +48,11 @@ export interface DeadLetterMessage {
  * them, and move messages back to their work queue. `@tidings/rabbitmq`'s `DeadLetters` implements
  * it; errors are reported as JSON errors (a broker that is down answers 503).
  */
-export interface DeadLetterQueues {
-  readonly list: Effect.Effect<ReadonlyArray<DeadLetterQueue>, unknown>
-  readonly peek: (queue: string, limit: number) => Effect.Effect<ReadonlyArray<DeadLetterMessage>, unknown>
+export interface DeadLetterQueues<R = never> {
+  readonly list: Effect.Effect<ReadonlyArray<DeadLetterQueue>, unknown, R>
+  readonly peek: (queue: string, limit: number) => Effect.Effect<ReadonlyArray<DeadLetterMessage>, unknown, R>
   /** Moves up to `limit` messages (all without one) back to the work queue; returns how many. */
-  readonly replay: (queue: string, options?: { readonly limit?: number }) => Effect.Effect<number, unknown>
+  readonly replay: (queue: string, options?: { readonly limit?: number }) => Effect.Effect<number, unknown, R>
 }
 
 /** Options of {@link routes}. */
@@ -61,8 +61,8 @@ export interface Options<R = never> {
   readonly auth?: Auth.Guard
   /** The components shown up / down (the readiness checks: database, broker, relay). */
   readonly checks?: ReadonlyArray<Health.Check<R>>
-  /** The broker's dead-letter queues; without it that view is left out. */
-  readonly deadLetterQueues?: DeadLetterQueues
+  /** The broker's dead-letter queues (run with the app's services); without it that view is left out. */
+  readonly deadLetterQueues?: DeadLetterQueues<R>
   /** How often the page refreshes (default 2 s; 500 ms to 1 min). */
   readonly refreshIntervalMs?: number
   /** Minutes of throughput shown (default 15; 1 to 180). */
@@ -103,9 +103,11 @@ export const routes = <R>(runtime: Runtime<R>, options: Options<NoInfer<R>> = {}
   }
   const app = new Hono()
   const page = (path: string) => {
-    // The page's relative URLs (script, style, API) resolve against the mount point.
+    // The page's script and style are under the mount point; the script finds the API next to itself.
     const base = path.endsWith("/") ? path : `${path}/`
-    return new Response(Assets.html.replace("<head>", `<head>\n<base href="${escapeHtml(base)}">`), {
+    // Not a <base> element: it would also move the page's #fragment links to the mount point.
+    const html = Assets.html.replace("href=\"console.css\"", `href="${escapeHtml(base)}console.css"`).replace("src=\"console.js\"", `src="${escapeHtml(base)}console.js"`)
+    return new Response(html, {
       headers: { ...pageHeaders, "content-type": "text/html; charset=utf-8" }
     })
   }

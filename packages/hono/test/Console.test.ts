@@ -1,6 +1,6 @@
 /**
  * The console's routes: the prebuilt page (up to date with its sources, served with a strict CSP
- * and a base for its mount point) and its JSON API on the memory stores and on Postgres: closed
+ * and its assets under its mount point) and its JSON API on the memory stores and on Postgres: closed
  * without a token, the overview, failed events retried by type and published, discarded, inbox
  * dead letters replayed, sagas listed with filters, a timeline, and actions refused in the wrong
  * state. The page itself is driven in Chromium by test/console.test.ts.
@@ -78,7 +78,7 @@ const consoleSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<a
       return aggregateIds
     }
 
-    it("serves the prebuilt page with a strict CSP and a base for its mount point; assets as files", async () => {
+    it("serves the prebuilt page with a strict CSP, its assets under the mount point", async () => {
       for (const path of ["/admin/console", "/admin/console/index.html"]) {
         const page = await app.request(path)
         expect(page.status, path).toBe(200)
@@ -86,8 +86,8 @@ const consoleSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<a
         expect(page.headers.get("content-security-policy")).toContain("script-src 'self'")
         expect(page.headers.get("content-security-policy")).toContain("frame-ancestors 'none'")
         const html = await page.text()
-        expect(html).toContain("<base href=\"/admin/console/\">")
-        expect(html).toContain("<script type=\"module\" src=\"console.js\">")
+        expect(html).toContain("<script type=\"module\" src=\"/admin/console/console.js\">")
+        expect(html).toContain("<link rel=\"stylesheet\" href=\"/admin/console/console.css\">")
       }
       const js = await app.request("/admin/console/console.js")
       expect(js.headers.get("content-type")).toBe("text/javascript; charset=utf-8")

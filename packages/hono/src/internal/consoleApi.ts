@@ -18,7 +18,7 @@ import type { Runtime } from "../Runtime.ts"
 
 export interface Settings {
   readonly checks: ReadonlyArray<Health.Check<any>>
-  readonly deadLetterQueues: DeadLetterQueues | undefined
+  readonly deadLetterQueues: DeadLetterQueues<any> | undefined
   readonly refreshIntervalMs: number
   readonly throughputMinutes: number
   readonly maxLimit: number
