@@ -51,7 +51,8 @@ export const run = (args: ReadonlyArray<string>): Effect.Effect<number> =>
       const error = Option.getOrUndefined(Exit.findErrorOption(exit))
       // The doctor printed its findings; help and parse errors were presented by the CLI module.
       if (error instanceof Doctor.ProblemsFound) return Effect.succeed(1)
-      if (CliError.isCliError(error)) return Effect.succeed((error as { readonly _tag: string })._tag === "ShowHelp" ? 0 : 2)
+      // A usage error (help shown with the errors) is 2; help asked for by calling a group without a subcommand is 0.
+      if (CliError.isCliError(error)) return Effect.succeed(error._tag === "ShowHelp" && error.errors.length === 0 ? 0 : 2)
       return Effect.as(Out.warn(`tidings: ${error === undefined ? Cause.pretty(exit.cause) : message(error)}`), 1)
     })
   )
