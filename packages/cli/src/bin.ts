@@ -4,15 +4,20 @@
  * SIGINT and SIGTERM interrupt it (a relay worker then shuts down gracefully and exits 0).
  * @module
  */
-import { Effect, Fiber } from "effect"
+import { Cause, Effect, Exit, Fiber } from "effect"
 import * as Cli from "./Cli.ts"
 
+let signalled = false
 const fiber = Effect.runFork(Cli.run(process.argv.slice(2)))
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
-  process.once(signal, () => void Effect.runFork(Fiber.interrupt(fiber)))
+  process.once(signal, () => {
+    signalled = true
+    Effect.runFork(Fiber.interrupt(fiber))
+  })
 }
 fiber.addObserver((exit) => {
-  process.exitCode = exit._tag === "Success" ? exit.value : 1
-  // Pools and sockets are closed by now; nothing should keep the process alive.
-  setTimeout(() => process.exit(process.exitCode), 50).unref()
+  process.exitCode = Exit.isSuccess(exit) ? exit.value : signalled && Cause.hasInterruptsOnly(exit.cause) ? 0 : 1
+  // Pools and sockets are closed by now, so the process ends by itself once its output is written;
+  // should anything still hold it, it exits anyway (the timer does not keep it alive).
+  setTimeout(() => process.exit(), 2000).unref()
 })
