@@ -5,7 +5,7 @@
  * usage error); `bin.ts` is the executable.
  * @module
  */
-import { Cause, Effect, Exit, Option } from "effect"
+import { Cause, Effect, Exit, Option, References } from "effect"
 import { CliError, Command } from "effect/cli"
 import * as DeadLetters from "./internal/commands/dlq.ts"
 import * as Doctor from "./internal/commands/doctor.ts"
@@ -44,6 +44,8 @@ const message = (error: unknown): string => {
 export const run = (args: ReadonlyArray<string>): Effect.Effect<number> =>
   Command.runWith(command, { version })(args).pipe(
     Effect.provide(Environment.layer(args)),
+    // The drivers' retry warnings are noise in a command's output; --log-level shows them.
+    Effect.provideService(References.MinimumLogLevel, "Error"),
     Effect.exit,
     Effect.flatMap((exit) => {
       if (Exit.isSuccess(exit)) return Effect.succeed(0)
