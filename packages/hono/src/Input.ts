@@ -13,11 +13,20 @@ import * as Body from "./internal/body.ts"
 /** A schema that decodes unknown input (its encoded side is not constrained). */
 export type Decoder<A, RD = never> = Schema.Decoder<A, RD>
 
-const decode = <A, RD>(schema: Decoder<A, RD>, value: unknown, where: string) =>
-  Schema.decodeUnknownEffect(schema)(value, { errors: "all" }).pipe(
+// A NUL can reach a handler in a percent-decoded path or query when `Safety` is not installed; no
+// text column holds one, so it would become a database error (a 500) instead of a 400.
+const nulIn = (value: unknown): boolean =>
+  typeof value === "string" ? value.includes("\0") : typeof value === "object" && value !== null && Object.values(value).some(nulIn)
+
+const decode = <A, RD>(schema: Decoder<A, RD>, value: unknown, where: string): Effect.Effect<A, BadRequest, RD> => {
+  if (where !== "body" && nulIn(value)) {
+    return Effect.fail(new BadRequest({ message: `invalid ${where}`, issues: [{ path: [where], message: "a NUL character is not accepted" }] }))
+  }
+  return Schema.decodeUnknownEffect(schema)(value, { errors: "all" }).pipe(
     Effect.catchTag("SchemaError", (error) =>
       Effect.fail(new BadRequest({ message: `invalid ${where}`, issues: issuesOf(error, [where]) })))
   ) as Effect.Effect<A, BadRequest, RD>
+}
 
 /** How a JSON body is read: the limits of `Safety.middleware` (or the defaults), per call overridable. */
 export interface JsonOptions {

@@ -10,6 +10,7 @@ import { InvalidConfig, StoreError } from "@tidings/core/Errors"
 import * as Health from "@tidings/core/Health"
 import * as OutboxStore from "@tidings/core/OutboxStore"
 import { Effect, Redacted, Schema } from "effect"
+import { Hono } from "hono"
 import { afterEach, vi } from "vitest"
 import { send } from "../../../test/support/rawHttp.ts"
 import * as Input from "../src/Input.ts"
@@ -161,6 +162,18 @@ describe(`Safety: the safe HTTP defaults on a real ${runtimeName} server`, () =>
     const ok = await send(server.port, { method: "GET", target: "/orders/caf%C3%A9?q=%E2%82%AC+1" })
     expect(ok.status).toBe(200)
     expect(ok.json).toEqual({ id: "café", q: "€ 1" })
+  })
+
+  it("without Safety installed, Input still refuses a NUL in path parameters and the query: 400, not a database error", async () => {
+    const plain = new Hono()
+    plain.get("/x/:id", rt.handler((c) => Effect.map(Input.param(c, "id", Schema.String), (id) => ({ id }))))
+    plain.get("/q", rt.handler((c) => Input.query(c, Schema.Struct({ q: Schema.String }))))
+    for (const path of ["/x/a%00b", "/q?q=%00"]) {
+      const res = await plain.request(path)
+      expect(res.status, path).toBe(400)
+      expect(((await res.json()) as { error: { issues: Array<{ message: string }> } }).error.issues[0]!.message).toBe("a NUL character is not accepted")
+    }
+    expect(await (await plain.request("/x/ab")).json()).toEqual({ id: "ab" })
   })
 
   it("unknown routes answer 404 and known paths with another method 405 with Allow, in the JSON error shape", async () => {
