@@ -18,7 +18,9 @@ const tasks = {
   demo: "tidings:demo",
   test: "tidings:test",
   bench: "tidings:bench",
-  check: "tidings:check"
+  check: "tidings:check",
+  // The tidings CLI from the workspace's sources: npm run tidings -- doctor
+  tidings: "tidings:cli"
 }
 
 const log = (msg) => process.stderr.write(`[tidings] ${msg}\n`)

@@ -30,20 +30,27 @@ const denoBinary = (): string => typeof Deno !== "undefined" ? Deno.execPath() :
 
 /** Imports @tidings/hono from its build, serves it and calls it over the network. */
 const honoCheck = `import * as OutboxStore from "@tidings/core/OutboxStore"
-import { Routes, Runtime, Serve } from "@tidings/hono"
+import { Console, Routes, Runtime, Serve } from "@tidings/hono"
 import { Redacted } from "effect"
 import { Hono } from "hono"
 
 const rt = await Runtime.make(OutboxStore.layerMemory)
 const app = new Hono()
-app.route("/admin", Routes.all(rt, { auth: Redacted.make("pack-token") }))
+app.route("/admin", Routes.all(rt, { auth: Redacted.make("pack-token-0123456789abcdef-0123456789") }))
+app.route("/console", Console.routes(rt, { auth: Redacted.make("pack-token-0123456789abcdef-0123456789") }))
 const server = await Serve.serve(app)
 const health = await fetch(server.url + "/admin/health")
 const denied = await fetch(server.url + "/admin/outbox/stats")
-const stats = await fetch(server.url + "/admin/outbox/stats", { headers: { authorization: "Bearer pack-token" } })
+const stats = await fetch(server.url + "/admin/outbox/stats", { headers: { authorization: "Bearer pack-token-0123456789abcdef-0123456789" } })
 const body = await stats.json()
 await denied.text()
 await health.text()
+// The console's prebuilt page and script come from the build too.
+const page = await fetch(server.url + "/console")
+const script = await fetch(server.url + "/console/console.js")
+const overview = await fetch(server.url + "/console/api/overview", { headers: { authorization: "Bearer pack-token-0123456789abcdef-0123456789" } })
+if (page.status !== 200 || !(await page.text()).includes("Tidings console") || !(await script.text()).includes("tidings.console.token") || overview.status !== 200) throw new Error("console")
+await overview.text()
 await server.close()
 await rt.dispose()
 console.log("hono ok", health.status, denied.status, stats.status, "pending=" + body.pending)
@@ -61,7 +68,7 @@ describe("packages as published", () => {
     try {
       const env = { ...process.env, npm_config_audit: "false", npm_config_fund: "false", npm_config_update_notifier: "false" }
       const tarballs: Record<string, string> = {}
-      for (const name of ["core", "postgres", "rabbitmq", "hono"]) {
+      for (const name of ["core", "postgres", "rabbitmq", "hono", "cli"]) {
         const out = execFileSync(pnpm(), ["pack", "--pack-destination", work], { cwd: path.join(root, "packages", name), env, encoding: "utf8" })
         const file = out.trim().split("\n").map((l) => l.trim()).reverse().find((l) => l.endsWith(".tgz"))!
         tarballs[name] = path.isAbsolute(file) ? file : path.join(work, path.basename(file))
@@ -78,6 +85,7 @@ describe("packages as published", () => {
           "@tidings/postgres": `file:${tarballs["postgres"]}`,
           "@tidings/rabbitmq": `file:${tarballs["rabbitmq"]}`,
           "@tidings/hono": `file:${tarballs["hono"]}`,
+          "@tidings/cli": `file:${tarballs["cli"]}`,
           effect: "4.1.0",
           hono: "4.13.19",
           "@hono/node-server": "2.1.8"
@@ -87,7 +95,7 @@ describe("packages as published", () => {
       expect(install.status, install.stderr).toBe(0)
 
       // The installed packages are the built ones: exports lead to dist/*.js, and no TypeScript source is needed.
-      for (const name of ["core", "postgres", "rabbitmq", "hono"]) {
+      for (const name of ["core", "postgres", "rabbitmq", "hono", "cli"]) {
         const manifest = JSON.parse(fs.readFileSync(path.join(app, "node_modules/@tidings", name, "package.json"), "utf8"))
         expect(manifest.exports["."].default).toBe("./dist/index.js")
         expect(manifest.dependencies?.["@tidings/core"] ?? "^").not.toContain("workspace:")
@@ -99,6 +107,16 @@ describe("packages as published", () => {
       const rabbit = spawnSync(nodeBinary(), ["-e", "import('@tidings/rabbitmq').then((m) => console.log(Object.keys(m).sort().join(',')))"], { cwd: app, env, encoding: "utf8" })
       expect(rabbit.status, rabbit.stderr).toBe(0)
       expect(rabbit.stdout).toContain("AmqpPublisher")
+
+      // The tidings command from its build, through the bin npm linked.
+      const cli = spawnSync(path.join(app, "node_modules/.bin/tidings"), ["migrate", "--dry-run", "--json", "--schema", "pack_check"], {
+        cwd: app,
+        env: { ...env, PATH: `${path.dirname(nodeBinary())}:${process.env["PATH"] ?? ""}`, TIDINGS_PG_URL: inject("pgUrl") },
+        encoding: "utf8",
+        timeout: 60_000
+      })
+      expect(cli.status, cli.stderr).toBe(0)
+      expect(JSON.parse(cli.stdout).pending).toHaveLength(5)
 
       // The Hono adapter from its build: a runtime on the memory store, served on a free port, on Node
       // (@hono/node-server) and on Deno (Deno.serve).

@@ -94,6 +94,7 @@ const main = async (): Promise<number> => {
 
     if (settings.serve) {
       say(`admin token: ${settings.tokenGenerated ? Redacted.value(settings.adminToken) : "(from TIDINGS_ADMIN_TOKEN)"}`)
+      say(`console: ${server.url}/admin/console (asks for the admin token)`)
       say(`try: curl -s -XPOST ${server.url}/orders -H 'content-type: application/json' -d '{"customer":"ada","sku":"book","quantity":1,"amountCents":1299}'`)
       say(`     curl -s ${server.url}/orders   |   curl -s ${server.url}/metrics   |   curl -s -H 'authorization: Bearer <token>' ${server.url}/admin/outbox/stats`)
       say("serving; Ctrl-C stops")

@@ -8,6 +8,7 @@
 import { type Event, MemoryBroker, Publisher } from "@tidings/core"
 import { InvalidConfig } from "@tidings/core/Errors"
 import { AmqpConnection, AmqpConsumer, type AmqpErrors, AmqpPublisher, EventRegistry, Topology } from "@tidings/rabbitmq"
+import * as DeadLetters from "@tidings/rabbitmq/DeadLetters"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { type Incoming, UnprocessableMessage } from "./domain.ts"
 
@@ -47,6 +48,8 @@ export interface Service {
   readonly isReady: Effect.Effect<boolean>
   /** Messages dead-lettered by the consumers (memory); RabbitMQ keeps them in each queue's `.dlq` instead. */
   readonly deadLetters: Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly type: string; readonly id: string; readonly reason: string }>>
+  /** RabbitMQ: the consumers' dead-letter queues (list, peek, replay), for the console. */
+  readonly deadLetterQueues: DeadLetters.Service | undefined
 }
 
 /** The broker of the app. */
@@ -85,6 +88,7 @@ const memory = <R>(specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<
         description: "in-memory",
         publisher,
         isReady: Effect.succeed(true),
+        deadLetterQueues: undefined,
         deadLetters: Effect.map(mb.deadLetters, (xs) => xs.map((l) => ({ queue: l.queue, type: l.message.type, id: l.message.id, reason: `${l.reason}: ${l.error}` })))
       })
     })
@@ -141,12 +145,14 @@ const rabbitmq = <R>(
     Effect.gen(function*() {
       const connection = yield* AmqpConnection.AmqpConnection
       const publisher = yield* AmqpPublisher.make({ exchange })
+      const deadLetterQueues = yield* DeadLetters.make({ queues: queues.map((q) => q.queue) })
       return Broker.of({
         kind: "rabbitmq",
         description: connection.description,
         publisher,
         isReady: connection.isReady,
-        deadLetters: Effect.succeed([])
+        deadLetters: Effect.succeed([]),
+        deadLetterQueues
       })
     })
   )

@@ -67,6 +67,11 @@ export interface Service {
   readonly recordFailure: (messageId: string, consumer: string, error: string) => Effect.Effect<void, StoreError>
   /** Marks the message `failed` (dead-lettered) with the reason. */
   readonly markFailed: (messageId: string, consumer: string, reason: string) => Effect.Effect<void, StoreError>
+  /**
+   * Forgets a dead-lettered (`failed`) row so that the next delivery of the message is handled
+   * again (a replay); false when the row is not `failed`.
+   */
+  readonly resetFailed: (messageId: string, consumer: string) => Effect.Effect<boolean, StoreError>
   readonly get: (messageId: string, consumer: string) => Effect.Effect<InboxRecord | undefined, StoreError>
   /** Rows for the admin views, most recently received first (ties by message id, then consumer). */
   readonly list: (options: ListOptions) => Effect.Effect<ReadonlyArray<InboxRecord>, StoreError>

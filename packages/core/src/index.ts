@@ -3,6 +3,7 @@
  * publishing ports with in-memory implementations, retry schedules and metrics.
  * @module
  */
+export * as Admin from "./Admin.ts"
 export * as Errors from "./Errors.ts"
 export * as Event from "./Event.ts"
 export * as Health from "./Health.ts"

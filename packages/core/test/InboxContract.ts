@@ -54,6 +54,28 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         assert.strictEqual(failureTag(yield* Effect.exit(store.markProcessed(m, "c3"))), "NotInTransaction")
       })))
 
+    it.live("resetFailed forgets a dead-lettered row so that the next delivery is handled; other rows stay", () =>
+      run(Effect.gen(function*() {
+        const store = yield* InboxStore
+        const m = id()
+        yield* store.begin(m, "c1", "i1")
+        assert.isFalse(yield* store.resetFailed(m, "c1"), "a processing row is not reset")
+        yield* store.markFailed(m, "c1", "crash loop")
+        yield* store.markFailed(m, "c2", "crash loop")
+        assert.strictEqual((yield* store.count()).failed, 2)
+        assert.isTrue(yield* store.resetFailed(m, "c1"))
+        assert.isUndefined(yield* store.get(m, "c1"))
+        assert.strictEqual((yield* store.get(m, "c2"))?.status, "failed", "another consumer's row stays")
+        assert.isFalse(yield* store.resetFailed(m, "c1"))
+        const calls = { n: 0 }
+        assert.deepStrictEqual(yield* Inbox.handle("c1", m, Effect.as(bump(store, m, calls), 1)), { _tag: "Processed", value: 1 })
+        assert.strictEqual(calls.n, 1)
+        // Inside a transaction, the reset commits (or rolls back) with it.
+        const exit = yield* Effect.exit(store.withTransaction(Effect.andThen(store.resetFailed(m, "c2"), Effect.fail("rolled back" as const))))
+        assert.isTrue(Exit.isFailure(exit))
+        assert.strictEqual((yield* store.get(m, "c2"))?.status, "failed")
+      })))
+
     it.live("a message handled twice has its effect once; the duplicate is reported", () =>
       run(Effect.gen(function*() {
         const store = yield* InboxStore

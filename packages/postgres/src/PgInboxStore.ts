@@ -126,6 +126,12 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
 
       get,
 
+      resetFailed: (messageId, consumer) =>
+        sql`DELETE FROM ${inbox} WHERE message_id = ${messageId} AND consumer = ${consumer} AND status = 'failed' RETURNING 1`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          mapSqlError("inbox.resetFailed")
+        ),
+
       list: ({ consumer, limit, status }) =>
         sql<Row>`SELECT ${cols} FROM ${inbox}
           WHERE ${status === undefined ? sql`TRUE` : sql`status = ${status}`}

@@ -11,6 +11,7 @@ import { Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import { instanceId } from "./internal/instance.ts"
+import { outboxAdmin } from "./internal/outboxAdmin.ts"
 import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
@@ -411,7 +412,9 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         ids.length === 0 ? Effect.succeed(0) : sql<{ n: number | string }>`WITH discarded AS (
             DELETE FROM ${outbox} WHERE status = 'failed' AND id IN (SELECT jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)::uuid)
             RETURNING 1
-          ) SELECT count(*)::int AS n FROM discarded`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("discardFailed"))
+          ) SELECT count(*)::int AS n FROM discarded`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("discardFailed")),
+
+      ...outboxAdmin(sql, `${schema}.outbox`)
     }
     return store
   })

@@ -9,6 +9,8 @@ const toRecord = ({ startedBy: _, ...record }: Row): InboxStore.InboxRecord => r
 
 interface Transaction {
   readonly rows: Map<string, Row>
+  /** Rows deleted in the transaction (a replay's reset), unless written again after. */
+  readonly deleted: Set<string>
   readonly positions: Map<string, number>
 }
 
@@ -35,12 +37,13 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
   const write = <A>(f: (tx: Transaction, now: number) => A): Effect.Effect<A> =>
     withTransaction(Effect.flatMap(currentTx, (open) => Effect.map(Clock.currentTimeMillis, (now) => f(Option.getOrThrow(open), now))))
 
-  const readRow = (tx: Transaction | undefined, k: string) => tx?.rows.get(k) ?? rows.get(k)
+  const readRow = (tx: Transaction | undefined, k: string) => tx?.rows.get(k) ?? (tx?.deleted.has(k) === true ? undefined : rows.get(k))
 
   /** The committed rows, overlaid with the open transaction's writes. */
   const visible = (tx: Transaction | undefined): Array<Row> => {
-    if (tx === undefined || tx.rows.size === 0) return [...rows.values()]
+    if (tx === undefined || (tx.rows.size === 0 && tx.deleted.size === 0)) return [...rows.values()]
     const merged = new Map(rows)
+    for (const k of tx.deleted) merged.delete(k)
     for (const [k, row] of tx.rows) merged.set(k, row)
     return [...merged.values()]
   }
@@ -48,12 +51,13 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
   const withTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
     Effect.flatMap(currentTx, (open) => {
       if (Option.isSome(open)) return effect
-      const tx: Transaction = { rows: new Map(), positions: new Map() }
+      const tx: Transaction = { rows: new Map(), deleted: new Set(), positions: new Map() }
       return lock.withPermits(1)(
         Effect.provideService(effect, Tx, tx).pipe(
           Effect.onExit((exit) =>
             Effect.sync(() => {
               if (Exit.isFailure(exit)) return
+              for (const k of tx.deleted) rows.delete(k)
               for (const [k, row] of tx.rows) rows.set(k, row)
               for (const [k, p] of tx.positions) positions.set(k, p)
             })
@@ -139,6 +143,14 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
           processedAt: row?.processedAt ?? null,
           lastError: reason
         })
+      }),
+    resetFailed: (messageId, consumer) =>
+      write((tx) => {
+        const k = key(messageId, consumer)
+        if (readRow(tx, k)?.status !== "failed") return false
+        tx.rows.delete(k)
+        tx.deleted.add(k)
+        return true
       }),
     get: (messageId, consumer) =>
       Effect.map(currentTx, (open) => {
