@@ -1,14 +1,13 @@
 /**
  * The inbox storage port: one row per (message id, consumer), recording that a consumer handled a
  * message, so that a redelivery is recognised as a duplicate. `Inbox.handle` is written once against
- * it; `@tidings/postgres` implements it on Postgres and {@link layerMemory} in memory, and both pass
- * the same contract tests. The port also keeps projection positions (the last version applied per
+ * it; `@tidings/postgres` implements it on Postgres and `MemoryInboxStore` in memory, and both pass
+ * the same contract tests (`@tidings/core/testing`). The port also keeps projection positions (the last version applied per
  * aggregate), which `Projection` updates in the same transaction as the inbox row.
  * @module
  */
-import { Context, type Duration, type Effect, Layer } from "effect"
+import { Context, type Duration, type Effect } from "effect"
 import type { NotInTransaction, StoreError } from "./Errors.ts"
-import { makeMemoryInboxStore } from "./internal/memoryInboxStore.ts"
 
 /** `processing`: handling started and has not committed; `processed`: done; `failed`: dead-lettered (crash loop). */
 export type Status = "processing" | "processed" | "failed"
@@ -90,12 +89,3 @@ export interface Service {
 
 /** The inbox storage service. */
 export class InboxStore extends Context.Service<InboxStore, Service>()("@tidings/core/InboxStore") {}
-
-/**
- * An in-memory store with the semantics of the Postgres one. Its transactions are serialized (one at
- * a time per store) and rolled back by an undo log; it is meant for tests and demos.
- */
-export const layerMemory: Layer.Layer<InboxStore> = Layer.effect(InboxStore, makeMemoryInboxStore)
-
-/** Builds a fresh in-memory store (one per call). */
-export const makeMemory: Effect.Effect<Service> = makeMemoryInboxStore

@@ -17,6 +17,7 @@
  * @module
  */
 import { Duration, Effect, Schema } from "effect"
+import type { Delivery } from "./Consumer.ts"
 import type { StoreError } from "./Errors.ts"
 import * as Inbox from "./Inbox.ts"
 import { InboxStore } from "./InboxStore.ts"
@@ -90,7 +91,8 @@ export const handle = <A, E, R>(
     const { aggregateId, version } = projection.position(event)
     const seen = yield* store.position(projection.name, aggregateId)
     if (version > seen + 1) return yield* new ProjectionGap({ projection: projection.name, aggregateId, applied: seen, version })
-    const result = yield* Inbox.handle(
+    const result = yield* Inbox.handleIn(
+      store,
       projection.name,
       messageId,
       Effect.gen(function*() {
@@ -107,11 +109,11 @@ export const handle = <A, E, R>(
   }).pipe(Effect.withSpan("tidings.projection.handle", { attributes: { "tidings.projection": projection.name, "messaging.message.id": messageId } }, noStack))
 
 /**
- * A consumer handler for a projection (for `AmqpConsumer`, whose delivery has `messageId` and the
- * decoded `event`): duplicates and stale events succeed (acked), a gap fails retryably.
+ * A consumer handler for a projection (any consumer's `Consumer.Delivery`, whose `event` is the
+ * projection's event): duplicates and stale events succeed (acked), a gap fails retryably.
  */
 export const handler = <A, E, R>(projection: Definition<A, E, R>, options: Inbox.Options = {}) =>
-(delivery: { readonly messageId: string | undefined; readonly event: A }): Effect.Effect<void, E | ProjectionGap | Inbox.HandleError | Inbox.MissingMessageId, R | InboxStore> =>
+(delivery: Delivery<A>): Effect.Effect<void, E | ProjectionGap | Inbox.HandleError | Inbox.MissingMessageId, R | InboxStore> =>
   delivery.messageId === undefined || delivery.messageId === ""
     ? Effect.fail(new Inbox.MissingMessageId({ consumer: projection.name }))
     : Effect.asVoid(handle(projection, delivery.messageId, delivery.event, options))

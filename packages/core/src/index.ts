@@ -3,8 +3,11 @@
  * publishing ports with in-memory implementations, retry schedules and metrics.
  * @module
  */
+export * as Consumer from "./Consumer.ts"
+export * as ConsumerRunner from "./ConsumerRunner.ts"
 export * as Errors from "./Errors.ts"
 export * as Event from "./Event.ts"
+export * as EventRegistry from "./EventRegistry.ts"
 export * as Health from "./Health.ts"
 export * as MemoryBroker from "./MemoryBroker.ts"
 export * as Message from "./Message.ts"
@@ -21,4 +24,5 @@ export * as Saga from "./Saga.ts"
 export * as SagaStore from "./SagaStore.ts"
 export * as Inbox from "./Inbox.ts"
 export * as InboxStore from "./InboxStore.ts"
+export * as MemoryInboxStore from "./MemoryInboxStore.ts"
 export * as Projection from "./Projection.ts"

@@ -3,6 +3,7 @@
  * view; the connection, publisher and consumer decide on reconnecting, retrying and dead-lettering
  * from that view and from AMQP reply codes, never from message text. Messages never contain the
  * credentials of the broker URL.
+ * @since 0.1.0
  * @module
  */
 import { Schema } from "effect"
@@ -23,6 +24,10 @@ export class AmqpConnectionError extends Schema.TaggedError<AmqpConnectionError>
   get isRetryable(): boolean {
     return this.retryable
   }
+  /** The broker cannot be reached right now (refused, reset, closed): work waits, it does not fail. */
+  get isUnavailable(): boolean {
+    return this.retryable
+  }
 }
 
 /**
@@ -41,43 +46,7 @@ export class TopologyError extends Schema.TaggedError<TopologyError>()("Topology
   }
 }
 
-/** Settings that cannot work (a URL that is not `amqp(s)://`, a prefetch of 0, ...). */
-export class AmqpConfigError extends Schema.TaggedError<AmqpConfigError>()("AmqpConfigError", {
-  path: Schema.String,
-  message: Schema.String
-}) {
-  get isRetryable(): boolean {
-    return false
-  }
-}
-
-/** Why a delivery could not be decoded. */
-export const DecodeFailure = Schema.Literals([
-  "TooLarge",
-  "InvalidJson",
-  "SchemaMismatch",
-  "MissingType",
-  "UnsupportedContentType"
-])
-export type DecodeFailure = typeof DecodeFailure.Type
-
-/** A delivery that can never be decoded: a permanent failure, dead-lettered by default. */
-export class DecodeError extends Schema.TaggedError<DecodeError>()("DecodeError", {
-  reason: DecodeFailure,
-  eventType: Schema.optional(Schema.String),
-  version: Schema.optional(Schema.Number),
-  message: Schema.String
-}) {
-  get isRetryable(): boolean {
-    return false
-  }
-}
-
-/** A handler ran longer than the consumer's processing timeout: transient, retried. */
-export class HandlerTimeout extends Schema.TaggedError<HandlerTimeout>()("HandlerTimeout", {
-  timeoutMs: Schema.Number
-}) {
-  get isRetryable(): boolean {
-    return true
-  }
-}
+// Decoding and handler errors are every transport's: they live in core and are re-exported here
+// for code written against `@tidings/rabbitmq`. Invalid settings are core's `InvalidConfig`.
+export { DecodeError, DecodeFailure } from "@tidings/core/EventRegistry"
+export { HandlerTimeout } from "@tidings/core/Consumer"

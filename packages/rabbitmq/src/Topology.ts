@@ -3,11 +3,13 @@
  * after every reconnect (declaring is idempotent, and a broker restart may have lost non-durable
  * entities). {@link consumerQueue} builds the usual shape of a Tidings consumer queue: a quorum queue
  * with a delivery limit, a dead-letter exchange and queue, and TTL retry queues for delayed retries.
+ * @since 0.1.0
  * @module
  */
-import { Duration, Effect } from "effect"
+import * as Settings from "@tidings/core/Settings"
+import { Duration, Effect, Schema } from "effect"
 import type { Channel } from "amqplib"
-import { AmqpConfigError, type TopologyError } from "./AmqpErrors.ts"
+import type { TopologyError } from "./AmqpErrors.ts"
 import { topologyError } from "./internal/amqpError.ts"
 
 /** An exchange to declare. */
@@ -102,17 +104,17 @@ export const queueArguments = (queue: Queue): Record<string, unknown> => {
   return { ...args, ...queue.arguments }
 }
 
-const run = <A>(operation: string, entity: string, secrets: ReadonlyArray<string>, f: () => Promise<A>): Effect.Effect<A, TopologyError> =>
-  Effect.tryPromise({ try: f, catch: (error) => topologyError(operation, entity, error, secrets) })
+const run = <A>(operation: string, entity: string, f: () => Promise<A>): Effect.Effect<A, TopologyError> =>
+  Effect.tryPromise({ try: f, catch: (error) => topologyError(operation, entity, error) })
 
 /**
  * Declares a topology on a channel. A failed declaration closes the channel (AMQP's rule), so use a
  * channel of its own. Fails with the first `TopologyError`.
  */
-export const apply = (channel: Channel, topology: Topology, secrets: ReadonlyArray<string> = []): Effect.Effect<void, TopologyError> =>
+export const apply = (channel: Channel, topology: Topology): Effect.Effect<void, TopologyError> =>
   Effect.gen(function*() {
     for (const e of topology.exchanges) {
-      yield* run("assertExchange", e.name, secrets, () =>
+      yield* run("assertExchange", e.name, () =>
         channel.assertExchange(e.name, e.type ?? "topic", {
           durable: e.durable ?? true,
           autoDelete: e.autoDelete ?? false,
@@ -122,7 +124,7 @@ export const apply = (channel: Channel, topology: Topology, secrets: ReadonlyArr
     }
     for (const q of topology.queues) {
       const classic = (q.type ?? "quorum") === "classic"
-      yield* run("assertQueue", q.name, secrets, () =>
+      yield* run("assertQueue", q.name, () =>
         channel.assertQueue(q.name, {
           durable: classic ? q.durable ?? true : true,
           autoDelete: classic ? q.autoDelete ?? false : false,
@@ -131,7 +133,7 @@ export const apply = (channel: Channel, topology: Topology, secrets: ReadonlyArr
         }))
     }
     for (const b of topology.bindings) {
-      yield* run("bindQueue", `${b.exchange} -> ${b.queue}`, secrets, () =>
+      yield* run("bindQueue", `${b.exchange} -> ${b.queue}`, () =>
         channel.bindQueue(b.queue, b.exchange, b.routingKey ?? "", b.arguments ?? {}))
     }
   }).pipe(Effect.withSpan("tidings.amqp.topology", {
@@ -178,12 +180,24 @@ export interface ConsumerQueue {
   readonly topology: Topology
 }
 
-const validName = (path: string, name: string) => {
+const queueName = Schema.String.check(Schema.makeFilter((name: string) =>
   // AMQP short strings: at most 255 bytes; the derived names add up to ~25 characters.
-  if (name.length === 0 || name.length > 200 || name.startsWith("amq.")) {
-    throw new AmqpConfigError({ path, message: "must be 1-200 characters and not start with 'amq.'" })
-  }
-}
+  name.length > 0 && name.length <= 200 && !name.startsWith("amq.") ? undefined : "must be 1-200 characters and not start with 'amq.'"
+))
+
+/**
+ * The settings of {@link consumerQueue} that are data, with their defaults.
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConsumerQueueSchema = Schema.Struct({
+  queue: queueName,
+  type: Schema.Literals(["quorum", "classic"]).pipe(Schema.withDecodingDefault(Effect.succeed("quorum" as const))),
+  deliveryLimit: Schema.optional(Settings.int(1, 1_000_000)),
+  retryDelays: Schema.Array(Settings.duration()).pipe(
+    Schema.withDecodingDefault(Effect.succeed<ReadonlyArray<Duration.Input>>(["1 second", "10 seconds", "1 minute"]))
+  )
+})
 
 /**
  * The topology of a consumer queue:
@@ -192,24 +206,16 @@ const validName = (path: string, name: string) => {
  * - one classic retry queue per delay, `<queue>.retry.<ms>`, whose messages expire back into the work
  *   queue through the default exchange (so other queues bound to `exchange` do not get them again).
  *
- * Throws `AmqpConfigError` for invalid names or limits.
+ * Throws `InvalidConfig` (naming every wrong setting) for invalid names or limits.
  */
 export const consumerQueue = (options: ConsumerQueueOptions): ConsumerQueue => {
-  validName("queue", options.queue)
-  const type = options.type ?? "quorum"
-  const deliveryLimit = type === "quorum" ? options.deliveryLimit ?? 20 : undefined
-  if (deliveryLimit !== undefined && (!Number.isInteger(deliveryLimit) || deliveryLimit < 1)) {
-    throw new AmqpConfigError({ path: "deliveryLimit", message: "must be an integer >= 1" })
-  }
+  const s = Settings.decodeSync(ConsumerQueueSchema, options)
+  const type = s.type
+  const deliveryLimit = type === "quorum" ? s.deliveryLimit ?? 20 : undefined
   const exchange: Exchange = typeof options.exchange === "string" ? { name: options.exchange } : options.exchange
   const deadLetterExchange = `${options.queue}.dlx`
   const deadLetterQueue = `${options.queue}.dlq`
-  const retryQueues = (options.retryDelays ?? ["1 second", "10 seconds", "1 minute"]).map((input): RetryQueue => {
-    const delay = Duration.fromInputUnsafe(input)
-    const ms = Math.round(Duration.toMillis(delay))
-    if (!Number.isFinite(ms) || ms < 1) throw new AmqpConfigError({ path: "retryDelays", message: "must be finite positive durations" })
-    return { name: `${options.queue}.retry.${ms}`, delay }
-  })
+  const retryQueues = s.retryDelays.map((delay): RetryQueue => ({ name: `${options.queue}.retry.${Math.max(1, Math.round(Duration.toMillis(delay)))}`, delay }))
   const topology = make({
     exchanges: [exchange, { name: deadLetterExchange, type: "fanout" }],
     queues: [

@@ -79,12 +79,12 @@ describe("AmqpConnection", () => {
       assert.isBelow(elapsed, 5000)
     }))
 
-  it.live("an invalid URL is an AmqpConfigError that does not repeat the URL", () =>
+  it.live("an invalid URL is an InvalidConfig that does not repeat the URL", () =>
     Effect.gen(function*() {
       const exit = yield* Effect.exit(Layer.build(AmqpConnection.layer({ url: "http://bob:hunter2hunter2@example/" }))).pipe(Effect.scoped)
       assert.isTrue(Exit.isFailure(exit))
       const error = Exit.isFailure(exit) ? Cause.findErrorOption(exit.cause) : undefined
-      assert.strictEqual(error?._tag === "Some" ? error.value._tag : "", "AmqpConfigError")
+      assert.strictEqual(error?._tag === "Some" ? error.value._tag : "", "InvalidConfig")
       assert.notInclude(Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "", "hunter2")
     }))
 

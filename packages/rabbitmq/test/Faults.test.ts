@@ -19,7 +19,7 @@ import { type RunningRabbit, startRabbit } from "../../../test/support/rabbitmq.
 import * as AmqpConnection from "../src/AmqpConnection.ts"
 import * as AmqpConsumer from "../src/AmqpConsumer.ts"
 import * as AmqpPublisher from "../src/AmqpPublisher.ts"
-import * as EventRegistry from "../src/EventRegistry.ts"
+import * as EventRegistry from "@tidings/core/EventRegistry"
 import * as Topology from "../src/Topology.ts"
 import { eventually, fastReconnect, unique } from "./helpers.ts"
 
