@@ -333,8 +333,9 @@ export function consume<A, E, R>(config: ConsumerConfig<A, E, R>): Effect.Effect
 
     const worker = Effect.gen(function*() {
       while (true) {
-        yield* runner.ready
         const item = yield* Queue.take(queue)
+        // Paused (a handler found a dependency down): the message waits here, not started.
+        yield* runner.ready
         inFlight++
         yield* runner.process<A>({
           attempt: item.attempt,

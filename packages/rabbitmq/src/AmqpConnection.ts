@@ -52,9 +52,9 @@ export interface Config {
   readonly connectTimeout?: Duration.Input
   /**
    * How long building the layer keeps retrying a retryable first connection (refused, reset)
-   * before failing (default 30 s), to the millisecond: the last pause is shortened so that an
-   * attempt is made at the deadline. A non-retryable failure (bad credentials, unknown vhost) fails
-   * at once.
+   * before failing (default 30 s), to the end: the last pause is shortened so that an attempt is made
+   * at the deadline (and given at most a second more to answer). A non-retryable failure (bad
+   * credentials, unknown vhost) fails at once.
    */
   readonly startupTimeout?: Duration.Input
   /** How long closing waits for the broker's close-ok of a channel or the connection before dropping the socket (default 1 s). */
@@ -160,9 +160,9 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
     const startupMs = Duration.toMillis(s.startupTimeout)
     const lastError = () => "lastError" in core.state ? core.state.lastError : undefined
     const first = yield* c.connectWithRetry(undefined, started + startupMs).pipe(
-      // An attempt still under way at the deadline does not stretch it.
+      // The last attempt is made at the deadline; it may take a moment (at most a second) to answer.
       startupMs === 0 ? (effect) => effect : Effect.timeoutOrElse({
-        duration: s.startupTimeout,
+        duration: Duration.sum(s.startupTimeout, Duration.min(s.connectTimeout, Duration.seconds(1))),
         orElse: () =>
           Effect.fail(lastError() ?? new AmqpConnectionError({ operation: "connect", message: `not connected within ${Duration.format(s.startupTimeout)}`, retryable: true }))
       }),

@@ -217,8 +217,9 @@ export const make = <A, E, R>(
 
     const worker = Effect.gen(function*() {
       while (true) {
-        yield* runner.ready
         const item = yield* Queue.take(inbox)
+        // Paused (a handler found a dependency down): the delivery waits here, not started.
+        yield* runner.ready
         // A delivery of a channel that is gone was requeued by the broker already.
         if (item.channel !== subscription.channel()) continue
         inFlight++

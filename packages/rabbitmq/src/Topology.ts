@@ -2,7 +2,8 @@
  * Declarative RabbitMQ topology: exchanges, queues and bindings as data, declared at start and again
  * after every reconnect (declaring is idempotent, and a broker restart may have lost non-durable
  * entities). {@link consumerQueue} builds the usual shape of a Tidings consumer queue: a quorum queue
- * with a delivery limit, a dead-letter exchange and queue, and TTL retry queues for delayed retries.
+ * with a delivery limit, a dead-letter exchange and queue, and quorum TTL queues for delayed retries,
+ * every hop at-least-once.
  * @since 0.1.0
  * @module
  */
@@ -146,7 +147,7 @@ export const apply = (channel: Channel, topology: Topology): Effect.Effect<void,
 
 /** Options of {@link consumerQueue}. */
 export interface ConsumerQueueOptions {
-  /** The work queue; the other names derive from it (`<queue>.dlx`, `<queue>.dlq`, `<queue>.retry.<ms>`). */
+  /** The work queue; the other names derive from it (`<queue>.dlx`, `<queue>.dlq`, `<queue>.delay.<ms>`). */
   readonly queue: string
   /** The exchange events are published to (declared too when given as an object; default type topic). */
   readonly exchange: string | Exchange
@@ -203,8 +204,15 @@ export const ConsumerQueueSchema = Schema.Struct({
  * The topology of a consumer queue:
  * - the work queue, bound to `exchange` with `routingKeys`, dead-lettering to `<queue>.dlx`;
  * - `<queue>.dlx` (fanout) and `<queue>.dlq`, where rejected and over-the-limit messages stay for inspection;
- * - one classic retry queue per delay, `<queue>.retry.<ms>`, whose messages expire back into the work
- *   queue through the default exchange (so other queues bound to `exchange` do not get them again).
+ * - one retry queue per delay, `<queue>.delay.<ms>`, whose messages expire back into the work queue
+ *   through the default exchange (so other queues bound to `exchange` do not get them again).
+ *
+ * Every hop a message takes after the broker confirmed it keeps it through broker restarts: the
+ * retry queues are quorum queues that dead-letter at-least-once (`x-dead-letter-strategy`, with
+ * `reject-publish` overflow, RabbitMQ 3.10+), as the work queue does towards the dead-letter queue.
+ * Classic TTL queues dead-letter at most once: a message that expired while the broker restarted, or
+ * while the work queue had no leader, was dropped. (Earlier versions declared classic retry queues
+ * named `<queue>.retry.<ms>`; they still drain into the work queue and can be deleted once empty.)
  *
  * Throws `InvalidConfig` (naming every wrong setting) for invalid names or limits.
  */
@@ -215,7 +223,7 @@ export const consumerQueue = (options: ConsumerQueueOptions): ConsumerQueue => {
   const exchange: Exchange = typeof options.exchange === "string" ? { name: options.exchange } : options.exchange
   const deadLetterExchange = `${options.queue}.dlx`
   const deadLetterQueue = `${options.queue}.dlq`
-  const retryQueues = s.retryDelays.map((delay): RetryQueue => ({ name: `${options.queue}.retry.${Math.max(1, Math.round(Duration.toMillis(delay)))}`, delay }))
+  const retryQueues = s.retryDelays.map((delay): RetryQueue => ({ name: `${options.queue}.delay.${Math.max(1, Math.round(Duration.toMillis(delay)))}`, delay }))
   const topology = make({
     exchanges: [exchange, { name: deadLetterExchange, type: "fanout" }],
     queues: [
@@ -228,7 +236,7 @@ export const consumerQueue = (options: ConsumerQueueOptions): ConsumerQueue => {
       { name: deadLetterQueue, type },
       ...retryQueues.map((r): Queue => ({
         name: r.name,
-        type: "classic",
+        type: "quorum",
         messageTtl: r.delay,
         deadLetterExchange: "",
         deadLetterRoutingKey: options.queue

@@ -6,8 +6,13 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import type * as Consumer from "@tidings/core/Consumer"
+import * as Errors from "@tidings/core/Errors"
 import { InvalidConfig } from "@tidings/core/Errors"
 import * as EventRegistry from "@tidings/core/EventRegistry"
+import * as Inbox from "@tidings/core/Inbox"
+import * as InboxStore from "@tidings/core/InboxStore"
+import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
+import * as OutboxStore from "@tidings/core/OutboxStore"
 import type * as Message from "@tidings/core/Message"
 import { consumerContract } from "@tidings/core/testing"
 import type { GetMessage, Options } from "amqplib"
@@ -179,6 +184,44 @@ describe("AmqpConsumer: RabbitMQ's own retry modes and limits", () => {
       yield* eventually(Effect.map(messageCount(t.raw, t.cq.deadLetterQueue), (n) => n === 1), "10 seconds", "the broker's dead-letter")
       assert.isAtMost(t.handled.length, 3)
       assert.isAtLeast(t.handled.length, 2)
+    }).pipe(Effect.scoped))
+})
+
+describe("AmqpConsumer: a database that is down", () => {
+  it.live("the inbox's store is unavailable: deliveries are held and retried, none uses up its delivery limit, all handled once when it is back", () =>
+    Effect.gen(function*() {
+      // The broker's own limit is 2 deliveries: two requeues would dead-letter the message.
+      const t = yield* setup({ deliveryLimit: 2 })
+      const memory = yield* MemoryInboxStore.make
+      let down = true
+      const downError = new Errors.StoreError({ operation: "inbox.begin", message: "connect ECONNREFUSED 127.0.0.1:5432", reason: new Errors.Unavailable() })
+      // The inbox store of a database that refuses connections (until `down` is cleared).
+      const flaky: InboxStore.Service = { ...memory, begin: (...args) => down ? Effect.fail(downError) : memory.begin(...args) }
+      const outbox = yield* OutboxStore.makeMemory
+      const effects: Array<string | undefined> = []
+      const handler = Inbox.wrap("db-down", (d: Consumer.Delivery<EventRegistry.Decoded>) => Effect.sync(() => void effects.push(d.messageId)))
+      const c = yield* t.start({
+        concurrency: 2,
+        maxAttempts: 2,
+        unavailableDelay: "50 millis",
+        unavailableMaxDelay: "200 millis",
+        handler: (d) => handler(d).pipe(Effect.provideService(InboxStore.InboxStore, flaky), Effect.provideService(OutboxStore.OutboxStore, outbox))
+      })
+      const first = yield* t.send("order.placed", 2, v2("o1"))
+      yield* eventually(c.consumer.paused, "10 seconds", "the consumer to pause")
+      const second = yield* t.send("order.placed", 2, v2("o2"))
+      // A long outage: the held delivery is retried many times; the second one does not start.
+      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.unavailable), (n) => n >= 10), "20 seconds", "ten held retries")
+      assert.isTrue(t.handled.every((h) => h.delivery.messageId === first), "nothing else started while paused")
+      down = false
+      yield* eventually(Effect.sync(() => effects.length === 2), "10 seconds", "both effects")
+      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.acked), (n) => n === 2), "10 seconds", "both acks")
+      assert.deepStrictEqual(effects, [first, second])
+      assert.isTrue(t.handled.every((h) => h.attempt === 1), "no delivery counted against the limit")
+      assert.isFalse(yield* c.consumer.paused)
+      yield* c.stop
+      assert.strictEqual(yield* messageCount(t.raw, t.cq.queue), 0)
+      assert.deepStrictEqual(yield* t.dlq, [])
     }).pipe(Effect.scoped))
 })
 
