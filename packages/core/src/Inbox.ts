@@ -32,14 +32,19 @@
  */
 import { Duration, Effect, Exit, Layer, Metric, Schema } from "effect"
 import type { Delivery } from "./Consumer.ts"
-import { describeCause, type NotInTransaction, type StoreError } from "./Errors.ts"
+import { describeCause, type InvalidConfig, type NotInTransaction, type StoreError } from "./Errors.ts"
 import { InboxStore, type Service as InboxStoreService } from "./InboxStore.ts"
 import { every } from "./internal/periodic.ts"
 import * as Metrics from "./Metrics.ts"
 import { OutboxStore } from "./OutboxStore.ts"
+import * as Settings from "./Settings.ts"
 import { noStack } from "./Tracing.ts"
 
-/** A message whose handling kept killing the process (or one dead-lettered that way before). Never retried. */
+/**
+ * A message whose handling kept killing the process (or one dead-lettered that way before). Never retried.
+ * @since 0.1.0
+ * @category errors
+ */
 export class InboxCrashLoop extends Schema.TaggedError<InboxCrashLoop>()("InboxCrashLoop", {
   messageId: Schema.String,
   consumer: Schema.String,
@@ -50,7 +55,11 @@ export class InboxCrashLoop extends Schema.TaggedError<InboxCrashLoop>()("InboxC
   }
 }
 
-/** A delivery without a message id cannot be deduplicated. Never retried. */
+/**
+ * A delivery without a message id cannot be deduplicated. Never retried.
+ * @since 0.1.0
+ * @category errors
+ */
 export class MissingMessageId extends Schema.TaggedError<MissingMessageId>()("MissingMessageId", {
   consumer: Schema.String
 }) {
@@ -59,12 +68,20 @@ export class MissingMessageId extends Schema.TaggedError<MissingMessageId>()("Mi
   }
 }
 
-/** What `handle` did. */
+/**
+ * What `handle` did.
+ * @since 0.1.0
+ * @category models
+ */
 export type Result<A> =
   | { readonly _tag: "Processed"; readonly value: A }
   | { readonly _tag: "Duplicate" }
 
-/** Options of {@link handle}. */
+/**
+ * Options of {@link handle}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Options {
   /** Attempts that started and never finished (the process died) before the message is dead-lettered. Default 3. */
   readonly maxCrashes?: number
@@ -75,13 +92,23 @@ export interface Options {
 /**
  * Identifies this process (random per start). An unfinished attempt started by another instance
  * means that process died while handling; a concurrent duplicate in this process is not a crash.
+ * @since 0.1.0
+ * @category combinators
  */
 export const instanceId: string = crypto.randomUUID()
 
-/** What `handle` can fail with besides the handler's own errors. */
+/**
+ * What `handle` can fail with besides the handler's own errors.
+ * @since 0.1.0
+ * @category models
+ */
 export type HandleError = StoreError | NotInTransaction | InboxCrashLoop
 
-/** Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`). */
+/**
+ * Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`).
+ * @since 0.1.0
+ * @category metrics
+ */
 export const handled = Metrics.inbox.handled
 
 const count = (consumer: string, outcome: string) => Metric.update(Metric.withAttributes(handled, { consumer, outcome }), 1)
@@ -91,6 +118,8 @@ const count = (consumer: string, outcome: string) => Metric.update(Metric.withAt
  * `Duplicate` without running it when the message was handled already. The handler's writes, the
  * outbox events it appends and the inbox row commit in one transaction: the `InboxStore`'s, joined
  * by the `OutboxStore`'s (both required).
+ * @since 0.1.0
+ * @category combinators
  */
 export const handle = <A, E, R>(
   consumer: string,
@@ -159,6 +188,8 @@ export const handleIn = <A, E, R>(
  * consumer (`MemoryBroker.consume`, `AmqpConsumer`): deduplicates on the delivery's `messageId`; a
  * duplicate succeeds at once (so it is acked), a crash loop and a missing message id fail
  * permanently (dead-lettered), the handler's own errors pass through.
+ * @since 0.1.0
+ * @category combinators
  */
 export const wrap = <A, E, R>(
   consumer: string,
@@ -171,7 +202,11 @@ export const wrap = <A, E, R>(
   return Effect.asVoid(handle(consumer, id, handler(delivery), options))
 }
 
-/** Options of {@link layerRetention}. */
+/**
+ * Options of {@link layerRetention}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface RetentionOptions {
   /** Rows received longer ago are deleted: the dedupe window. */
   readonly olderThan: Duration.Input
@@ -183,22 +218,46 @@ export interface RetentionOptions {
   readonly maxBatches?: number
 }
 
-/** Deletes old rows in bounded batches; returns how many (0 when another instance holds the lock). */
-export const pruneOnce = (options: RetentionOptions): Effect.Effect<number, StoreError, InboxStore> =>
+/**
+ * {@link RetentionOptions} as a schema, with their defaults.
+ * @since 0.1.0
+ * @category settings
+ */
+export const RetentionSchema = Schema.Struct({
+  olderThan: Settings.duration(),
+  interval: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 minute"))),
+  batchSize: Settings.int(1, 100_000).pipe(Schema.withDecodingDefault(Effect.succeed(1000))),
+  maxBatches: Settings.int(1, 100_000).pipe(Schema.withDecodingDefault(Effect.succeed(100)))
+})
+
+/**
+ * Deletes old rows in bounded batches; returns how many (0 when another instance holds the lock).
+ * Settings that cannot work fail with `InvalidConfig`.
+ * @since 0.1.0
+ * @category combinators
+ */
+export const pruneOnce = (options: RetentionOptions): Effect.Effect<number, StoreError | InvalidConfig, InboxStore> =>
+  Effect.flatMap(Settings.decode(RetentionSchema, options, "retention"), prune)
+
+const prune = (s: typeof RetentionSchema.Type): Effect.Effect<number, StoreError, InboxStore> =>
   Effect.gen(function*() {
     const store = yield* InboxStore
-    const olderThan = Duration.fromInputUnsafe(options.olderThan)
-    const limit = options.batchSize ?? 1000
     let total = 0
-    for (let i = 0; i < (options.maxBatches ?? 100); i++) {
-      const n = yield* store.prune({ olderThan, limit })
+    for (let i = 0; i < s.maxBatches; i++) {
+      const n = yield* store.prune({ olderThan: s.olderThan, limit: s.batchSize })
       if (n === undefined) break
       total += n
-      if (n < limit) break
+      if (n < s.batchSize) break
     }
     return total
   })
 
-/** Runs {@link pruneOnce} every `interval` while the layer lives (errors are logged, never fatal). */
-export const layerRetention = (options: RetentionOptions): Layer.Layer<never, never, InboxStore> =>
-  Layer.effectDiscard(Effect.forkScoped(every(options.interval ?? "1 minute", "inbox retention", pruneOnce(options))))
+/**
+ * Runs {@link pruneOnce} every `interval` while the layer lives (errors are logged, never fatal);
+ * building it fails with `InvalidConfig` for settings that cannot work.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerRetention = (options: RetentionOptions): Layer.Layer<never, InvalidConfig, InboxStore> =>
+  Layer.effectDiscard(Effect.flatMap(Settings.decode(RetentionSchema, options, "retention"), (s) =>
+    Effect.forkScoped(every(s.interval, "inbox retention", prune(s)))))

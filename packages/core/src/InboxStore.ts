@@ -9,10 +9,18 @@
 import { Context, type Duration, type Effect } from "effect"
 import type { NotInTransaction, StoreError } from "./Errors.ts"
 
-/** `processing`: handling started and has not committed; `processed`: done; `failed`: dead-lettered (crash loop). */
+/**
+ * `processing`: handling started and has not committed; `processed`: done; `failed`: dead-lettered (crash loop).
+ * @since 0.1.0
+ * @category models
+ */
 export type Status = "processing" | "processed" | "failed"
 
-/** One inbox row. */
+/**
+ * One inbox row.
+ * @since 0.1.0
+ * @category models
+ */
 export interface InboxRecord {
   readonly messageId: string
   readonly consumer: string
@@ -31,7 +39,11 @@ export interface InboxRecord {
   readonly lastError: string | null
 }
 
-/** What {@link Service.list} returns. */
+/**
+ * What {@link Service.list} returns.
+ * @since 0.1.0
+ * @category models
+ */
 export interface ListOptions {
   /** Only rows in this status (e.g. `failed`: the dead letters). */
   readonly status?: Status
@@ -41,10 +53,18 @@ export interface ListOptions {
   readonly limit: number
 }
 
-/** Rows by status. */
+/**
+ * Rows by status.
+ * @since 0.1.0
+ * @category models
+ */
 export type Counts = Readonly<Record<Status, number>>
 
-/** The inbox storage port. */
+/**
+ * The inbox storage port.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Service {
   /** Runs an effect in a transaction of this store (joining an open one). */
   readonly withTransaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | StoreError, R>
@@ -87,5 +107,9 @@ export interface Service {
   readonly position: (projection: string, aggregateId: string) => Effect.Effect<number, StoreError>
 }
 
-/** The inbox storage service. */
+/**
+ * The inbox storage service.
+ * @since 0.1.0
+ * @category services
+ */
 export class InboxStore extends Context.Service<InboxStore, Service>()("@tidings/core/InboxStore") {}

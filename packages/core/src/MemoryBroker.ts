@@ -32,7 +32,11 @@ export interface Delivery {
 /** Decides, per message, whether the broker refuses it: for fault injection in tests. */
 export type FaultInjector = (message: Message) => PublishError | undefined
 
-/** A message a consumer gave up on. */
+/**
+ * A message a consumer gave up on.
+ * @since 0.1.0
+ * @category models
+ */
 export interface DeadLetter {
   /** The consumer queue that dead-lettered it. */
   readonly queue: string
@@ -51,7 +55,11 @@ export interface DeadLetter {
   readonly at: number
 }
 
-/** Why a message was dead-lettered (the `reason` attribute of `tidings_consumer_dead_lettered_total`). */
+/**
+ * Why a message was dead-lettered (the `reason` attribute of `tidings_consumer_dead_lettered_total`).
+ * @since 0.1.0
+ * @category models
+ */
 export type DeadLetterReason = Exclude<Consumers.OutcomeLabel, "Success" | "Shutdown">
 
 /** The in-memory broker. */
@@ -131,10 +139,16 @@ export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publish
 /**
  * A message handed to a consumer's handler: core's one `Consumer.Delivery`. Without a registry the
  * event is the `Message` itself.
+ * @since 0.1.0
+ * @category models
  */
 export type ConsumerDelivery<A = Message> = Consumers.Delivery<A>
 
-/** Settings of {@link consume}. */
+/**
+ * Settings of {@link consume}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface ConsumerConfig<A, E, R> {
   /** The queue's name (1-100 characters of `[A-Za-z0-9_.:-]`); also the `consumer` attribute of its metrics. */
   readonly queue: string
@@ -164,7 +178,11 @@ export interface ConsumerConfig<A, E, R> {
   readonly unavailableMaxDelay?: Duration.Input
 }
 
-/** A running consumer. */
+/**
+ * A running consumer.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Consumer {
   readonly queue: string
   /** Messages this consumer dead-lettered, oldest first. */
@@ -177,13 +195,25 @@ export interface Consumer {
   readonly paused: Effect.Effect<boolean>
 }
 
-/** Consumer metrics: the same series as `@tidings/rabbitmq`'s consumer (see `Metrics.consumer`). */
+/**
+ * Consumer metrics: the same series as `@tidings/rabbitmq`'s consumer (see `Metrics.consumer`).
+ * @since 0.1.0
+ * @category metrics
+ */
 export const consumerMetrics = Consumers.metrics
 
-/** Whether a handler error deserves another delivery: the rule every consumer uses (`Errors.isRetryable`). */
+/**
+ * Whether a handler error deserves another delivery: the rule every consumer uses (`Errors.isRetryable`).
+ * @since 0.1.0
+ * @category predicates
+ */
 export const isRetryable: (error: unknown) => boolean = Errors.isRetryable
 
-/** Whether an event type matches a RabbitMQ topic pattern (`*` one word, `#` zero or more). */
+/**
+ * Whether an event type matches a RabbitMQ topic pattern (`*` one word, `#` zero or more).
+ * @since 0.1.0
+ * @category combinators
+ */
 export const matches = (pattern: string, type: string): boolean => {
   const p = pattern.split(".")
   const w = type.split(".")
@@ -200,7 +230,11 @@ const check = <T>(ok: (value: T) => boolean, message: string) => Schema.makeFilt
 
 const topicPattern = (t: string) => /^[\w:#*-]+(\.[\w:#*-]+)*$/.test(t) && !t.split(".").some((w) => /[#*]/.test(w) && w.length > 1)
 
-/** The settings of {@link consume} that are data (the handler, registry and override are not). */
+/**
+ * The settings of {@link consume} that are data (the handler, registry and override are not).
+ * @since 0.1.0
+ * @category settings
+ */
 export const ConsumerConfigSchema = Schema.Struct({
   queue: Schema.String.check(check((q: string) => /^[\w.:-]{1,100}$/.test(q), "must be 1-100 characters of [A-Za-z0-9_.:-]")),
   types: Schema.optional(
@@ -214,7 +248,11 @@ export const ConsumerConfigSchema = Schema.Struct({
   ...Consumers.settingsFields
 })
 
-/** Applies defaults and validates; invalid settings fail with one `InvalidConfig` naming every wrong setting. */
+/**
+ * Applies defaults and validates; invalid settings fail with one `InvalidConfig` naming every wrong setting.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const consumerSettings = <A, E, R>(config: ConsumerConfig<A, E, R>) =>
   Effect.flatMap(Settings.decode(ConsumerConfigSchema, config), (s) => {
     const types = s.types ?? config.registry?.types
@@ -260,6 +298,8 @@ const prepare = <A>(registry: EventRegistry.EventRegistry<A> | undefined, queue:
  * Starts a consumer for as long as the scope lives: its queue is bound to `types` from this moment
  * (messages published earlier are not delivered, as with a queue declared now). Closing the scope
  * interrupts running handlers and drops what is still queued (it is memory).
+ * @since 0.1.0
+ * @category combinators
  */
 export function consume<A, E, R>(
   config: ConsumerConfig<A, E, R> & { readonly registry: EventRegistry.EventRegistry<A> }
@@ -359,7 +399,11 @@ export function consume<A, E, R>(config: ConsumerConfig<A, E, R>): Effect.Effect
   })
 }
 
-/** {@link consume} as a layer: the consumer runs while the layer lives. */
+/**
+ * {@link consume} as a layer: the consumer runs while the layer lives.
+ * @since 0.1.0
+ * @category layers
+ */
 export function consumerLayer<A, E, R>(
   config: ConsumerConfig<A, E, R> & { readonly registry: EventRegistry.EventRegistry<A> }
 ): Layer.Layer<never, InvalidConfig, MemoryBroker | R>

@@ -13,6 +13,8 @@ const Code = Schema.optional(Schema.Union([Schema.Number, Schema.String]))
 /**
  * The broker connection (or a channel on it) failed or is not available: refused, reset, closed by
  * the broker (e.g. `320 CONNECTION_FORCED`), wrong credentials (`403`, not retryable).
+ * @since 0.1.0
+ * @category errors
  */
 export class AmqpConnectionError extends Schema.TaggedError<AmqpConnectionError>()("AmqpConnectionError", {
   operation: Schema.String,
@@ -33,6 +35,8 @@ export class AmqpConnectionError extends Schema.TaggedError<AmqpConnectionError>
 /**
  * Declaring an exchange, queue or binding failed. `406 PRECONDITION_FAILED` (a queue that exists
  * with other arguments) and `403` are configuration problems and not retryable; a lost connection is.
+ * @since 0.1.0
+ * @category errors
  */
 export class TopologyError extends Schema.TaggedError<TopologyError>()("TopologyError", {
   operation: Schema.String,

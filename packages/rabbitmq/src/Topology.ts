@@ -13,7 +13,11 @@ import type { Channel } from "amqplib"
 import type { TopologyError } from "./AmqpErrors.ts"
 import { topologyError } from "./internal/amqpError.ts"
 
-/** An exchange to declare. */
+/**
+ * An exchange to declare.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Exchange {
   readonly name: string
   /** Default `topic`. */
@@ -25,7 +29,11 @@ export interface Exchange {
   readonly arguments?: Readonly<Record<string, unknown>>
 }
 
-/** A queue to declare. */
+/**
+ * A queue to declare.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Queue {
   readonly name: string
   /** Default `quorum` (replicated, durable, with delivery counting). */
@@ -47,7 +55,11 @@ export interface Queue {
   readonly arguments?: Readonly<Record<string, unknown>>
 }
 
-/** A binding of a queue to an exchange. */
+/**
+ * A binding of a queue to an exchange.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Binding {
   readonly exchange: string
   readonly queue: string
@@ -56,17 +68,29 @@ export interface Binding {
   readonly arguments?: Readonly<Record<string, unknown>>
 }
 
-/** A set of entities, declared in order: exchanges, queues, then bindings. */
+/**
+ * A set of entities, declared in order: exchanges, queues, then bindings.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Topology {
   readonly exchanges: ReadonlyArray<Exchange>
   readonly queues: ReadonlyArray<Queue>
   readonly bindings: ReadonlyArray<Binding>
 }
 
-/** Nothing to declare. */
+/**
+ * Nothing to declare.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const empty: Topology = { exchanges: [], queues: [], bindings: [] }
 
-/** A topology from any of its parts. */
+/**
+ * A topology from any of its parts.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const make = (parts: Partial<Topology>): Topology => ({
   exchanges: parts.exchanges ?? [],
   queues: parts.queues ?? [],
@@ -75,7 +99,11 @@ export const make = (parts: Partial<Topology>): Topology => ({
 
 const bindingKey = (b: Binding) => `${b.exchange}\u0000${b.queue}\u0000${b.routingKey ?? ""}\u0000${JSON.stringify(b.arguments ?? {})}`
 
-/** Several topologies as one; an entity named twice is declared once (the first declaration wins). */
+/**
+ * Several topologies as one; an entity named twice is declared once (the first declaration wins).
+ * @since 0.1.0
+ * @category constructors
+ */
 export const merge = (...topologies: ReadonlyArray<Topology>): Topology => {
   const exchanges = new Map<string, Exchange>()
   const queues = new Map<string, Queue>()
@@ -88,7 +116,11 @@ export const merge = (...topologies: ReadonlyArray<Topology>): Topology => {
   return { exchanges: [...exchanges.values()], queues: [...queues.values()], bindings: [...bindings.values()] }
 }
 
-/** The `x-` arguments of a queue declaration. */
+/**
+ * The `x-` arguments of a queue declaration.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const queueArguments = (queue: Queue): Record<string, unknown> => {
   const type = queue.type ?? "quorum"
   const args: Record<string, unknown> = { "x-queue-type": type }
@@ -111,6 +143,8 @@ const run = <A>(operation: string, entity: string, f: () => Promise<A>): Effect.
 /**
  * Declares a topology on a channel. A failed declaration closes the channel (AMQP's rule), so use a
  * channel of its own. Fails with the first `TopologyError`.
+ * @since 0.1.0
+ * @category combinators
  */
 export const apply = (channel: Channel, topology: Topology): Effect.Effect<void, TopologyError> =>
   Effect.gen(function*() {
@@ -145,7 +179,11 @@ export const apply = (channel: Channel, topology: Topology): Effect.Effect<void,
     }
   }))
 
-/** Options of {@link consumerQueue}. */
+/**
+ * Options of {@link consumerQueue}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface ConsumerQueueOptions {
   /** The work queue; the other names derive from it (`<queue>.dlx`, `<queue>.dlq`, `<queue>.delay.<ms>`). */
   readonly queue: string
@@ -164,13 +202,21 @@ export interface ConsumerQueueOptions {
   readonly retryDelays?: ReadonlyArray<Duration.Input>
 }
 
-/** A retry queue: messages wait `delay` there, then go back to the work queue. */
+/**
+ * A retry queue: messages wait `delay` there, then go back to the work queue.
+ * @since 0.1.0
+ * @category models
+ */
 export interface RetryQueue {
   readonly name: string
   readonly delay: Duration.Duration
 }
 
-/** A consumer queue with its dead-letter and retry queues, and the topology declaring all of it. */
+/**
+ * A consumer queue with its dead-letter and retry queues, and the topology declaring all of it.
+ * @since 0.1.0
+ * @category models
+ */
 export interface ConsumerQueue {
   readonly queue: string
   readonly type: "quorum" | "classic"
@@ -215,6 +261,8 @@ export const ConsumerQueueSchema = Schema.Struct({
  * named `<queue>.retry.<ms>`; they still drain into the work queue and can be deleted once empty.)
  *
  * Throws `InvalidConfig` (naming every wrong setting) for invalid names or limits.
+ * @since 0.1.0
+ * @category constructors
  */
 export const consumerQueue = (options: ConsumerQueueOptions): ConsumerQueue => {
   const s = Settings.decodeSync(ConsumerQueueSchema, options)
