@@ -74,7 +74,10 @@ export interface Incoming<A, E> {
  * @category runner
  */
 export interface Runner<E> {
-  /** Handles one delivery to its settlement. Interrupted, it settles the delivery as `Shutdown`. */
+  /**
+   * Handles one delivery to its settlement. Interrupted, or called after `stop`, it settles the
+   * delivery as `Shutdown` (requeue by default).
+   */
   readonly process: <A>(incoming: Incoming<A, E>, handler: (delivery: Delivery<A>) => Effect.Effect<void, E>) => Effect.Effect<void>
   /** Completes at once, or when a paused consumer may start deliveries again. */
   readonly ready: Effect.Effect<void>
@@ -184,6 +187,8 @@ export const makeRunner = <E>(options: {
         }).pipe(Effect.uninterruptible)
       }
       return Effect.gen(function*() {
+        // Shutdown began after a worker took this delivery: it goes back, unstarted.
+        if (Deferred.isDoneUnsafe(stopped)) return yield* settleAs({ _tag: "Shutdown" })
         yield* count(metrics.consumed)
         if (attempt > s.maxAttempts) return yield* settleAs({ _tag: "DeliveryLimit", attempt })
         const prepared = incoming.prepare()

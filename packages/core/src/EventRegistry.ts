@@ -17,6 +17,7 @@
  */
 import { Exit, Schema } from "effect"
 import type { EventType } from "./Event.ts"
+import * as Errors from "./Errors.ts"
 import * as Settings from "./Settings.ts"
 
 /**
@@ -241,7 +242,7 @@ export const make = <const Entries extends ReadonlyArray<Entry<any, any> | Event
       try {
         return { _tag: "Decoded", event: { type, version: current, receivedVersion: received, payload: older.upcast(exit.value) } }
       } catch (cause) {
-        return invalid(type, received, `${type} v${received}: upcaster to v${current} threw: ${String(cause)}`)
+        return invalid(type, received, `${type} v${received}: upcaster to v${current} threw: ${Errors.describe(cause)}`)
       }
     }
     const exit = found.decodeCurrent(json)

@@ -182,7 +182,7 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
             outgoing.push(toOutgoing(message, encodeOptions))
           } catch (cause) {
             // A routing-key function that throws or a payload that cannot be serialized fails again on every try.
-            invalid.set(i, new Errors.PublishError({ message: `cannot encode message: ${String(cause)}`, reason: new Errors.Invalid() }))
+            invalid.set(i, new Errors.PublishError({ message: `cannot encode message: ${Errors.describe(cause)}`, reason: new Errors.Invalid() }))
           }
         }
         const outcomes = yield* confirms.publish(outgoing, timeoutMs).pipe(

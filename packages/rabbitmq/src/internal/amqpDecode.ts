@@ -5,6 +5,7 @@ import type * as ConsumerRunner from "@tidings/core/ConsumerRunner"
 import * as EventRegistry from "@tidings/core/EventRegistry"
 import type { ConsumeMessage } from "amqplib"
 import { HeaderNames } from "./headers.ts"
+import { describe } from "@tidings/core/Errors"
 
 const toInt = (value: unknown): number | undefined => {
   const n = typeof value === "number" ? value : typeof value === "bigint" ? Number(value) : typeof value === "string" && /^\d+$/.test(value) ? Number(value) : NaN
@@ -51,7 +52,7 @@ export const prepare = <A>(
   try {
     json = JSON.parse(content.toString("utf8"))
   } catch (error) {
-    return failure("InvalidJson", `body is not JSON: ${error instanceof Error ? error.message : String(error)}`)
+    return failure("InvalidJson", `body is not JSON: ${describe(error)}`)
   }
   const result = options.registry.decode(type, version, json)
   if (result._tag === "UnknownType") return result

@@ -2,6 +2,7 @@
 // channel and connection closes but not for a refused handshake, whose reply code only appears in
 // the text ("Handshake terminated by server: 403 (ACCESS-REFUSED) ..."): it is read out here once,
 // so that everything after this point decides on codes.
+import { describe } from "@tidings/core/Errors"
 import { AmqpConnectionError, TopologyError } from "../AmqpErrors.ts"
 
 /** AMQP reply codes after which trying again cannot help. */
@@ -66,14 +67,8 @@ const passwordField = /\b(pass(?:word|wd)?|pwd|secret)(["']?\s*[:=]\s*)(["']?)[^
 export const scrub = (text: string): string =>
   text.replace(userinfo, "$1<redacted>@").replace(passwordField, "$1$2$3<redacted>")
 
-const messageOf = (error: unknown): string =>
-  error instanceof Error ? error.message : typeof error === "string" ? error : (() => {
-    try {
-      return JSON.stringify(error) ?? String(error)
-    } catch {
-      return String(error)
-    }
-  })()
+// amqplib's errors are plain `Error`s: their message is the text (Errors.describe, the one error-to-text).
+const messageOf = (error: unknown): string => describe(error)
 
 /** A typed connection error, its text scrubbed. */
 export const connectionError = (operation: string, error: unknown): AmqpConnectionError => {

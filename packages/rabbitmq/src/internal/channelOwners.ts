@@ -4,6 +4,7 @@ import type { Channel, ConfirmChannel } from "amqplib"
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Option, Pull, Schedule, type Scope } from "effect"
 import { AmqpConnectionError, type TopologyError } from "../AmqpErrors.ts"
 import type * as Topology from "../Topology.ts"
+import { describeCause } from "@tidings/core/Errors"
 import { scrub } from "./amqpError.ts"
 import { closeChannel, createChannel, type Live, type TrackedChannel } from "./amqpSocket.ts"
 import type { Core } from "./connectionCore.ts"
@@ -67,7 +68,7 @@ export const makeRegister = (c: Core, options: {
             // A defect in an owner must not end its supervision: it is retried like any failure.
             const error = Option.getOrElse(
               Cause.findErrorOption(opened.cause),
-              () => new AmqpConnectionError({ operation: `open ${owner.name}`, message: scrub(Cause.pretty(opened.cause)), retryable: true })
+              () => new AmqpConnectionError({ operation: `open ${owner.name}`, message: scrub(describeCause(opened.cause)), retryable: true })
             )
             yield* Deferred.fail(firstOpen, error)
             if (owner.onClose) yield* owner.onClose(error)
