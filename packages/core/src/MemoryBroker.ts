@@ -22,6 +22,7 @@ import * as EventRegistry from "./EventRegistry.ts"
 import type { Message } from "./Message.ts"
 import * as Publisher from "./Publisher.ts"
 import * as Settings from "./Settings.ts"
+import { type Item, matches, prepare } from "./internal/memoryDelivery.ts"
 
 /** A delivered message with the broker's receive time (ms, from `Clock`). */
 export interface Delivery {
@@ -209,22 +210,14 @@ export const consumerMetrics = Consumers.metrics
  */
 export const isRetryable: (error: unknown) => boolean = Errors.isRetryable
 
-/**
- * Whether an event type matches a RabbitMQ topic pattern (`*` one word, `#` zero or more).
- * @since 0.1.0
- * @category combinators
- */
-export const matches = (pattern: string, type: string): boolean => {
-  const p = pattern.split(".")
-  const w = type.split(".")
-  const go = (i: number, j: number): boolean => {
-    if (i === p.length) return j === w.length
-    if (p[i] === "#") return go(i + 1, j) || (j < w.length && go(i, j + 1))
-    if (j === w.length) return false
-    return (p[i] === "*" || p[i] === w[j]) && go(i + 1, j + 1)
-  }
-  return go(0, 0)
-}
+export {
+  /**
+   * Whether an event type matches a RabbitMQ topic pattern (`*` one word, `#` zero or more).
+   * @since 0.1.0
+   * @category predicates
+   */
+  matches
+} from "./internal/memoryDelivery.ts"
 
 const check = <T>(ok: (value: T) => boolean, message: string) => Schema.makeFilter((value: T) => ok(value) ? undefined : message)
 
@@ -260,39 +253,6 @@ export const consumerSettings = <A, E, R>(config: ConsumerConfig<A, E, R>) =>
       ? Effect.fail(Settings.invalid([{ path: "types", message: "bind at least one event type (or \"#\" for all), or give a registry" }]))
       : Effect.succeed({ ...s, types })
   })
-
-interface Item {
-  readonly message: Message
-  readonly attempt: number
-}
-
-const prepare = <A>(registry: EventRegistry.EventRegistry<A> | undefined, queue: string, item: Item): ConsumerRunner.Prepared<A> => {
-  const m = item.message
-  const base = {
-    messageId: m.id,
-    id: m.id,
-    type: m.type,
-    headers: m.headers,
-    attempt: item.attempt,
-    redelivered: item.attempt > 1,
-    aggregateType: m.aggregateType,
-    aggregateId: m.aggregateId,
-    orderingKey: m.orderingKey,
-    occurredAt: m.occurredAt,
-    queue,
-    exchange: "",
-    routingKey: m.type
-  }
-  const version = EventRegistry.parseVersion(m.version, m.type)
-  if (version instanceof EventRegistry.DecodeError) return { _tag: "DecodeFailure", error: version }
-  if (registry === undefined) return { _tag: "Decoded", delivery: { ...base, version, payload: m.payload, event: m as A } }
-  const decoded = registry.decode(m.type, version, m.payload)
-  if (decoded._tag === "UnknownType") return decoded
-  if (decoded._tag === "Invalid") return { _tag: "DecodeFailure", error: decoded.error }
-  const payload = (decoded.event as { readonly payload?: unknown }).payload
-  const delivery: Consumers.Delivery<A> = { ...base, version, payload, event: decoded.event }
-  return decoded.note === undefined ? { _tag: "Decoded", delivery } : { _tag: "Decoded", delivery, note: decoded.note }
-}
 
 /**
  * Starts a consumer for as long as the scope lives: its queue is bound to `types` from this moment
