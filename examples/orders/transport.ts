@@ -5,9 +5,9 @@
  * bound to its event types; a failed handler is redelivered after a delay, up to a delivery limit,
  * then dead-lettered; a non-retryable error dead-letters at once.
  */
-import { type Event, MemoryBroker, Publisher } from "@tidings/core"
+import { type Event, EventRegistry, MemoryBroker, Publisher } from "@tidings/core"
 import { InvalidConfig } from "@tidings/core/Errors"
-import { AmqpConnection, AmqpConsumer, type AmqpErrors, AmqpPublisher, EventRegistry, Topology } from "@tidings/rabbitmq"
+import { AmqpConnection, AmqpConsumer, type AmqpErrors, AmqpPublisher, Topology } from "@tidings/rabbitmq"
 import * as DeadLetters from "@tidings/rabbitmq/DeadLetters"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { type Incoming, UnprocessableMessage } from "./domain.ts"
@@ -57,10 +57,10 @@ export class Broker extends Context.Service<Broker, Service>()("orders/Broker") 
 
 // The same registry decoding as the RabbitMQ consumers (versions, upcasting), on the memory broker.
 const decodeMemory = (registry: EventRegistry.EventRegistry<EventRegistry.Decoded>, d: MemoryBroker.ConsumerDelivery): Effect.Effect<Incoming, UnprocessableMessage> => {
-  const decoded = registry.decode(d.message.type, d.message.version, d.message.payload)
-  if (decoded._tag === "UnknownType") return Effect.fail(new UnprocessableMessage({ messageId: d.messageId, reason: `unexpected type ${decoded.type}` }))
-  if (decoded._tag === "Invalid") return Effect.fail(new UnprocessableMessage({ messageId: d.messageId, reason: decoded.error.message }))
-  return Effect.succeed({ id: d.messageId, type: decoded.event.type, payload: decoded.event.payload, headers: d.message.headers, attempt: d.attempt })
+  const decoded = registry.decode(d.event.type, d.event.version, d.event.payload)
+  if (decoded._tag === "UnknownType") return Effect.fail(new UnprocessableMessage({ messageId: d.event.id, reason: `unexpected type ${decoded.type}` }))
+  if (decoded._tag === "Invalid") return Effect.fail(new UnprocessableMessage({ messageId: d.event.id, reason: decoded.error.message }))
+  return Effect.succeed({ id: d.event.id, type: decoded.event.type, payload: decoded.event.payload, headers: d.event.headers, attempt: d.attempt })
 }
 
 const memory = <R>(specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<Broker, InvalidConfig, R> => {
@@ -160,7 +160,7 @@ const rabbitmq = <R>(
 }
 
 /** What building the broker can fail with. */
-export type BrokerError = InvalidConfig | AmqpErrors.AmqpConfigError | AmqpErrors.AmqpConnectionError | AmqpErrors.TopologyError
+export type BrokerError = InvalidConfig | AmqpErrors.AmqpConnectionError | AmqpErrors.TopologyError
 
 /** The broker and the consumers of `specs`, running while the layer lives. */
 export const layer = <R>(transport: Transport, specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<Broker, BrokerError, R> =>

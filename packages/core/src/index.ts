@@ -4,8 +4,11 @@
  * @module
  */
 export * as Admin from "./Admin.ts"
+export * as Consumer from "./Consumer.ts"
+export * as ConsumerRunner from "./ConsumerRunner.ts"
 export * as Errors from "./Errors.ts"
 export * as Event from "./Event.ts"
+export * as EventRegistry from "./EventRegistry.ts"
 export * as Health from "./Health.ts"
 export * as MemoryBroker from "./MemoryBroker.ts"
 export * as Message from "./Message.ts"
@@ -27,4 +30,5 @@ export * as SagaRecovery from "./SagaRecovery.ts"
 export * as SagaStore from "./SagaStore.ts"
 export * as Inbox from "./Inbox.ts"
 export * as InboxStore from "./InboxStore.ts"
+export * as MemoryInboxStore from "./MemoryInboxStore.ts"
 export * as Projection from "./Projection.ts"

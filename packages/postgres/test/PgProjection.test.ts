@@ -184,8 +184,9 @@ describe("Projection on Postgres", () => {
         const deliver = (m: (typeof written)[number]) => Projection.handle(projection, m.id, m.payload as Added)
         // The consumer lags: the query waits (bounded) for the last write to be applied.
         const last = written[written.length - 1]!
-        const consumer = yield* Effect.forkChild(Effect.sleep("100 millis").pipe(Effect.andThen(Effect.forEach(written, deliver))))
-        yield* Projection.awaitApplied(projection, last.id, "5 seconds")
+        const waiting = yield* Effect.forkChild(Projection.awaitApplied(projection, last.id, "5 seconds"))
+        const consumer = yield* Effect.forkChild(Effect.forEach(written, deliver))
+        yield* Fiber.join(waiting)
         assert.deepStrictEqual((yield* readView(schema)).map((r) => [r.agg, r.total]), [["x", 60], ["y", 60]])
         yield* Fiber.join(consumer)
         // The read model is damaged (a bad deploy, a manual edit): rebuild it from the outbox.

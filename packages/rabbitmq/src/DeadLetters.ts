@@ -17,7 +17,8 @@ import type { Channel, ConfirmChannel, GetMessage } from "amqplib"
 import { Buffer } from "node:buffer"
 import { Context, Effect, Layer, Schema, Semaphore, type Scope } from "effect"
 import { AmqpConnection } from "./AmqpConnection.ts"
-import { AmqpConfigError, AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
+import { InvalidConfig } from "@tidings/core/Errors"
+import { AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
 import type * as Topology from "./Topology.ts"
 
 /** Settings of {@link make}. */
@@ -119,18 +120,18 @@ const failure = (operation: string, scrub: (s: string) => string) => (error: unk
 }
 
 /** Builds the service on the app's `AmqpConnection`; its channels are re-opened after every reconnect. */
-export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
+export const make = (config: Config): Effect.Effect<Service, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
   Effect.gen(function*() {
     const connection = yield* AmqpConnection
     const targets = new Map<string, string>()
     for (const q of config.queues) {
       const name = typeof q === "string" ? q : q.queue
       const dlq = typeof q === "string" ? `${q}.dlq` : q.deadLetterQueue
-      if (name.length === 0 || name.length > 200) return yield* new AmqpConfigError({ path: "queues", message: "queue names must be 1-200 characters" })
+      if (name.length === 0 || name.length > 200) return yield* new InvalidConfig({ path: "queues", message: "queue names must be 1-200 characters" })
       targets.set(dlq, name)
     }
     const timeout = config.confirmTimeoutMs ?? 10_000
-    if (!Number.isInteger(timeout) || timeout < 1) return yield* new AmqpConfigError({ path: "confirmTimeoutMs", message: "must be a positive integer" })
+    if (!Number.isInteger(timeout) || timeout < 1) return yield* new InvalidConfig({ path: "confirmTimeoutMs", message: "must be a positive integer" })
 
     let channels: { readonly channel: Channel; readonly confirm: ConfirmChannel } | undefined
     yield* connection.register({
@@ -218,12 +219,14 @@ export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | A
       replay: (queue, options = {}) =>
         Effect.gen(function*() {
           const { dlq, target } = yield* resolve(queue)
+          // The count is for progress only: messages a peek just gave back may not be counted as
+          // ready yet (quorum queues), so the loop runs until the queue is empty or the limit is hit.
           const waiting = yield* using("checkQueue", ({ channel }) => channel.checkQueue(dlq).then((q) => q.messageCount))
-          const total = Math.min(waiting, options.limit ?? waiting)
+          const limit = options.limit ?? Number.POSITIVE_INFINITY
           const report = options.onProgress ?? (() => Effect.void)
-          yield* report(0, total)
+          yield* report(0, Math.min(waiting, limit))
           let done = 0
-          while (done < total) {
+          while (done < limit) {
             const moved = yield* using("replay", async ({ channel, confirm }) => {
               const message = await channel.get(dlq, { noAck: false })
               if (message === false) return false
@@ -238,7 +241,7 @@ export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | A
             })
             if (!moved) break
             done++
-            yield* report(done, total)
+            yield* report(done, Math.min(Math.max(waiting, done), limit))
           }
           return done
         })
@@ -246,5 +249,5 @@ export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | A
   })
 
 /** {@link make} as a layer over the app's `AmqpConnection`. */
-export const layer = (config: Config): Layer.Layer<DeadLetters, AmqpConfigError | AmqpConnectionError | TopologyError, AmqpConnection> =>
+export const layer = (config: Config): Layer.Layer<DeadLetters, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
   Layer.effect(DeadLetters, make(config))

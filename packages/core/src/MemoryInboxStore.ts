@@ -1,7 +1,15 @@
-import { Clock, Context, Duration, Effect, Exit, Option, Semaphore } from "effect"
-import { NotInTransaction } from "../Errors.ts"
-import type * as InboxStore from "../InboxStore.ts"
-import { pruneRows } from "./pruneRows.ts"
+/**
+ * The inbox store in memory, with the semantics of the Postgres one (the same contract tests):
+ * transactions run one at a time (a store-wide lock held from begin to commit, like row locks held
+ * to the end) and write to an overlay that is applied on success and dropped on failure, so a failed
+ * handler leaves nothing behind. For tests and demos.
+ * @since 0.1.0
+ * @module
+ */
+import { Clock, Context, Duration, Effect, Exit, Layer, Option, Semaphore } from "effect"
+import { NotInTransaction } from "./Errors.ts"
+import * as InboxStore from "./InboxStore.ts"
+import { pruneRows } from "./internal/pruneRows.ts"
 
 type Row = InboxStore.InboxRecord & { readonly startedBy: string | null }
 
@@ -21,11 +29,11 @@ const key = (a: string, b: string) => JSON.stringify([a, b])
 const compare = (a: string, b: string) => a < b ? -1 : a > b ? 1 : 0
 
 /**
- * The in-memory inbox store. Transactions run one at a time (a store-wide lock held from begin to
- * commit, like row locks held to the end) and write to an overlay that is applied on success and
- * dropped on failure, so a failed handler leaves nothing behind.
+ * Builds a fresh in-memory inbox store (one per call).
+ * @since 0.1.0
+ * @category constructors
  */
-export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.gen(function*() {
+export const make: Effect.Effect<InboxStore.Service> = Effect.gen(function*() {
   const Tx = Context.Service<Transaction>(`@tidings/core/MemoryInboxStore/Transaction/${++instances}`)
   const lock = yield* Semaphore.make(1)
   const rows = new Map<string, Row>()
@@ -194,3 +202,10 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
   }
   return service
 })
+
+/**
+ * A fresh in-memory inbox store as the `InboxStore` layer.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<InboxStore.InboxStore> = Layer.effect(InboxStore.InboxStore, make)
