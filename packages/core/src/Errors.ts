@@ -45,10 +45,15 @@ export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
   }
 }
 
-/** A message could not be published (broker refused it, timed out, connection lost, ...). */
+/**
+ * A message could not be published (broker refused it, timed out, connection lost, ...).
+ * `retryAfter`: the receiver asked to wait at least this long (an HTTP `Retry-After`); the relay
+ * retries no earlier, whatever its schedule says.
+ */
 export class PublishError extends Schema.TaggedError<PublishError>()("PublishError", {
   reason: Schema.String,
   retryable: Schema.Boolean,
+  retryAfter: Schema.optional(Schema.Duration),
   cause: Schema.optional(Schema.Defect())
 }) {
   get isRetryable(): boolean {

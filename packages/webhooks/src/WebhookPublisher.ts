@@ -1,0 +1,292 @@
+/**
+ * The relay's `Publisher` for webhooks: each event is POSTed to the endpoints subscribed to its type,
+ * signed per the Standard Webhooks convention (see {@link WebhookSignature}). `fetch` and WebCrypto
+ * only, so it runs wherever the relay runs: Node, Deno, Bun, Cloudflare Workers.
+ *
+ * How an answer settles the event (through the relay's retry schedule and `maxAttempts`):
+ *
+ * | answer | event |
+ * |---|---|
+ * | 2xx | published |
+ * | 408, 429, 5xx | retried; a `Retry-After` header delays the retry at least that long |
+ * | timeout, connection refused or reset, DNS failure | retried (the receiver is unreachable, not the event bad) |
+ * | other 3xx / 4xx | failed for good, with the status and the start of the response body as its error |
+ *
+ * An event that matches several endpoints is published once every one of them answered 2xx; a retry
+ * goes to all of them again (receivers deduplicate by `webhook-id`, e.g. with `WebhookReceiver`).
+ * @module
+ */
+import { InvalidConfig, PublishError } from "@tidings/core/Errors"
+import { matches } from "@tidings/core/MemoryBroker"
+import { HeaderNames, type Message, payloadJson } from "@tidings/core/Message"
+import * as Publisher from "@tidings/core/Publisher"
+import { Clock, Config as EffectConfig, Duration, Effect, Layer, Metric, type Redacted, Semaphore } from "effect"
+import { discard, parseRetryAfter, readBounded } from "./internal/http.ts"
+import * as WebhookSignature from "./WebhookSignature.ts"
+
+/** One receiving endpoint. */
+export interface Endpoint {
+  /** Where events are POSTed (`http:` or `https:`). */
+  readonly url: string
+  /** Event-type patterns this endpoint receives: `order.placed`, `order.*` (one word), `#` (any; the default). */
+  readonly types?: ReadonlyArray<string>
+  /**
+   * The shared secret (`whsec_…`), or several during a rotation: every request then carries one
+   * signature per secret, so that the receiver may check either.
+   */
+  readonly secret: WebhookSignature.SecretInput | ReadonlyArray<WebhookSignature.SecretInput>
+  /** Names the endpoint in errors and metrics (default: its host and path). */
+  readonly name?: string
+  /** Requests in flight to this endpoint at most (default 10). */
+  readonly concurrency?: number
+  /** A request (connect, send, answer, body) that takes longer is abandoned and retried (default 10 s). */
+  readonly timeout?: Duration.Input
+  /** Extra request headers (e.g. an API key the receiver's gateway wants). */
+  readonly headers?: Readonly<Record<string, string>>
+}
+
+/** Settings of {@link make} / {@link layer}. */
+export interface Config {
+  readonly endpoints: ReadonlyArray<Endpoint>
+  /**
+   * An event whose type no endpoint subscribes to: `fail` (the default: it is failed, visible with
+   * the outbox's failed events, and can be retried once an endpoint is added) or `skip` (settled as
+   * published without a request, as a broker drops a message no queue is bound to).
+   */
+  readonly unmatched?: "fail" | "skip"
+  /** The longest `Retry-After` honoured (default 1 hour): a receiver cannot park events longer. */
+  readonly maxRetryAfter?: Duration.Input
+  /** Bytes of an error response kept in the event's error (default 512). */
+  readonly errorBodyBytes?: number
+  /** The request body of an event (default: {@link defaultBody}). */
+  readonly body?: (message: Message) => string
+  /** The fetch to use (default `globalThis.fetch`), e.g. a Workers service binding's. */
+  readonly fetch?: (request: Request) => Promise<Response>
+  /** `user-agent` of the requests (default `tidings-webhooks`). */
+  readonly userAgent?: string
+}
+
+/**
+ * The default request body: the Standard Webhooks payload shape (`type`, `timestamp`, `data`) with
+ * the event's id, version and aggregate. `data` is the event's payload, sent as the JSON text the
+ * outbox stored.
+ */
+export const defaultBody = (message: Message): string =>
+  `{"id":${JSON.stringify(message.id)},"type":${JSON.stringify(message.type)},"version":${message.version},` +
+  `"timestamp":${JSON.stringify(message.occurredAt.toISOString())},"aggregateType":${JSON.stringify(message.aggregateType)},` +
+  `"aggregateId":${JSON.stringify(message.aggregateId)},"data":${payloadJson(message) ?? "null"}}`
+
+/** Webhook requests by `endpoint` and `outcome` (`delivered`, `retry`, `failed`). */
+export const deliveries = Metric.counter("tidings_webhook_deliveries_total", { description: "Webhook requests by endpoint and outcome", incremental: true })
+
+/** Seconds from sending a webhook request to its answer, by `endpoint`. */
+export const duration = Metric.histogram("tidings_webhook_request_duration_seconds", {
+  description: "Webhook request round trips",
+  boundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+})
+
+interface Target {
+  readonly name: string
+  readonly url: string
+  readonly patterns: ReadonlyArray<string>
+  readonly keys: ReadonlyArray<WebhookSignature.Key>
+  readonly timeout: Duration.Duration
+  readonly permits: Semaphore.Semaphore
+  readonly headers: Readonly<Record<string, string>>
+  readonly delivered: Metric.Metric<number, unknown>
+  readonly retry: Metric.Metric<number, unknown>
+  readonly failed: Metric.Metric<number, unknown>
+  readonly duration: Metric.Metric<number, unknown>
+}
+
+/** What one request came to. */
+type Outcome =
+  | { readonly ok: true }
+  | { readonly ok: false; readonly retryable: boolean; readonly reason: string; readonly retryAfter?: Duration.Duration }
+
+const invalid = (path: string, message: string) => new InvalidConfig({ path, message })
+
+const endpointName = (url: URL) => `${url.host}${url.pathname === "/" ? "" : url.pathname}`
+
+const target = (endpoint: Endpoint, i: number): Effect.Effect<Target, InvalidConfig> =>
+  Effect.gen(function*() {
+    const path = `endpoints[${i}]`
+    let url: URL
+    try {
+      url = new URL(endpoint.url)
+    } catch {
+      return yield* invalid(`${path}.url`, "must be an absolute http: or https: URL")
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") return yield* invalid(`${path}.url`, "must be an http: or https: URL")
+    const patterns = endpoint.types ?? ["#"]
+    if (patterns.length === 0 || patterns.some((p) => typeof p !== "string" || p === "")) {
+      return yield* invalid(`${path}.types`, "must be a non-empty list of event-type patterns")
+    }
+    const concurrency = endpoint.concurrency ?? 10
+    if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000) {
+      return yield* invalid(`${path}.concurrency`, `must be an integer from 1 to 1000, got ${String(endpoint.concurrency)}`)
+    }
+    const timeout = Duration.fromInput(endpoint.timeout ?? "10 seconds")
+    if (timeout._tag === "None" || !Duration.isFinite(timeout.value) || Duration.toMillis(timeout.value) <= 0) {
+      return yield* invalid(`${path}.timeout`, `must be a finite positive duration, got ${String(endpoint.timeout)}`)
+    }
+    const secrets: ReadonlyArray<WebhookSignature.SecretInput> = Array.isArray(endpoint.secret)
+      ? endpoint.secret
+      : [endpoint.secret as string | Redacted.Redacted<string>]
+    if (secrets.length === 0) return yield* invalid(`${path}.secret`, "needs at least one secret")
+    const keys = yield* Effect.forEach(secrets, (s) => WebhookSignature.key(s)).pipe(
+      Effect.mapError((e) => invalid(`${path}.secret`, e.message))
+    )
+    const name = endpoint.name ?? endpointName(url)
+    const counter = (outcome: string) => Metric.withAttributes(deliveries, { endpoint: name, outcome })
+    return {
+      name,
+      url: url.href,
+      patterns,
+      keys,
+      timeout: timeout.value,
+      permits: yield* Semaphore.make(concurrency),
+      headers: endpoint.headers ?? {},
+      delivered: counter("delivered"),
+      retry: counter("retry"),
+      failed: counter("failed"),
+      duration: Metric.withAttributes(duration, { endpoint: name })
+    }
+  })
+
+/** Whether a status is worth another attempt: 408 (request timeout), 429 (too many requests), 5xx. */
+export const isRetryableStatus = (status: number): boolean => status === 408 || status === 429 || status >= 500
+
+const describeFailure = (error: unknown): string => {
+  if (!(error instanceof Error)) return String(error)
+  // fetch wraps the socket error (ECONNREFUSED, ECONNRESET, ...) in a TypeError's cause.
+  const cause = (error as { readonly cause?: unknown }).cause
+  const detail = cause instanceof Error ? `: ${(cause as { readonly code?: string }).code ?? cause.message}` : ""
+  return `${error.message}${detail}`
+}
+
+/** Builds the publisher: validates the endpoints and imports their keys. */
+export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidConfig> =>
+  Effect.gen(function*() {
+    if (!Array.isArray(config.endpoints) || config.endpoints.length === 0) return yield* invalid("endpoints", "needs at least one endpoint")
+    const targets = yield* Effect.forEach(config.endpoints, target)
+    const unmatched = config.unmatched ?? "fail"
+    if (unmatched !== "fail" && unmatched !== "skip") return yield* invalid("unmatched", `must be "fail" or "skip", got ${JSON.stringify(unmatched)}`)
+    const maxRetryAfter = Duration.fromInput(config.maxRetryAfter ?? "1 hour")
+    if (maxRetryAfter._tag === "None" || !Duration.isFinite(maxRetryAfter.value)) return yield* invalid("maxRetryAfter", "must be a finite duration")
+    const errorBodyBytes = config.errorBodyBytes ?? 512
+    if (!Number.isInteger(errorBodyBytes) || errorBodyBytes < 0 || errorBodyBytes > 65_536) {
+      return yield* invalid("errorBodyBytes", "must be an integer from 0 to 65536")
+    }
+    const render = config.body ?? defaultBody
+    const send = config.fetch ?? ((request: Request) => globalThis.fetch(request))
+    const userAgent = config.userAgent ?? "tidings-webhooks"
+    // Matches by type, memoised: a relay sees few distinct types.
+    const byType = new Map<string, ReadonlyArray<Target>>()
+    const targetsOf = (type: string) => {
+      let found = byType.get(type)
+      if (found === undefined) {
+        found = targets.filter((t) => t.patterns.some((p) => matches(p, type)))
+        if (byType.size < 10_000) byType.set(type, found)
+      }
+      return found
+    }
+
+    const request = (t: Target, message: Message, body: string): Effect.Effect<Outcome> =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const timestamp = Math.floor(now / 1000)
+        const signature = yield* WebhookSignature.sign(t.keys, message.id, timestamp, body)
+        const headers: Record<string, string> = {
+          ...t.headers,
+          "content-type": "application/json",
+          "user-agent": userAgent,
+          [WebhookSignature.Headers.id]: message.id,
+          [WebhookSignature.Headers.timestamp]: String(timestamp),
+          [WebhookSignature.Headers.signature]: signature
+        }
+        const traceparent = message.headers[HeaderNames.traceparent]
+        if (traceparent !== undefined) headers["traceparent"] = traceparent
+        const outcome = yield* Effect.tryPromise({
+          try: async (signal): Promise<Outcome> => {
+            // Redirects are not followed: a receiver that moved must be reconfigured, not guessed.
+            const response = await send(new Request(t.url, { method: "POST", headers, body, signal, redirect: "manual" }))
+            if (response.status >= 200 && response.status < 300) {
+              await discard(response.body, 65_536)
+              return { ok: true }
+            }
+            const excerpt = await readBounded(response.body, errorBodyBytes).catch(() => ({ text: "", truncated: false }))
+            const text = excerpt.text.trim()
+            const reason = `${t.name} answered HTTP ${response.status}${response.statusText === "" ? "" : ` ${response.statusText}`}` +
+              (text === "" ? "" : `: ${text}${excerpt.truncated ? "…" : ""}`)
+            if (!isRetryableStatus(response.status)) return { ok: false, retryable: false, reason }
+            const retryAfter = parseRetryAfter(response.headers.get("retry-after"), Date.now())
+            return retryAfter === undefined
+              ? { ok: false, retryable: true, reason }
+              : { ok: false, retryable: true, reason, retryAfter: Duration.min(retryAfter, maxRetryAfter.value) }
+          },
+          catch: (error) => error
+        }).pipe(
+          Effect.timeoutOrElse({
+            duration: t.timeout,
+            orElse: () => Effect.succeed<Outcome>({ ok: false, retryable: true, reason: `${t.name} did not answer within ${Duration.format(t.timeout)}` })
+          }),
+          // Connection refused or reset, DNS, TLS: the receiver is unreachable; the event is fine.
+          Effect.catch((error) => Effect.succeed<Outcome>({ ok: false, retryable: true, reason: `${t.name} unreachable: ${describeFailure(error)}` }))
+        )
+        const end = yield* Clock.currentTimeMillis
+        yield* Metric.update(t.duration, (end - now) / 1000)
+        yield* Metric.update(outcome.ok ? t.delivered : outcome.retryable ? t.retry : t.failed, 1)
+        return outcome
+      }).pipe(t.permits.withPermits(1))
+
+    const publishOne = (message: Message): Effect.Effect<Publisher.PublishResult> => {
+      const matched = targetsOf(message.type)
+      if (matched.length === 0) {
+        return Effect.succeed(
+          unmatched === "skip"
+            ? Publisher.published(message.id)
+            : Publisher.rejected(message.id, new PublishError({ reason: `no webhook endpoint subscribes to ${message.type}`, retryable: false }))
+        )
+      }
+      const body = render(message)
+      return Effect.forEach(matched, (t) => request(t, message, body), { concurrency: "unbounded" }).pipe(
+        Effect.map((outcomes) => {
+          const failures = outcomes.filter((o): o is Extract<Outcome, { ok: false }> => !o.ok)
+          if (failures.length === 0) return Publisher.published(message.id)
+          // One endpoint that refuses for good fails the event: retrying cannot change its answer.
+          const retryable = failures.every((f) => f.retryable)
+          const waits = failures.flatMap((f) => f.retryAfter === undefined ? [] : [f.retryAfter])
+          const reason = failures.map((f) => f.reason).join("; ")
+          return Publisher.rejected(
+            message.id,
+            new PublishError(waits.length === 0 ? { reason, retryable } : { reason, retryable, retryAfter: waits.reduce(Duration.max) })
+          )
+        })
+      )
+    }
+
+    return Publisher.Publisher.of({
+      publish: (messages) => Effect.forEach(messages, publishOne, { concurrency: "unbounded" })
+    })
+  })
+
+/** The publisher as the relay's `Publisher` layer. */
+export const layer = (config: Config): Layer.Layer<Publisher.Publisher, InvalidConfig> => Layer.effect(Publisher.Publisher, make(config))
+
+/**
+ * One endpoint from configuration: `<prefix>_URL`, `<prefix>_SECRET` (redacted), optional
+ * `<prefix>_TYPES` (comma-separated patterns) and `<prefix>_CONCURRENCY`; e.g. with the default
+ * prefix `WEBHOOK`: `WEBHOOK_URL`, `WEBHOOK_SECRET`.
+ */
+export const layerConfig = (prefix = "WEBHOOK", options: Omit<Config, "endpoints"> = {}): Layer.Layer<Publisher.Publisher, InvalidConfig | EffectConfig.ConfigError> =>
+  Layer.unwrap(Effect.gen(function*() {
+    const url = yield* EffectConfig.String(`${prefix}_URL`)
+    const secret = yield* EffectConfig.Redacted(`${prefix}_SECRET`)
+    const types = yield* EffectConfig.String(`${prefix}_TYPES`).pipe(EffectConfig.withDefault("#"))
+    const concurrency = yield* EffectConfig.Int(`${prefix}_CONCURRENCY`).pipe(EffectConfig.withDefault(10))
+    return layer({
+      ...options,
+      endpoints: [{ url, secret, concurrency, types: types.split(",").map((t) => t.trim()).filter((t) => t !== "") }]
+    })
+  }))
