@@ -17,6 +17,7 @@ import * as Local from "../examples/edge/local.ts"
 import { migrate } from "../examples/edge/migrate.ts"
 import { type Answer, type Receiver, startReceiver, until } from "../packages/webhooks/test/receiver.ts"
 import { pgClientLayer, pgUrl, schemaName } from "./support/pg.ts"
+import { currentRuntime, exited, spawnOn } from "./support/processes.ts"
 
 const secret = WebhookSignature.generateSecret()
 const schema = schemaName("edge")
@@ -125,4 +126,18 @@ describe("examples/edge on workerd (Cloudflare Workers runtime)", () => {
     await worker.scheduled()
     assert.deepInclude(reports().at(-1), { claimed: 0, published: 0, reason: "idle" })
   })
+})
+
+describe(`the edge walkthrough (npm run edge) on ${currentRuntime()}`, () => {
+  it("runs the Worker in workerd on an embedded PostgreSQL, relays to a verifying receiver, and exits 0", async () => {
+    const child = spawnOn(currentRuntime(), path.join(import.meta.dirname, "../examples/edge/demo.ts"), [], { TIDINGS_PG_URL: "" })
+    const timer = setTimeout(() => child.kill("SIGKILL"), 120_000)
+    const code = await exited(child).finally(() => clearTimeout(timer))
+    assert.strictEqual(code, 0, child.output())
+    const output = child.output()
+    assert.include(output, "events before any cron run: pending, pending, pending")
+    assert.include(output, `cron run 1 (a bounded relay pass, at most 2 events): {"published":2,"retried":0,"failed":0,"claimed":2,"reason":"max-events"}`)
+    assert.include(output, "events after the cron runs: published, published, published")
+    assert.match(output, /the receiver recorded 3 orders/)
+  }, 150_000)
 })
