@@ -111,6 +111,28 @@ const withTimeout = (promise: Promise<void>, ms: number, onTimeout: () => void):
     })
   })
 
+/**
+ * A `Deno.serve` handler for an app, for entries that call `Deno.serve` themselves (Deno Deploy).
+ * Deno's own `request.signal` also aborts after a successful response (and warns once that it
+ * does): the app gets a signal that aborts only when the response was not delivered, so that a
+ * client going away still interrupts its handler.
+ */
+export const denoHandler = (app: Fetchable) => {
+  const fetch = toFetch(app)
+  return (request: Request, info?: { readonly completed?: Promise<void> }): Response | Promise<Response> => {
+    const delivered = new AbortController()
+    info?.completed?.catch(() => delivered.abort())
+    const hasBody = request.method !== "GET" && request.method !== "HEAD"
+    // Built from parts: copying the request itself would read (and trip) its signal.
+    return fetch(new Request(request.url, {
+      method: request.method,
+      headers: request.headers,
+      signal: delivered.signal,
+      ...(hasBody ? { body: request.body, duplex: "half" } : {})
+    } as RequestInit))
+  }
+}
+
 const serveDeno = (fetch: (request: Request) => Response | Promise<Response>, port: number, hostname: string, grace: number): Promise<Server> => {
   const Deno = deno()!
   return new Promise<Server>((resolve, reject) => {
@@ -121,20 +143,7 @@ const serveDeno = (fetch: (request: Request) => Response | Promise<Response>, po
         hostname,
         signal: abort.signal,
         onListen: () => undefined // Deno prints "Listening on ..." otherwise
-      }, (request, info) => {
-        // Deno's own request.signal also aborts after a successful response (and warns once that
-        // it does): hand the app a signal that aborts only when the response was not delivered.
-        const delivered = new AbortController()
-        info?.completed?.catch(() => delivered.abort())
-        const hasBody = request.method !== "GET" && request.method !== "HEAD"
-        // Built from parts: copying the request itself would read (and trip) its signal.
-        return fetch(new Request(request.url, {
-          method: request.method,
-          headers: request.headers,
-          signal: delivered.signal,
-          ...(hasBody ? { body: request.body, duplex: "half" } : {})
-        } as RequestInit))
-      })
+      }, denoHandler(fetch))
       let closing: Promise<void> | undefined
       resolve({
         port: server.addr.port,
