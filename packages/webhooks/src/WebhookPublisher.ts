@@ -61,7 +61,7 @@ export interface Config {
   /** The request body of an event (default: {@link defaultBody}). */
   readonly body?: (message: Message) => string
   /** The fetch to use (default `globalThis.fetch`), e.g. a Workers service binding's. */
-  readonly fetch?: (request: Request) => Promise<Response>
+  readonly fetch?: (url: string, init: RequestInit) => Promise<Response>
   /** `user-agent` of the requests (default `tidings-webhooks`). */
   readonly userAgent?: string
 }
@@ -179,7 +179,7 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
       return yield* invalid("errorBodyBytes", "must be an integer from 0 to 65536")
     }
     const render = config.body ?? defaultBody
-    const send = config.fetch ?? ((request: Request) => globalThis.fetch(request))
+    const send = config.fetch ?? ((url: string, init: RequestInit) => globalThis.fetch(url, init))
     const userAgent = config.userAgent ?? "tidings-webhooks"
     // Matches by type, memoised: a relay sees few distinct types.
     const byType = new Map<string, ReadonlyArray<Target>>()
@@ -210,7 +210,7 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
         const outcome = yield* Effect.tryPromise({
           try: async (signal): Promise<Outcome> => {
             // Redirects are not followed: a receiver that moved must be reconfigured, not guessed.
-            const response = await send(new Request(t.url, { method: "POST", headers, body, signal, redirect: "manual" }))
+            const response = await send(t.url, { method: "POST", headers, body, signal, redirect: "manual" })
             if (response.status >= 200 && response.status < 300) {
               await discard(response.body, 65_536)
               return { ok: true }
@@ -250,7 +250,10 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
         )
       }
       const body = render(message)
-      return Effect.forEach(matched, (t) => request(t, message, body), { concurrency: "unbounded" }).pipe(
+      const outcomes = matched.length === 1
+        ? Effect.map(request(matched[0]!, message, body), (o) => [o])
+        : Effect.forEach(matched, (t) => request(t, message, body), { concurrency: "unbounded" })
+      return outcomes.pipe(
         Effect.map((outcomes) => {
           const failures = outcomes.filter((o): o is Extract<Outcome, { ok: false }> => !o.ok)
           if (failures.length === 0) return Publisher.published(message.id)
