@@ -18,10 +18,11 @@
  */
 import { InvalidConfig, PublishError } from "@tidings/core/Errors"
 import { matches } from "@tidings/core/MemoryBroker"
-import { HeaderNames, type Message, payloadJson } from "@tidings/core/Message"
+import { type Message, payloadJson } from "@tidings/core/Message"
 import * as Publisher from "@tidings/core/Publisher"
-import { Clock, Config as EffectConfig, Duration, Effect, Layer, Metric, type Redacted, Semaphore } from "effect"
-import { discard, parseRetryAfter, readBounded } from "./internal/http.ts"
+import { Config as EffectConfig, type Context, Duration, Effect, Layer, Metric, type Redacted } from "effect"
+import * as Delivery from "./internal/delivery.ts"
+import { Limiter } from "./internal/limiter.ts"
 import * as WebhookSignature from "./WebhookSignature.ts"
 
 /** One receiving endpoint. */
@@ -85,30 +86,17 @@ export const duration = Metric.histogram("tidings_webhook_request_duration_secon
   boundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 })
 
-interface Target {
-  readonly name: string
-  readonly url: string
-  readonly patterns: ReadonlyArray<string>
-  readonly keys: ReadonlyArray<WebhookSignature.Key>
-  readonly timeout: Duration.Duration
-  readonly permits: Semaphore.Semaphore
-  readonly headers: Readonly<Record<string, string>>
-  readonly delivered: Metric.Metric<number, unknown>
-  readonly retry: Metric.Metric<number, unknown>
-  readonly failed: Metric.Metric<number, unknown>
-  readonly duration: Metric.Metric<number, unknown>
-}
-
-/** What one request came to. */
-type Outcome =
-  | { readonly ok: true }
-  | { readonly ok: false; readonly retryable: boolean; readonly reason: string; readonly retryAfter?: Duration.Duration }
-
 const invalid = (path: string, message: string) => new InvalidConfig({ path, message })
 
 const endpointName = (url: URL) => `${url.host}${url.pathname === "/" ? "" : url.pathname}`
 
-const target = (endpoint: Endpoint, i: number): Effect.Effect<Target, InvalidConfig> =>
+/** A validated endpoint with its keys and its metrics. */
+interface Endpointed extends Delivery.Target {
+  readonly counters: { readonly delivered: Metric.Metric<number, unknown>; readonly retry: Metric.Metric<number, unknown>; readonly failed: Metric.Metric<number, unknown> }
+  readonly duration: Metric.Metric<number, unknown>
+}
+
+const target = (endpoint: Endpoint, i: number): Effect.Effect<Endpointed, InvalidConfig> =>
   Effect.gen(function*() {
     const path = `endpoints[${i}]`
     let url: URL
@@ -143,26 +131,33 @@ const target = (endpoint: Endpoint, i: number): Effect.Effect<Target, InvalidCon
       name,
       url: url.href,
       patterns,
-      keys,
+      keys: keys.map((k) => k.cryptoKey),
       timeout: timeout.value,
-      permits: yield* Semaphore.make(concurrency),
+      timeoutMs: Duration.toMillis(timeout.value),
+      limiter: new Limiter(concurrency),
       headers: endpoint.headers ?? {},
-      delivered: counter("delivered"),
-      retry: counter("retry"),
-      failed: counter("failed"),
+      counters: { delivered: counter("delivered"), retry: counter("retry"), failed: counter("failed") },
       duration: Metric.withAttributes(duration, { endpoint: name })
     }
   })
 
 /** Whether a status is worth another attempt: 408 (request timeout), 429 (too many requests), 5xx. */
-export const isRetryableStatus = (status: number): boolean => status === 408 || status === 429 || status >= 500
+export const isRetryableStatus = Delivery.isRetryableStatus
 
-const describeFailure = (error: unknown): string => {
-  if (!(error instanceof Error)) return String(error)
-  // fetch wraps the socket error (ECONNREFUSED, ECONNRESET, ...) in a TypeError's cause.
-  const cause = (error as { readonly cause?: unknown }).cause
-  const detail = cause instanceof Error ? `: ${(cause as { readonly code?: string }).code ?? cause.message}` : ""
-  return `${error.message}${detail}`
+type Failure = Extract<Delivery.Outcome, { ok: false }>
+
+/** An event's result from its endpoints' outcomes. */
+const resultOf = (message: Message, outcomes: ReadonlyArray<Delivery.Outcome>): Publisher.PublishResult => {
+  const failures = outcomes.filter((o): o is Failure => !o.ok)
+  if (failures.length === 0) return Publisher.published(message.id)
+  // One endpoint that refuses for good fails the event: retrying cannot change its answer.
+  const retryable = failures.every((f) => f.retryable)
+  const waits = failures.flatMap((f) => f.retryAfter === undefined ? [] : [f.retryAfter])
+  const reason = failures.map((f) => f.reason).join("; ")
+  return Publisher.rejected(
+    message.id,
+    new PublishError(waits.length === 0 ? { reason, retryable } : { reason, retryable, retryAfter: waits.reduce(Duration.max) })
+  )
 }
 
 /** Builds the publisher: validates the endpoints and imports their keys. */
@@ -179,10 +174,14 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
       return yield* invalid("errorBodyBytes", "must be an integer from 0 to 65536")
     }
     const render = config.body ?? defaultBody
-    const send = config.fetch ?? ((url: string, init: RequestInit) => globalThis.fetch(url, init))
-    const userAgent = config.userAgent ?? "tidings-webhooks"
+    const shared: Delivery.Shared = {
+      send: config.fetch ?? ((url, init) => globalThis.fetch(url, init)),
+      userAgent: config.userAgent ?? "tidings-webhooks",
+      errorBodyBytes,
+      maxRetryAfter: maxRetryAfter.value
+    }
     // Matches by type, memoised: a relay sees few distinct types.
-    const byType = new Map<string, ReadonlyArray<Target>>()
+    const byType = new Map<string, ReadonlyArray<Endpointed>>()
     const targetsOf = (type: string) => {
       let found = byType.get(type)
       if (found === undefined) {
@@ -191,86 +190,37 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
       }
       return found
     }
+    const noEndpoint = (message: Message) =>
+      unmatched === "skip"
+        ? Publisher.published(message.id)
+        : Publisher.rejected(message.id, new PublishError({ reason: `no webhook endpoint subscribes to ${message.type}`, retryable: false }))
 
-    const request = (t: Target, message: Message, body: string): Effect.Effect<Outcome> =>
-      Effect.gen(function*() {
-        const now = yield* Clock.currentTimeMillis
-        const timestamp = Math.floor(now / 1000)
-        const signature = yield* WebhookSignature.sign(t.keys, message.id, timestamp, body)
-        const headers: Record<string, string> = {
-          ...t.headers,
-          "content-type": "application/json",
-          "user-agent": userAgent,
-          [WebhookSignature.Headers.id]: message.id,
-          [WebhookSignature.Headers.timestamp]: String(timestamp),
-          [WebhookSignature.Headers.signature]: signature
-        }
-        const traceparent = message.headers[HeaderNames.traceparent]
-        if (traceparent !== undefined) headers["traceparent"] = traceparent
-        const outcome = yield* Effect.tryPromise({
-          try: async (signal): Promise<Outcome> => {
-            // Redirects are not followed: a receiver that moved must be reconfigured, not guessed.
-            const response = await send(t.url, { method: "POST", headers, body, signal, redirect: "manual" })
-            if (response.status >= 200 && response.status < 300) {
-              await discard(response.body, 65_536)
-              return { ok: true }
-            }
-            const excerpt = await readBounded(response.body, errorBodyBytes).catch(() => ({ text: "", truncated: false }))
-            const text = excerpt.text.trim()
-            const reason = `${t.name} answered HTTP ${response.status}${response.statusText === "" ? "" : ` ${response.statusText}`}` +
-              (text === "" ? "" : `: ${text}${excerpt.truncated ? "…" : ""}`)
-            if (!isRetryableStatus(response.status)) return { ok: false, retryable: false, reason }
-            const retryAfter = parseRetryAfter(response.headers.get("retry-after"), Date.now())
-            return retryAfter === undefined
-              ? { ok: false, retryable: true, reason }
-              : { ok: false, retryable: true, reason, retryAfter: Duration.min(retryAfter, maxRetryAfter.value) }
-          },
-          catch: (error) => error
-        }).pipe(
-          Effect.timeoutOrElse({
-            duration: t.timeout,
-            orElse: () => Effect.succeed<Outcome>({ ok: false, retryable: true, reason: `${t.name} did not answer within ${Duration.format(t.timeout)}` })
-          }),
-          // Connection refused or reset, DNS, TLS: the receiver is unreachable; the event is fine.
-          Effect.catch((error) => Effect.succeed<Outcome>({ ok: false, retryable: true, reason: `${t.name} unreachable: ${describeFailure(error)}` }))
-        )
-        const end = yield* Clock.currentTimeMillis
-        yield* Metric.update(t.duration, (end - now) / 1000)
-        yield* Metric.update(outcome.ok ? t.delivered : outcome.retryable ? t.retry : t.failed, 1)
-        return outcome
-      }).pipe(t.permits.withPermits(1))
-
-    const publishOne = (message: Message): Effect.Effect<Publisher.PublishResult> => {
-      const matched = targetsOf(message.type)
-      if (matched.length === 0) {
-        return Effect.succeed(
-          unmatched === "skip"
-            ? Publisher.published(message.id)
-            : Publisher.rejected(message.id, new PublishError({ reason: `no webhook endpoint subscribes to ${message.type}`, retryable: false }))
-        )
-      }
-      const body = render(message)
-      const outcomes = matched.length === 1
-        ? Effect.map(request(matched[0]!, message, body), (o) => [o])
-        : Effect.forEach(matched, (t) => request(t, message, body), { concurrency: "unbounded" })
-      return outcomes.pipe(
-        Effect.map((outcomes) => {
-          const failures = outcomes.filter((o): o is Extract<Outcome, { ok: false }> => !o.ok)
-          if (failures.length === 0) return Publisher.published(message.id)
-          // One endpoint that refuses for good fails the event: retrying cannot change its answer.
-          const retryable = failures.every((f) => f.retryable)
-          const waits = failures.flatMap((f) => f.retryAfter === undefined ? [] : [f.retryAfter])
-          const reason = failures.map((f) => f.reason).join("; ")
-          return Publisher.rejected(
-            message.id,
-            new PublishError(waits.length === 0 ? { reason, retryable } : { reason, retryable, retryAfter: waits.reduce(Duration.max) })
-          )
-        })
-      )
-    }
+    const publishAll = (messages: ReadonlyArray<Message>, batch: AbortSignal, context: Context.Context<never>) =>
+      Promise.all(messages.map(async (message): Promise<Publisher.PublishResult> => {
+        const matched = targetsOf(message.type)
+        if (matched.length === 0) return noEndpoint(message)
+        const body = render(message)
+        const outcomes = await Promise.all(matched.map((t) =>
+          Delivery.deliver(t, shared, message, body, batch, (outcome, seconds) => {
+            t.duration.updateUnsafe(seconds, context)
+            ;(outcome.ok ? t.counters.delivered : outcome.retryable ? t.counters.retry : t.counters.failed).updateUnsafe(1, context)
+          })
+        ))
+        return resultOf(message, outcomes)
+      }))
 
     return Publisher.Publisher.of({
-      publish: (messages) => Effect.forEach(messages, publishOne, { concurrency: "unbounded" })
+      // Interrupting the publish (the relay's publish timeout, shutdown) aborts its requests.
+      publish: (messages) =>
+        Effect.flatMap(Effect.context<never>(), (context) =>
+          Effect.callback<ReadonlyArray<Publisher.PublishResult>>((resume) => {
+            const batch = new AbortController()
+            publishAll(messages, batch.signal, context).then(
+              (results) => resume(Effect.succeed(results)),
+              (error) => resume(Effect.die(error))
+            )
+            return Effect.sync(() => batch.abort())
+          }))
     })
   })
 

@@ -11,6 +11,7 @@
  * @module
  */
 import { Effect, Redacted, Schema } from "effect"
+import * as Hmac from "./internal/hmac.ts"
 
 /** Header names of the convention. */
 export const Headers = {
@@ -38,14 +39,9 @@ export interface Key {
 }
 
 const prefix = "whsec_"
-const encoder = new TextEncoder()
 
 /** Standard base64 (with padding) of `bytes`. */
-export const toBase64 = (bytes: Uint8Array): string => {
-  let binary = ""
-  for (let i = 0; i < bytes.length; i++) binary += String.fromCharCode(bytes[i]!)
-  return btoa(binary)
-}
+export const toBase64: (bytes: Uint8Array) => string = Hmac.toBase64
 
 /** Bytes of standard base64 text; `undefined` when it is not base64. */
 export const fromBase64 = (text: string): Uint8Array | undefined => {
@@ -80,16 +76,9 @@ export const key = (secret: SecretInput): Effect.Effect<Key, InvalidSecret> =>
     return { _tag: "WebhookKey", cryptoKey } as const
   })
 
-/** The signed content: `<id>.<timestamp>.<body>`. */
-const content = (id: string, timestamp: number, body: string) => encoder.encode(`${id}.${timestamp}.${body}`)
-
 /** The `webhook-signature` value for one attempt: `v1,<base64>` per key, space-separated. */
 export const sign = (keys: ReadonlyArray<Key>, id: string, timestamp: number, body: string): Effect.Effect<string> =>
-  Effect.promise(async () => {
-    const data = content(id, timestamp, body)
-    const signatures = await Promise.all(keys.map((k) => crypto.subtle.sign("HMAC", k.cryptoKey, data)))
-    return signatures.map((s) => `v1,${toBase64(new Uint8Array(s))}`).join(" ")
-  })
+  Effect.promise(() => Hmac.signatureHeader(keys.map((k) => k.cryptoKey), id, timestamp, body))
 
 /**
  * Whether one of the `v1` signatures of `header` was made with one of `keys` over
@@ -97,7 +86,7 @@ export const sign = (keys: ReadonlyArray<Key>, id: string, timestamp: number, bo
  */
 export const isValid = (keys: ReadonlyArray<Key>, header: string, id: string, timestamp: number, body: string): Effect.Effect<boolean> =>
   Effect.promise(async () => {
-    const data = content(id, timestamp, body)
+    const data = Hmac.content(id, timestamp, body)
     for (const entry of header.split(" ")) {
       const comma = entry.indexOf(",")
       if (comma < 0 || entry.slice(0, comma) !== "v1") continue

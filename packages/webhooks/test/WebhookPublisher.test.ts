@@ -11,7 +11,7 @@ import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import * as Publisher from "@tidings/core/Publisher"
 import * as Relay from "@tidings/core/Relay"
-import { Duration, Effect, Layer, Schedule, Schema, type Scope } from "effect"
+import { Duration, Effect, Fiber, Layer, Schedule, Schema, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import { freshSchema, pgClientLayer } from "../../../test/support/pg.ts"
@@ -133,6 +133,18 @@ describe("WebhookPublisher over HTTP", () => {
       assert.isTrue(error.retryable)
       assert.include(error.reason, "did not answer within")
       yield* waitFor("the abandoned request to be closed", () => r.inFlight() === 0)
+    }))
+
+  it.live("interrupting a publish (the relay's publish timeout, shutdown) aborts its requests", () =>
+    Effect.gen(function*() {
+      const r = yield* receiver(() => ({ hang: true }))
+      const pub = yield* publisher({ endpoints: [{ url: r.url, secret, timeout: "1 hour", concurrency: 2 }] })
+      const fiber = yield* Effect.forkChild(pub.publish([message("order.placed"), message("order.placed"), message("order.placed")]))
+      yield* waitFor("two requests in flight (the endpoint's concurrency)", () => r.inFlight() === 2)
+      yield* Fiber.interrupt(fiber)
+      yield* waitFor("the requests to be closed", () => r.inFlight() === 0)
+      // The third, queued behind the limit, was never sent.
+      assert.strictEqual(r.received.length, 2)
     }))
 
   it.live("a receiver that is down (connection refused): retryable, as unavailability", () =>
