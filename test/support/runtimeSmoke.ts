@@ -77,7 +77,11 @@ const main = async () => {
         const event = yield* Outbox.append(OrderPlaced, { aggregateId: body.orderId, payload: body })
         return { eventId: event.id }
       })))
-    app.get("/slow", () => new Promise<Response>((resolve) => setTimeout(() => resolve(new Response("slow done")), 300)))
+    let slowStarted = false
+    app.get("/slow", () => {
+      slowStarted = true
+      return new Promise<Response>((resolve) => setTimeout(() => resolve(new Response("slow done")), 300))
+    })
     app.post("/webhooks", WebhookReceiver.hono(rt, { secret, consumer: "smoke-webhooks" }, (w) => insert("webhooks", w.id)))
     const server = await Serve.serve(app)
     servers.push(server)
@@ -108,7 +112,7 @@ const main = async () => {
     step("webhooks: 3 signed deliveries of one event, 1 effect")
 
     const inFlight = fetch(`${server.url}/slow`)
-    await new Promise((r) => setTimeout(r, 100))
+    await waitFor("the slow request to reach its handler", async () => slowStarted)
     const closing = server.close()
     const slow = await inFlight
     assert(slow.status === 200 && await slow.text() === "slow done", "the in-flight request finished during close()")
