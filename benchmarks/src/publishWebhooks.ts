@@ -73,6 +73,8 @@ export const options = (args: Reader): Options => {
 interface Drain {
   readonly perSecond: number
   readonly seconds: number
+  /** CPU time of this (the sending) process per event, in µs: less sensitive to other load than the rate. */
+  readonly cpuMicros: number
   readonly lost: number
   readonly duplicates: number
 }
@@ -84,6 +86,9 @@ export interface Run extends Setting {
   readonly fetchUnsignedPerSecond: number
   /** tidings / the better fetch loop. */
   readonly ratio: number
+  /** CPU µs per event of the sending process (the best run of each): the relay, and the signed fetch loop. */
+  readonly tidingsCpuMicros: number
+  readonly fetchCpuMicros: number
   readonly lost: number
   readonly duplicates: number
 }
@@ -145,6 +150,7 @@ const tidings = (pgUrl: string, receiver: Sink, secret: string, setting: Setting
       yield* receiver.reset
       const webhooks = yield* WebhookPublisher.make({ endpoints: [{ url: receiver.url, secret, concurrency: setting.concurrency }] }).pipe(Effect.orDie)
       const tally = new Tally()
+      const cpu = process.cpuUsage()
       const seconds = yield* Effect.scoped(Effect.gen(function*() {
         const start = performance.now()
         yield* Layer.build(Relay.layer({ name: "bench", concurrency: setting.relays, batchSize: setting.batch, statsInterval: false, retention: false }).pipe(
@@ -162,7 +168,8 @@ const tidings = (pgUrl: string, receiver: Sink, secret: string, setting: Setting
         log(`  ! tidings: ${int(msgs.length)} events but ${int(rows[0]!.n)} published in the outbox`)
         process.exitCode = 1
       }
-      return { perSecond: Math.round(msgs.length / seconds), seconds, ...check("tidings", msgs.length, yield* receiver.stats) }
+      const used = process.cpuUsage(cpu)
+      return { perSecond: Math.round(msgs.length / seconds), seconds, cpuMicros: Math.round((used.user + used.system) / msgs.length), ...check("tidings", msgs.length, yield* receiver.stats) }
     }).pipe(Effect.provideContext(context))
   }))
 
@@ -170,6 +177,7 @@ const tidings = (pgUrl: string, receiver: Sink, secret: string, setting: Setting
 const fetchLoop = (receiver: Sink, secret: string, setting: Setting, msgs: ReadonlyArray<Message>, signed: boolean): Effect.Effect<Drain> =>
   Effect.gen(function*() {
     yield* receiver.reset
+    const cpu = process.cpuUsage()
     const seconds = yield* Effect.promise(async () => {
       const bytes = WebhookSignature.fromBase64(secret.slice("whsec_".length))!
       const key = await crypto.subtle.importKey("raw", bytes as Uint8Array<ArrayBuffer>, { name: "HMAC", hash: "SHA-256" }, false, ["sign"])
@@ -194,7 +202,8 @@ const fetchLoop = (receiver: Sink, secret: string, setting: Setting, msgs: Reado
       await Promise.all(Array.from({ length: setting.concurrency }, loop))
       return (performance.now() - start) / 1000
     })
-    return { perSecond: Math.round(msgs.length / seconds), seconds, ...check(signed ? "fetch" : "fetch-unsigned", msgs.length, yield* receiver.stats) }
+    const used = process.cpuUsage(cpu)
+    return { perSecond: Math.round(msgs.length / seconds), seconds, cpuMicros: Math.round((used.user + used.system) / msgs.length), ...check(signed ? "fetch" : "fetch-unsigned", msgs.length, yield* receiver.stats) }
   })
 
 const describe = (s: Setting) => `relays=${s.relays} batch=${s.batch} concurrency=${s.concurrency}`
@@ -224,7 +233,7 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
         t.push(yield* tidings(server.url, receiver, secret, setting, msgs))
         f.push(yield* fetchLoop(receiver, secret, setting, msgs, true))
         u.push(yield* fetchLoop(receiver, secret, setting, msgs, false))
-        log(`  ${describe(setting)}  tidings ${int(t.at(-1)!.perSecond)}/s  fetch ${int(f.at(-1)!.perSecond)}/s  fetch unsigned ${int(u.at(-1)!.perSecond)}/s`)
+        log(`  ${describe(setting)}  tidings ${int(t.at(-1)!.perSecond)}/s (${t.at(-1)!.cpuMicros} µs CPU/event)  fetch ${int(f.at(-1)!.perSecond)}/s (${f.at(-1)!.cpuMicros} µs)  fetch unsigned ${int(u.at(-1)!.perSecond)}/s`)
       }
       const best = (xs: ReadonlyArray<Drain>) => xs.reduce((x, y) => (y.perSecond > x.perSecond ? y : x))
       const ceiling = Math.max(best(f).perSecond, best(u).perSecond)
@@ -234,6 +243,8 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
         fetchPerSecond: best(f).perSecond,
         fetchUnsignedPerSecond: best(u).perSecond,
         ratio: round(best(t).perSecond / ceiling, 3),
+        tidingsCpuMicros: best(t).cpuMicros,
+        fetchCpuMicros: best(f).cpuMicros,
         lost: [...t, ...f, ...u].reduce((n, x) => n + x.lost, 0),
         duplicates: [...t, ...f, ...u].reduce((n, x) => n + x.duplicates, 0)
       })
@@ -241,8 +252,20 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
     log("")
     log(`outbox → webhooks (one local endpoint answering 204), ${int(opts.events)} events per run, best of ${opts.rounds} (PostgreSQL ${server.version}, fsync=${server.fsync})`)
     table(
-      ["relays", "batch", "concurrency", "tidings/s", "fetch/s", "fetch unsigned/s", "ratio", "lost", "dup"],
-      runs.map((r) => [String(r.relays), String(r.batch), String(r.concurrency), int(r.tidingsPerSecond), int(r.fetchPerSecond), int(r.fetchUnsignedPerSecond), `${Math.round(r.ratio * 100)}%`, String(r.lost), String(r.duplicates)])
+      ["relays", "batch", "concurrency", "tidings/s", "fetch/s", "fetch unsigned/s", "ratio", "CPU µs/event tidings", "fetch", "lost", "dup"],
+      runs.map((r) => [
+        String(r.relays),
+        String(r.batch),
+        String(r.concurrency),
+        int(r.tidingsPerSecond),
+        int(r.fetchPerSecond),
+        int(r.fetchUnsignedPerSecond),
+        `${Math.round(r.ratio * 100)}%`,
+        String(r.tidingsCpuMicros),
+        String(r.fetchCpuMicros),
+        String(r.lost),
+        String(r.duplicates)
+      ])
     )
     log(`total ${secs((performance.now() - started) / 1000)} s; load average ${loadBefore.toFixed(1)} before, ${os.loadavg()[0]!.toFixed(1)} after (${os.cpus().length} cores)`)
     return {
