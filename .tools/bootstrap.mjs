@@ -16,6 +16,7 @@ const NODE_VERSION = "24.21.0"
 const tasks = {
   // Each task is a pnpm script of the root package (see package.json "tidings:*").
   demo: "tidings:demo",
+  edge: "tidings:edge",
   test: "tidings:test",
   bench: "tidings:bench",
   check: "tidings:check",

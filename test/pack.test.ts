@@ -68,7 +68,7 @@ describe("packages as published", () => {
     try {
       const env = { ...process.env, npm_config_audit: "false", npm_config_fund: "false", npm_config_update_notifier: "false" }
       const tarballs: Record<string, string> = {}
-      for (const name of ["core", "postgres", "rabbitmq", "hono", "cli"]) {
+      for (const name of ["core", "postgres", "rabbitmq", "hono", "cli", "webhooks"]) {
         const out = execFileSync(pnpm(), ["pack", "--pack-destination", work], { cwd: path.join(root, "packages", name), env, encoding: "utf8" })
         const file = out.trim().split("\n").map((l) => l.trim()).reverse().find((l) => l.endsWith(".tgz"))!
         tarballs[name] = path.isAbsolute(file) ? file : path.join(work, path.basename(file))
@@ -86,6 +86,7 @@ describe("packages as published", () => {
           "@tidings/rabbitmq": `file:${tarballs["rabbitmq"]}`,
           "@tidings/hono": `file:${tarballs["hono"]}`,
           "@tidings/cli": `file:${tarballs["cli"]}`,
+          "@tidings/webhooks": `file:${tarballs["webhooks"]}`,
           effect: "4.1.0",
           hono: "4.13.19",
           "@hono/node-server": "2.1.8"
@@ -95,13 +96,23 @@ describe("packages as published", () => {
       expect(install.status, install.stderr).toBe(0)
 
       // The installed packages are the built ones: exports lead to dist/*.js, and no TypeScript source is needed.
-      for (const name of ["core", "postgres", "rabbitmq", "hono", "cli"]) {
+      for (const name of ["core", "postgres", "rabbitmq", "hono", "cli", "webhooks"]) {
         const manifest = JSON.parse(fs.readFileSync(path.join(app, "node_modules/@tidings", name, "package.json"), "utf8"))
         expect(manifest.exports["."].default).toBe("./dist/index.js")
         expect(manifest.dependencies?.["@tidings/core"] ?? "^").not.toContain("workspace:")
         expect(fs.existsSync(path.join(app, "node_modules/@tidings", name, "dist/index.js"))).toBe(true)
         expect(fs.existsSync(path.join(app, "node_modules/@tidings", name, "dist/index.d.ts"))).toBe(true)
       }
+
+      // The webhooks driver works from its build: a signature it makes passes its own verifier.
+      const webhooks = spawnSync(nodeBinary(), ["-e", `import("@tidings/webhooks").then(async ({ WebhookSignature: S }) => {
+        const { Effect } = await import("effect")
+        const key = await Effect.runPromise(S.key(S.generateSecret()))
+        const sig = await Effect.runPromise(S.sign([key], "id-1", 1700000000, "{}"))
+        console.log(await Effect.runPromise(S.isValid([key], sig, "id-1", 1700000000, "{}")))
+      })`], { cwd: app, env, encoding: "utf8" })
+      expect(webhooks.status, webhooks.stderr).toBe(0)
+      expect(webhooks.stdout.trim()).toBe("true")
 
       // The RabbitMQ driver loads from its build too (its tests run against a broker elsewhere).
       const rabbit = spawnSync(nodeBinary(), ["-e", "import('@tidings/rabbitmq').then((m) => console.log(Object.keys(m).sort().join(',')))"], { cwd: app, env, encoding: "utf8" })

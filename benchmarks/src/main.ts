@@ -39,6 +39,9 @@ const usage = `usage: pnpm bench [suite|claim|latency|publish] [--json] [--quick
             --loaded-rate N (events/s; default 80% of what the relays confirmed while saturated)
             --producers 16  --tx-events 10 (runs under load: producer fibers, events per transaction)
             --eager-limit N  --backpressure MS (runs under load: eager dispatch's limit; producer flow control, off by default)
+            --transport webhooks: outbox → webhooks (Relay.layer + WebhookPublisher) into a local receiver beside plain
+            fetch loops with as many requests in flight; --events N (20000, quick 5000)  --relays 4  --batch 100
+            --concurrency 64 (requests in flight; lists: every combination)  --rounds N (3, quick 1)
 
   --json    print one JSON object with the results on stdout
   --quick   smaller counts and shorter runs (a check that finishes in under 3 minutes)`
