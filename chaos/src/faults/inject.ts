@@ -161,8 +161,15 @@ export class Injector {
           skip("PostgreSQL is restarting")
           return ""
         }
-        const n = await Db.retrying("pg_terminate_backend", () => Db.terminateBackends(sql, target), this.#signal)
-        return `${n} backends terminated`
+        const until = Date.now() + fault.durationMs!
+        let n = 0
+        let rounds = 0
+        while (Date.now() < until && !this.#pgRestarting) {
+          n += await Db.retrying("pg_terminate_backend", () => Db.terminateBackends(sql, target), this.#signal)
+          rounds++
+          await sleep(100, this.#signal)
+        }
+        return `${n} backends terminated in ${rounds} rounds`
       }
       case "pg-restart": {
         this.#pgRestarting = true

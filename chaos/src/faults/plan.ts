@@ -44,7 +44,7 @@ export interface Fault {
   readonly kind: Kind
   /** The worker (process faults; backend termination of one worker), if any. */
   readonly target?: string
-  /** How long the broker stays down, or the process stays stopped. */
+  /** How long the broker stays down, the process stays stopped, or backends keep being terminated. */
   readonly durationMs?: number
 }
 
@@ -62,7 +62,7 @@ export const describe = (fault: Fault, target = fault.target): string => {
     case "close-connections":
       return "rabbitmqctl close_all_connections"
     case "terminate-backends":
-      return `pg_terminate_backend of ${target === undefined ? "every worker's backends" : `${target}'s backends`}`
+      return `pg_terminate_backend of ${target === undefined ? "every worker's backends" : `${target}'s backends`} every 100 ms for ${seconds(fault.durationMs ?? 0)}`
     case "pg-restart":
       return "PostgreSQL restart (fast shutdown, start on the same port and data directory)"
     case "malformed":
@@ -97,7 +97,9 @@ export const make = (options: Options, random: Random, workers: ReadonlyArray<{ 
     } else if (kind === "broker-outage") {
       plan.push({ ...base, durationMs: Math.round(random.between(options.brokerOutage[0], options.brokerOutage[1]) * 1000) })
     } else if (kind === "terminate-backends") {
-      plan.push(random.next() < 0.5 ? base : { ...base, target: random.pick(workers).name })
+      // A burst, so that connections being re-opened are hit too (during connect, as in a failover).
+      const burst = { ...base, durationMs: Math.round(random.between(1, 3) * 1000) }
+      plan.push(random.next() < 0.5 ? burst : { ...burst, target: random.pick(workers).name })
     } else {
       plan.push(base)
     }
