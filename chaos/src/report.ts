@@ -65,6 +65,21 @@ export const verdict = (r: RunResult): Verdict => {
   return { passed: failures.length === 0, failures }
 }
 
+/**
+ * The lines of a dead process's output that explain it: from where the fatal error starts (Node's
+ * uncaught-exception banner, Deno's `Uncaught`, the worker's own `failed:`), else the last lines.
+ */
+export const excerpt = (tail: ReadonlyArray<string>, max = 16): ReadonlyArray<string> => {
+  let start = -1
+  for (let i = tail.length - 1; i >= 0; i--) {
+    if (/triggerUncaughtException|^error: Uncaught|^Uncaught|\] failed:$/.test(tail[i]!)) {
+      start = i
+      break
+    }
+  }
+  return start < 0 ? tail.slice(-max) : tail.slice(Math.max(0, start - 1), start - 1 + max)
+}
+
 const at = (epochMs: number) => `+${elapsed(epochMs)}s`
 
 const indent = (lines: ReadonlyArray<string>, prefix = "      ") => lines.map((l) => `${prefix}${l}`).join("\n")
@@ -115,8 +130,8 @@ export const text = (r: RunResult, v: Verdict): string => {
   if (crashes(r).length > 0 || hung(r).length > 0) {
     lines.push("crashed / hung processes:")
     for (const e of [...crashes(r), ...hung(r)]) {
-      lines.push(`  ${e.name} #${e.incarnation} (pid ${e.pid}, ${e.role}) ${e.hung ? "hung after SIGTERM" : e.how}${e.sent === undefined ? "" : ` after the harness's ${e.sent}`} at ${at(e.at)}, up ${seconds(e.uptimeMs)}${e.ready ? "" : ", never ready"}; last lines:`)
-      lines.push(indent(e.tail.slice(-15)))
+      lines.push(`  ${e.name} #${e.incarnation} (pid ${e.pid}, ${e.role}) ${e.hung ? "hung after SIGTERM" : e.how}${e.sent === undefined ? "" : ` after the harness's ${e.sent}`} at ${at(e.at)}, up ${seconds(e.uptimeMs)}${e.ready ? "" : ", never ready"}; output:`)
+      lines.push(indent(excerpt(e.tail)))
     }
   }
   if (slowShutdowns(r).length > 0) {

@@ -1,9 +1,10 @@
 /**
  * Carries out the fault plan against the running system. Faults with a duration (broker outages,
- * SIGSTOP pauses, the PostgreSQL restart) run in the background while later faults fire, so they
- * overlap as real incidents do; a fault that cannot apply at its time (its target is down or paused,
- * the broker is already stopped) picks another worker of the same role or is skipped, and the record
- * says so. `settle` waits for every running fault to end and returns when the last one ended: the
+ * SIGSTOP pauses, the PostgreSQL restart, bursts of backend terminations) run in the background
+ * while later faults fire, so they overlap as real incidents do. A fault that cannot apply at its
+ * time waits until it can (closing connections of a stopped broker, terminating backends of a
+ * restarting server), or hits another worker of the same role when its target is down or paused;
+ * a second broker outage during one is skipped, and the record says so. `settle` waits for every running fault to end and returns when the last one ended: the
  * point the drain time is measured from.
  * @module
  */
@@ -86,14 +87,20 @@ export class Injector {
       log(`fault #${fault.index} skipped: ${describe(fault)} (${why})`)
     }
     if (processKinds.has(fault.kind)) {
-      const target = this.#pickWorker(fault.target!)
-      if (target === undefined) return skip(`no ${this.#targets.fleet.role(fault.target!)} is up to take it`)
+      // Its role's workers may all be restarting or paused: wait a while for one rather than skip.
+      let target = this.#pickWorker(fault.target!)
+      for (let waited = 0; target === undefined && waited < 30_000; waited += 200) {
+        await sleep(200, this.#signal)
+        target = this.#pickWorker(fault.target!)
+      }
+      if (target === undefined) return skip(`no ${this.#targets.fleet.role(fault.target!)} was up to take it for 30 s`)
       record.target = target
     }
     log(`fault #${fault.index}: ${describe(fault, record.target)}`)
     try {
-      record.detail = await this.#apply(fault, record.target, skip)
+      const detail = await this.#apply(fault, record.target, skip)
       if (record.outcome === "running") {
+        record.detail = detail
         record.outcome = "done"
         record.endedAt = Date.now()
         if (fault.durationMs !== undefined || fault.kind === "pg-restart") log(`fault #${fault.index} over: ${record.detail}`)
@@ -149,18 +156,13 @@ export class Injector {
         }
       }
       case "close-connections": {
-        if (this.#brokerDown) {
-          skip("the broker is down")
-          return ""
-        }
+        // During an outage there is nothing to close: wait for the broker to be back.
+        while (this.#brokerDown) await sleep(100, this.#signal)
         await broker.control.closeAllConnections("chaos: close_all_connections")
         return "closed"
       }
       case "terminate-backends": {
-        if (this.#pgRestarting) {
-          skip("PostgreSQL is restarting")
-          return ""
-        }
+        while (this.#pgRestarting) await sleep(100, this.#signal)
         const until = Date.now() + fault.durationMs!
         let n = 0
         let rounds = 0
