@@ -85,7 +85,7 @@ describe("chaos verdict", () => {
       failedReasons: [],
       effects: { rows: 9, messages: 9 },
       lost: { count: 0, events: [] },
-      failedEvents: { count: 1, events: [] },
+      failedRows: { count: 1, events: [] },
       phantom: { count: 0, events: [] },
       duplicates: { count: 0, extraEffects: 0, messages: [] },
       inbox: { byStatus: {}, failed: [] },
@@ -111,7 +111,7 @@ describe("chaos verdict", () => {
       crashed: true, ready: true, shutdownMs: undefined, hung: false, how: "exit code 1", tail: []
     }
     const r = clean(false, { exits: [crash] })
-    assert.deepStrictEqual(verdict(r).failures, ["1 processes crashed: relay-1 (exit code 1)"])
+    assert.deepStrictEqual(verdict(r).failures, ["1 processes crashed: 1 × exit code 1"])
     const lost = clean(false)
     const findings = { ...lost.findings, lost: { count: 2, events: [] }, malformed: { ...lost.findings.malformed, handled: ["malformed-version-1"] } }
     assert.deepStrictEqual(verdict({ ...lost, findings }).failures, [

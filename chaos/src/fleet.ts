@@ -14,6 +14,7 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { excerpt } from "./excerpt.ts"
 import { log, seconds } from "./log.ts"
 
 export type Role = "producer" | "relay" | "consumer"
@@ -310,7 +311,7 @@ export class Fleet {
       const record = this.#classify(spec, incarnation, code, signal)
       this.exits.push(record)
       if (record.crashed) {
-        log(`CRASH: ${spec.name} #${number} (pid ${record.pid}) ${record.how}${record.sent === undefined ? "" : ` after the harness's ${record.sent}`}; last lines:\n    ${tail.slice(-8).join("\n    ")}`)
+        log(`CRASH: ${spec.name} #${number} (pid ${record.pid}) ${record.how}${record.sent === undefined ? "" : ` after the harness's ${record.sent}`}; output:\n    ${excerpt(tail, 10).join("\n    ")}`)
       }
       resolveDone()
       if (!this.#closing) {

@@ -7,6 +7,7 @@
  * @module
  */
 import type { DrainResult } from "./drain.ts"
+import { excerpt } from "./excerpt.ts"
 import { summary } from "./drain.ts"
 import type { FaultRecord } from "./faults/inject.ts"
 import { describe, type Fault, kinds } from "./faults/plan.ts"
@@ -50,14 +51,18 @@ export const verdict = (r: RunResult): Verdict => {
   if (f.lost.count > 0) failures.push(`${f.lost.count} committed events lost (no effect, not failed in the outbox)`)
   if (f.phantom.count > 0) failures.push(`${f.phantom.count} phantom events (published or handled without a committed transaction)`)
   if (f.duplicates.count > 0) failures.push(`${f.duplicates.count} events had their effect more than once (${f.duplicates.extraEffects} extra effects)`)
-  if (crashes(r).length > 0) failures.push(`${crashes(r).length} processes crashed: ${crashes(r).map((e) => `${e.name} (${e.how})`).join(", ")}`)
+  if (crashes(r).length > 0) {
+    const byCause = new Map<string, number>()
+    for (const e of crashes(r)) byCause.set(crashSignature(e), (byCause.get(crashSignature(e)) ?? 0) + 1)
+    failures.push(`${crashes(r).length} processes crashed: ${[...byCause].map(([cause, n]) => `${n} × ${cause}`).join("; ")}`)
+  }
   if (hung(r).length > 0) failures.push(`${hung(r).length} processes did not exit after SIGTERM: ${hung(r).map((e) => e.name).join(", ")}`)
   if (f.malformed.handled.length > 0) failures.push(`${f.malformed.handled.length} malformed messages were handled as valid: ${f.malformed.handled.join(", ")}`)
   if (f.malformed.vanished.length > 0) failures.push(`${f.malformed.vanished.length} malformed messages were neither dead-lettered nor handled: ${f.malformed.vanished.join(", ")}`)
-  if (!f.published.auditComplete) failures.push("the audit or dead-letter queue could not be read out completely (phantom and dead-letter checks incomplete)")
+  if (!f.published.auditComplete) failures.push("the audit, dead-letter, work or retry queues could not be read out completely (checks incomplete)")
   if (!r.drain.drained) failures.push(`did not drain: ${r.drain.reason}`)
   if (r.options.strict) {
-    if (f.failedEvents.count > 0) failures.push(`${f.failedEvents.count} outbox rows failed (need a manual retry)`)
+    if (f.failedRows.count > 0) failures.push(`${f.failedRows.count} outbox rows failed (need a manual retry)`)
     if (r.drain.drained && r.drain.drainMs > r.options.drainBudgetSeconds * 1000) {
       failures.push(`drained ${seconds(r.drain.drainMs)} after the last fault (budget ${r.options.drainBudgetSeconds} s)`)
     }
@@ -65,19 +70,13 @@ export const verdict = (r: RunResult): Verdict => {
   return { passed: failures.length === 0, failures }
 }
 
-/**
- * The lines of a dead process's output that explain it: from where the fatal error starts (Node's
- * uncaught-exception banner, Deno's `Uncaught`, the worker's own `failed:`), else the last lines.
- */
-export const excerpt = (tail: ReadonlyArray<string>, max = 16): ReadonlyArray<string> => {
-  let start = -1
-  for (let i = tail.length - 1; i >= 0; i--) {
-    if (/triggerUncaughtException|^error: Uncaught|^Uncaught|\] failed:$/.test(tail[i]!)) {
-      start = i
-      break
-    }
-  }
-  return start < 0 ? tail.slice(-max) : tail.slice(Math.max(0, start - 1), start - 1 + max)
+/** `exit code 1 | PostgresError: terminating connection ... | code: '57P01'`: what a crash was. */
+export const crashSignature = (e: ExitRecord): string => {
+  if (e.hung) return "hung after SIGTERM"
+  const lines = excerpt(e.tail)
+  const error = lines.find((l) => /^\s*(\w*Error\b|error: Uncaught)/.test(l))?.trim()
+  const code = lines.find((l) => /^\s*code: /.test(l))?.trim()
+  return [e.how, error?.slice(0, 160), code].filter((x) => x !== undefined).join(" | ")
 }
 
 const at = (epochMs: number) => `+${elapsed(epochMs)}s`
@@ -90,7 +89,10 @@ const lostLine = (e: LostEvent): string => {
     ? "NO outbox row"
     : `outbox ${o.status} (attempts ${o.attempts}, finished ${o.finishedAttempts}${o.claimedBy === null ? "" : `, claimed by ${o.claimedBy}`}${o.publishedAt === null ? "" : `, published ${o.publishedAt}`}${o.lastError === null ? "" : `, last error: ${o.lastError.slice(0, 200)}`})`
   const inbox = e.inbox === null ? "no inbox row" : `inbox ${e.inbox.status} (attempts ${e.inbox.attempts}, crashes ${e.inbox.crashes}${e.inbox.lastError === null ? "" : `, last error: ${e.inbox.lastError.slice(0, 200)}`})`
-  return `${e.orderId} event ${e.eventId} committed ${e.committedAt}: ${outbox}; broker confirmed ${e.publishedCopies} copies; ${inbox}; ${e.deadLettered ? "in the dead-letter queue" : "not dead-lettered"}`
+  const where = e.deadLetter !== undefined
+    ? `dead-lettered (${e.deadLetter})`
+    : e.stillQueued.length > 0 ? `still queued in ${e.stillQueued.join(", ")}` : "in no queue and not dead-lettered"
+  return `${e.orderId} event ${e.eventId} committed ${e.committedAt}: ${outbox}; the broker confirmed ${e.publishedCopies} copies; ${inbox}; ${where}${e.effected ? "; its effect happened" : ""}`
 }
 
 /** The human-readable report. */
@@ -114,7 +116,7 @@ export const text = (r: RunResult, v: Verdict): string => {
   lines.push(`  duplicate effects                        ${f.duplicates.count}`)
   lines.push(`  crashed processes                        ${crashes(r).length}`)
   lines.push(`  hung on SIGTERM                          ${hung(r).length}`)
-  lines.push(`  failed outbox rows                       ${f.failedEvents.count}${o.strict ? "" : " (reported; fails the full run only)"}`)
+  lines.push(`  failed outbox rows                       ${f.failedRows.count}${o.strict ? "" : " (reported; fails the full run only)"}`)
   lines.push(`  malformed messages dead-lettered         ${f.malformed.deadLettered} of ${f.malformed.published} (expected: all)`)
   lines.push(`  drain after the last fault               ${r.drain.drained ? seconds(r.drain.drainMs) : "not drained"}${o.strict ? ` (budget ${o.drainBudgetSeconds} s)` : ""}`)
   lines.push(`outbox:    ${Object.entries(f.outbox).map(([s, n]) => `${s} ${n}`).join(", ")}; the broker confirmed ${f.published.copies} copies of ${f.published.events} events (${f.published.republished} published more than once)`)
@@ -128,9 +130,18 @@ export const text = (r: RunResult, v: Verdict): string => {
   }
 
   if (crashes(r).length > 0 || hung(r).length > 0) {
-    lines.push("crashed / hung processes:")
+    // Grouped by cause: a failure mode hit fifty times is one finding with fifty occurrences.
+    const groups = new Map<string, Array<ExitRecord>>()
     for (const e of [...crashes(r), ...hung(r)]) {
-      lines.push(`  ${e.name} #${e.incarnation} (pid ${e.pid}, ${e.role}) ${e.hung ? "hung after SIGTERM" : e.how}${e.sent === undefined ? "" : ` after the harness's ${e.sent}`} at ${at(e.at)}, up ${seconds(e.uptimeMs)}${e.ready ? "" : ", never ready"}; output:`)
+      const key = crashSignature(e)
+      groups.set(key, [...(groups.get(key) ?? []), e])
+    }
+    lines.push(`crashed / hung processes, by cause (${groups.size}):`)
+    for (const [key, exits] of groups) {
+      const e = exits[0]!
+      lines.push(`  ${exits.length} × ${key}`)
+      lines.push(`    ${exits.map((x) => `${x.name} #${x.incarnation} at ${at(x.at)}${x.ready ? "" : " (never ready)"}`).join(", ")}`)
+      lines.push(`    first: ${e.name} #${e.incarnation} (pid ${e.pid}, ${e.role})${e.sent === undefined ? "" : ` after the harness's ${e.sent}`}, up ${seconds(e.uptimeMs)}; output:`)
       lines.push(indent(excerpt(e.tail)))
     }
   }
@@ -145,7 +156,7 @@ export const text = (r: RunResult, v: Verdict): string => {
     if (Math.min(items.length, 20) < total) lines.push(`  ... ${total - Math.min(items.length, 20)} more${o.reportFile === undefined ? "" : ` (see ${o.reportFile})`}`)
   }
   show("lost events", f.lost.events, f.lost.count, lostLine)
-  show("failed outbox rows", f.failedEvents.events, f.failedEvents.count, lostLine)
+  show("failed outbox rows", f.failedRows.events, f.failedRows.count, lostLine)
   if (f.failedReasons.length > 0) {
     lines.push("failed rows by last error:")
     for (const x of f.failedReasons) lines.push(`  ${x.count} × ${x.reason}`)
@@ -155,7 +166,7 @@ export const text = (r: RunResult, v: Verdict): string => {
   show("duplicate effects", f.duplicates.messages, f.duplicates.count, (d) =>
     `${d.orderId} message ${d.messageId}: ${d.effects.map((e) => `${e.consumer} pid ${e.pid} attempt ${e.attempt} at ${e.at}`).join("; ")}`)
   show("unexpected dead letters", f.deadLetters.unexpected, f.deadLetters.unexpected.length, (d) =>
-    `${d.messageId ?? "?"} type ${d.type ?? "?"}: ${d.reason ?? "?"} from ${d.queue ?? "?"}`)
+    `${d.messageId ?? "?"} type ${d.type ?? "?"}: ${d.history}`)
   show("failed inbox rows", f.inbox.failed, f.inbox.failed.length, (x) => `${x.messageId}: ${x.lastError ?? ""}`)
   lines.push(v.passed ? "RESULT: PASS" : `RESULT: FAIL\n${indent(v.failures, "  - ")}`)
   return lines.join("\n")

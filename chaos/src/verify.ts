@@ -29,7 +29,12 @@ export interface LostEvent {
   readonly inbox: { readonly status: string; readonly attempts: number; readonly crashes: number; readonly lastError: string | null } | null
   /** Copies the broker confirmed (audit queue). */
   readonly publishedCopies: number
-  readonly deadLettered: boolean
+  /** How it got to the dead-letter queue (its `x-death` history, latest first), if it is there. */
+  readonly deadLetter: string | undefined
+  /** The queues still holding a copy at the end (work or retry queues), if any. */
+  readonly stillQueued: ReadonlyArray<string>
+  /** Whether it had its effect (for failed outbox rows, which may have been delivered before failing). */
+  readonly effected: boolean
 }
 
 /** An event id that was handled or published without a committed order. */
@@ -51,8 +56,8 @@ export interface Duplicate {
 export interface UnexpectedDeadLetter {
   readonly messageId: string | undefined
   readonly type: string | undefined
-  readonly reason: string | undefined
-  readonly queue: string | undefined
+  /** Its `x-death` history, latest first: `rejected from chaos.effects ← expired from chaos.effects.retry.5000`. */
+  readonly history: string
 }
 
 export interface Findings {
@@ -63,12 +68,12 @@ export interface Findings {
   readonly effects: { readonly rows: number; readonly messages: number }
   /** Committed, no effect, and the outbox does not hold the event as failed: nobody will deliver it. */
   readonly lost: { readonly count: number; readonly events: ReadonlyArray<LostEvent> }
-  /** Committed, no effect, the outbox row failed: kept for a manual retry. */
-  readonly failedEvents: { readonly count: number; readonly events: ReadonlyArray<LostEvent> }
+  /** Outbox rows that failed (kept for a manual retry), whether or not their event got through before. */
+  readonly failedRows: { readonly count: number; readonly events: ReadonlyArray<LostEvent> }
   readonly phantom: { readonly count: number; readonly events: ReadonlyArray<Phantom> }
   readonly duplicates: { readonly count: number; readonly extraEffects: number; readonly messages: ReadonlyArray<Duplicate> }
   readonly inbox: { readonly byStatus: Readonly<Record<string, number>>; readonly failed: ReadonlyArray<{ readonly messageId: string; readonly lastError: string | null }> }
-  /** `auditComplete`: the audit and dead-letter queues were read out completely. */
+  /** `auditComplete`: the audit, dead-letter, work and retry queues were read out completely. */
   readonly published: { readonly copies: number; readonly events: number; readonly republished: number; readonly auditComplete: boolean }
   readonly malformed: {
     readonly published: number
@@ -87,6 +92,14 @@ const LIMIT = 200
 const header = (m: ConsumeMessage, name: string): string | undefined => {
   const v = m.properties.headers?.[name]
   return v === undefined || v === null ? undefined : String(v)
+}
+
+/** `rejected from chaos.effects ← expired from chaos.effects.retry.5000 (×2)`, from the `x-death` header (latest first). */
+const deathHistory = (m: ConsumeMessage): string => {
+  const deaths = m.properties.headers?.["x-death"]
+  if (!Array.isArray(deaths) || deaths.length === 0) return `${header(m, "x-first-death-reason") ?? "?"} from ${header(m, "x-first-death-queue") ?? "?"}`
+  return deaths.map((d: { reason?: unknown; queue?: unknown; count?: unknown }) =>
+    `${String(d.reason)} from ${String(d.queue)}${Number(d.count) > 1 ? ` (×${String(d.count)})` : ""}`).join(" ← ")
 }
 
 const orderIdOf = (m: ConsumeMessage): string | undefined => {
@@ -117,7 +130,19 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
     entry.n++
     copies.set(id, entry)
   }
-  const deadIds = new Set(dead.map((m) => String(m.properties.messageId)))
+  const deadById = new Map(dead.map((m) => [String(m.properties.messageId), deathHistory(m)]))
+  const deadIds = new Set(deadById.keys())
+  // What is still on its way: a lost event found here was stuck, not gone.
+  const queuedIn = new Map<string, Array<string>>()
+  let queuesComplete = true
+  for (const queue of Topology.inFlightQueues) {
+    const taken = await Amqp.takeAll(amqpUrl, queue)
+    if (taken.messages.length < taken.held) queuesComplete = false
+    for (const m of taken.messages) {
+      const id = String(m.properties.messageId)
+      queuedIn.set(id, [...(queuedIn.get(id) ?? []), queue])
+    }
+  }
 
   const committedRows = await sql<Array<{ event_id: string; order_id: string }>>`SELECT event_id::text, order_id FROM ${orders}`
   const committedIds = new Set(committedRows.map((r) => r.event_id))
@@ -153,8 +178,10 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
       FROM ${orders} o
       LEFT JOIN ${outboxTable} x ON x.id = o.event_id
       LEFT JOIN ${inboxTable} i ON i.message_id = o.event_id::text AND i.consumer = ${Tables.inboxConsumer}
-     WHERE NOT EXISTS (SELECT 1 FROM ${effects} e WHERE e.message_id = o.event_id::text)
+     WHERE x.status = 'failed' OR NOT EXISTS (SELECT 1 FROM ${effects} e WHERE e.message_id = o.event_id::text)
      ORDER BY o.committed_at`
+  const effectedIds = new Set((await sql<Array<{ message_id: string }>>`
+    SELECT DISTINCT e.message_id FROM ${effects} e JOIN ${outboxTable} x ON x.id::text = e.message_id WHERE x.status = 'failed'`).map((r) => r.message_id))
   const missing: Array<LostEvent> = lostRows.map((r) => ({
     orderId: r.order_id,
     eventId: r.event_id,
@@ -170,11 +197,13 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
     },
     inbox: r.inbox_status === null ? null : { status: r.inbox_status, attempts: r.inbox_attempts ?? 0, crashes: r.inbox_crashes ?? 0, lastError: r.inbox_error },
     publishedCopies: copies.get(r.event_id)?.n ?? 0,
-    deadLettered: deadIds.has(r.event_id)
+    deadLetter: deadById.get(r.event_id),
+    stillQueued: queuedIn.get(r.event_id) ?? [],
+    effected: effectedIds.has(r.event_id)
   }))
 
   const lost = missing.filter((e) => e.outbox?.status !== "failed")
-  const failedEvents = missing.filter((e) => e.outbox?.status === "failed")
+  const failedRows = missing.filter((e) => e.outbox?.status === "failed")
 
   // Phantoms: anything handled, published or in the outbox without a committed order.
   const phantoms = new Map<string, { orderId: string | undefined; where: Set<"effect" | "published" | "outbox"> }>()
@@ -212,8 +241,7 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
     .map((m) => ({
       messageId: m.properties.messageId === undefined ? undefined : String(m.properties.messageId),
       type: m.properties.type === undefined ? undefined : String(m.properties.type),
-      reason: header(m, "x-first-death-reason"),
-      queue: header(m, "x-first-death-queue")
+      history: deathHistory(m)
     }))
 
   const phantomList = [...phantoms].map(([eventId, p]): Phantom => ({
@@ -229,7 +257,7 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
     failedReasons,
     effects: { rows: effectCounts!.rows, messages: effectCounts!.messages },
     lost: { count: lost.length, events: lost.slice(0, LIMIT) },
-    failedEvents: { count: failedEvents.length, events: failedEvents.slice(0, LIMIT) },
+    failedRows: { count: failedRows.length, events: failedRows.slice(0, LIMIT) },
     phantom: { count: phantomList.length, events: phantomList.slice(0, LIMIT) },
     duplicates: {
       count: duplicateRows.length,
@@ -244,7 +272,7 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
       copies: audit.length,
       events: copies.size,
       republished: [...copies.values()].filter((c) => c.n > 1).length,
-      auditComplete: audit.length >= auditTaken.held && dead.length >= deadTaken.held
+      auditComplete: audit.length >= auditTaken.held && dead.length >= deadTaken.held && queuesComplete
     },
     malformed: { published: malformedIds.length, deadLettered: malformedDead.length, handled: handledMalformed, vanished },
     deadLetters: { total: dead.length, unexpected: unexpected.slice(0, LIMIT) }

@@ -27,8 +27,9 @@ const rollbackRatio = Number(env("CHAOS_ROLLBACK"))
 // Another sequence per incarnation, the same for the same seed.
 const random = Random.make((Number(env("CHAOS_SEED")) + Settings.incarnation * 104729) >>> 0)
 const eagerRelay = process.env["CHAOS_EAGER_RELAY"] === "1"
-// Several lanes, so that one transaction stuck on a dying connection does not stop the others.
-const lanes = 4
+// Several lanes, so that one transaction stuck on a dying connection does not stop the others, and
+// at most 5 transactions/s each, so that a slow commit on a loaded machine does not cap the rate.
+const lanes = Math.max(4, Math.ceil(rate / 5))
 
 const counts = { committed: 0, rolledBack: 0, failed: 0 }
 let seq = 0
