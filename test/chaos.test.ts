@@ -131,7 +131,9 @@ describe("npm run chaos -- --quick", () => {
       const child = spawnOn("node", main, ["--quick", "--runtime", currentRuntime(), "--report", reportFile], {})
       const code = await exited(child)
       const output = child.output()
-      const tail = output.split("\n").slice(-150).join("\n")
+      // The report (stdout) when there is one, else the end of the log, to explain a failure.
+      const start = output.indexOf("== Tidings chaos report")
+      const tail = (start >= 0 ? output.slice(start) : output).split("\n").slice(start >= 0 ? 0 : -150).join("\n")
       assert.isTrue(fs.existsSync(reportFile), `no report (exit ${code}):\n${tail}`)
       const report = JSON.parse(fs.readFileSync(reportFile, "utf8")) as {
         verdict: { passed: boolean; failures: Array<string> }

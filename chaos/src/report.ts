@@ -75,7 +75,7 @@ export const crashSignature = (e: ExitRecord): string => {
   if (e.hung) return "hung after SIGTERM"
   const lines = excerpt(e.tail)
   const error = lines.find((l) => /^\s*(\w*Error\b|error: Uncaught)/.test(l))?.trim()
-  const code = lines.find((l) => /^\s*code: /.test(l))?.trim()
+  const code = lines.find((l) => /^\s*code: /.test(l))?.trim().replace(/,$/, "")
   return [e.how, error?.slice(0, 160), code].filter((x) => x !== undefined).join(" | ")
 }
 
@@ -106,7 +106,8 @@ export const text = (r: RunResult, v: Verdict): string => {
   const slowest = exitsAfterTerm.reduce<ExitRecord | undefined>((a, e) => a === undefined || (e.shutdownMs ?? 0) > (a.shutdownMs ?? 0) ? e : a, undefined)
   const lines: Array<string> = []
   lines.push(`== Tidings chaos report: ${o.quick ? "quick" : "full"} run, seed ${o.seed}, workers on ${o.runtime} ==`)
-  lines.push(`load:      ${f.committed} transactions committed (${(f.committed / Math.max(1, loadSeconds)).toFixed(1)}/s over ${loadSeconds.toFixed(0)} s, target ${o.rate}/s), ${f.rolledBack} rolled back on purpose after appending`)
+  const rate = (f.committed + f.rolledBack) / Math.max(1, loadSeconds)
+  lines.push(`load:      ${f.committed} transactions committed and ${f.rolledBack} rolled back on purpose after appending: ${rate.toFixed(1)}/s over ${loadSeconds.toFixed(0)} s (target ${o.rate}/s)`)
   lines.push(`faults:    ${r.faults.length - skipped} injected (${byKind}), ${skipped} skipped; the last ended at ${at(r.lastFaultEnd)}`)
   lines.push(`drain:     ${r.drain.drained ? `drained ${seconds(r.drain.drainMs)} after the last fault` : `NOT drained ${seconds(r.drain.drainMs)} after the last fault: ${r.drain.reason}`}`)
   lines.push(`           at the end: ${summary(r.drain.last)}`)
