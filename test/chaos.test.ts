@@ -12,7 +12,7 @@ import { type Fault, kinds, make as makePlan } from "../chaos/src/faults/plan.ts
 import * as Malformed from "../chaos/src/malformed.ts"
 import * as Options from "../chaos/src/options.ts"
 import * as Random from "../chaos/src/random.ts"
-import { type RunResult, verdict } from "../chaos/src/report.ts"
+import { crashSignature, type RunResult, verdict } from "../chaos/src/report.ts"
 import { currentRuntime, exited, spawnOn } from "./support/processes.ts"
 
 const workers = [
@@ -94,6 +94,7 @@ describe("chaos verdict", () => {
       deadLetters: { total: 3, unexpected: [] }
     },
     shutdownTimeoutMs: 10_000,
+    instances: {},
     ...overrides
   })
 
@@ -118,6 +119,28 @@ describe("chaos verdict", () => {
       "2 committed events lost (no effect, not failed in the outbox)",
       "1 malformed messages were handled as valid: malformed-version-1"
     ])
+  })
+})
+
+describe("chaos crash evidence", () => {
+  it("names a crash by its exit, error line and code, from the fatal banner on", () => {
+    const tail = [
+      "[12:00:00.000] WARN (#1): transaction failed (3 so far): PgClient: read ECONNRESET",
+      "node:internal/process/promises:394",
+      "    triggerUncaughtException(err, true /* fromPromise */);",
+      "    ^",
+      "",
+      "PostgresError: terminating connection due to administrator command",
+      "    at ErrorResponse (file:///x/connection.js:815:30) {",
+      "  severity: 'FATAL',",
+      "  code: '57P01',",
+      "}"
+    ]
+    const exit = {
+      name: "relay-1", role: "relay" as const, incarnation: 0, pid: 1, code: 1, signal: null, at: 0, uptimeMs: 1, sent: undefined,
+      crashed: true, ready: true, shutdownMs: undefined, hung: false, how: "exit code 1", tail
+    }
+    assert.strictEqual(crashSignature(exit), "exit code 1 | PostgresError: terminating connection due to administrator command | code: '57P01'")
   })
 })
 

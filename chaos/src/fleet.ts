@@ -99,6 +99,8 @@ const commandFor = (runtime: "node" | "deno", script: string): [string, Array<st
 /** The supervisor of the run's workers. */
 export class Fleet {
   readonly exits: Array<ExitRecord> = []
+  /** Instance ids a worker announced (`instance <id>` on stdout, the consumers' inbox instance) → name and incarnation. */
+  readonly instances = new Map<string, { readonly name: string; readonly incarnation: number }>()
   readonly #workers = new Map<string, Worker>()
   readonly #options: FleetOptions
   readonly #restarts = new Set<ReturnType<typeof setTimeout>>()
@@ -112,6 +114,17 @@ export class Fleet {
   /** Starts every worker. */
   start(): void {
     for (const worker of this.#workers.values()) this.#spawn(worker)
+  }
+
+  /** `consumer-2 #4 (exit code 1 at +172.8s)`: who an announced instance id was, and how it ended. */
+  describeInstances(at: (epochMs: number) => string): Record<string, string> {
+    const out: Record<string, string> = {}
+    for (const [id, { name, incarnation }] of this.instances) {
+      const exit = this.exits.find((e) => e.name === name && e.incarnation === incarnation)
+      const end = exit === undefined ? "" : exit.crashed ? ` (crashed: ${exit.how} at ${at(exit.at)})` : exit.sent === undefined ? "" : ` (${exit.sent} at ${at(exit.at)})`
+      out[id] = `${name} #${incarnation}${end}`
+    }
+    return out
   }
 
   /** Names of the workers (of one role). */
@@ -289,6 +302,8 @@ export class Fleet {
         const lines = (partial + chunk.toString()).split("\n")
         partial = lines.pop() ?? ""
         for (const line of lines) {
+          const announced = stream === "out" ? /^instance (\S+)$/.exec(line) : null
+          if (announced !== null) this.instances.set(announced[1]!, { name: spec.name, incarnation: number })
           if (stream === "out" && line === "ready" && incarnation.readyAt === undefined) {
             incarnation.readyAt = Date.now()
             if (number > 0) log(`${spec.name} #${number} ready after ${seconds(incarnation.readyAt - incarnation.startedAt)}`)

@@ -16,7 +16,7 @@ import * as Drain from "./drain.ts"
 import { Injector } from "./faults/inject.ts"
 import * as Plan from "./faults/plan.ts"
 import { Fleet } from "./fleet.ts"
-import { log, seconds } from "./log.ts"
+import { elapsed, log, seconds } from "./log.ts"
 import type { Options } from "./options.ts"
 import * as Random from "./random.ts"
 import * as Report from "./report.ts"
@@ -122,7 +122,8 @@ export const run = async (options: Options, signal: AbortSignal, cleanup: Cleanu
     starts: fleet.starts(),
     drain,
     findings,
-    shutdownTimeoutMs: SHUTDOWN_TIMEOUT_MS
+    shutdownTimeoutMs: SHUTDOWN_TIMEOUT_MS,
+    instances: fleet.describeInstances((t) => `+${elapsed(t)}s`)
   }
   return { result, verdict: Report.verdict(result) }
 }

@@ -32,6 +32,8 @@ export interface RunResult {
   readonly findings: Findings
   /** The workers' shutdown timeout (the library default); a SIGTERM exit past it + 1 s is slow. */
   readonly shutdownTimeoutMs: number
+  /** Inbox instance ids (`started_by`) → the consumer incarnation they were, and how it ended. */
+  readonly instances: Readonly<Record<string, string>>
 }
 
 /** Pass or fail, and why. */
@@ -74,7 +76,7 @@ export const verdict = (r: RunResult): Verdict => {
 export const crashSignature = (e: ExitRecord): string => {
   if (e.hung) return "hung after SIGTERM"
   const lines = excerpt(e.tail)
-  const error = lines.find((l) => /^\s*(\w*Error\b|error: Uncaught)/.test(l))?.trim()
+  const error = lines.find((l) => /^\s*([\w/.]*Error\b|error: Uncaught)/.test(l))?.trim()
   const code = lines.find((l) => /^\s*code: /.test(l))?.trim().replace(/,$/, "")
   return [e.how, error?.slice(0, 160), code].filter((x) => x !== undefined).join(" | ")
 }
@@ -83,12 +85,13 @@ const at = (epochMs: number) => `+${elapsed(epochMs)}s`
 
 const indent = (lines: ReadonlyArray<string>, prefix = "      ") => lines.map((l) => `${prefix}${l}`).join("\n")
 
-const lostLine = (e: LostEvent): string => {
+const lostLine = (instances: Readonly<Record<string, string>>) => (e: LostEvent): string => {
   const o = e.outbox
   const outbox = o === null
     ? "NO outbox row"
     : `outbox ${o.status} (attempts ${o.attempts}, finished ${o.finishedAttempts}${o.claimedBy === null ? "" : `, claimed by ${o.claimedBy}`}${o.publishedAt === null ? "" : `, published ${o.publishedAt}`}${o.lastError === null ? "" : `, last error: ${o.lastError.slice(0, 200)}`})`
-  const inbox = e.inbox === null ? "no inbox row" : `inbox ${e.inbox.status} (attempts ${e.inbox.attempts}, crashes ${e.inbox.crashes}${e.inbox.lastError === null ? "" : `, last error: ${e.inbox.lastError.slice(0, 200)}`})`
+  const startedBy = e.inbox?.startedBy == null ? "" : `, last started by ${instances[e.inbox.startedBy] ?? e.inbox.startedBy}`
+  const inbox = e.inbox === null ? "no inbox row" : `inbox ${e.inbox.status} (attempts ${e.inbox.attempts}, crashes ${e.inbox.crashes}${startedBy}${e.inbox.lastError === null ? "" : `, last error: ${e.inbox.lastError.slice(0, 200)}`})`
   const where = e.deadLetter !== undefined
     ? `dead-lettered (${e.deadLetter})`
     : e.stillQueued.length > 0 ? `still queued in ${e.stillQueued.join(", ")}` : "in no queue and not dead-lettered"
@@ -156,8 +159,8 @@ export const text = (r: RunResult, v: Verdict): string => {
     for (const item of items.slice(0, 20)) lines.push(`  ${line(item)}`)
     if (Math.min(items.length, 20) < total) lines.push(`  ... ${total - Math.min(items.length, 20)} more${o.reportFile === undefined ? "" : ` (see ${o.reportFile})`}`)
   }
-  show("lost events", f.lost.events, f.lost.count, lostLine)
-  show("failed outbox rows", f.failedRows.events, f.failedRows.count, lostLine)
+  show("lost events", f.lost.events, f.lost.count, lostLine(r.instances))
+  show("failed outbox rows", f.failedRows.events, f.failedRows.count, lostLine(r.instances))
   if (f.failedReasons.length > 0) {
     lines.push("failed rows by last error:")
     for (const x of f.failedReasons) lines.push(`  ${x.count} × ${x.reason}`)
@@ -183,5 +186,5 @@ export const json = (r: RunResult, v: Verdict): unknown => ({
   drain: r.drain,
   findings: r.findings,
   faults: r.faults.map((x) => ({ ...x, description: describe(x.fault, x.target), startedAt: new Date(x.startedAt).toISOString() })),
-  processes: { starts: r.starts, exits: r.exits, crashed: crashes(r), hung: hung(r), slowShutdowns: slowShutdowns(r) }
+  processes: { starts: r.starts, exits: r.exits, crashed: crashes(r), hung: hung(r), slowShutdowns: slowShutdowns(r), instances: r.instances }
 })

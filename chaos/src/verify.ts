@@ -26,7 +26,14 @@ export interface LostEvent {
     readonly availableAt: string
     readonly publishedAt: string | null
   } | null
-  readonly inbox: { readonly status: string; readonly attempts: number; readonly crashes: number; readonly lastError: string | null } | null
+  readonly inbox: {
+    readonly status: string
+    readonly attempts: number
+    readonly crashes: number
+    readonly lastError: string | null
+    /** The inbox instance id of the process that started the last attempt. */
+    readonly startedBy: string | null
+  } | null
   /** Copies the broker confirmed (audit queue). */
   readonly publishedCopies: number
   /** How it got to the dead-letter queue (its `x-death` history, latest first), if it is there. */
@@ -171,10 +178,12 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
     inbox_attempts: number | null
     inbox_crashes: number | null
     inbox_error: string | null
+    inbox_started_by: string | null
   }>>`
     SELECT o.order_id, o.event_id::text, o.committed_at, x.status, x.attempts, x.finished_attempts, x.last_error,
            x.claimed_by, x.available_at, x.published_at,
-           i.status AS inbox_status, i.attempts AS inbox_attempts, i.crashes AS inbox_crashes, i.last_error AS inbox_error
+           i.status AS inbox_status, i.attempts AS inbox_attempts, i.crashes AS inbox_crashes, i.last_error AS inbox_error,
+           i.started_by AS inbox_started_by
       FROM ${orders} o
       LEFT JOIN ${outboxTable} x ON x.id = o.event_id
       LEFT JOIN ${inboxTable} i ON i.message_id = o.event_id::text AND i.consumer = ${Tables.inboxConsumer}
@@ -195,7 +204,13 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
       availableAt: r.available_at?.toISOString() ?? "",
       publishedAt: r.published_at?.toISOString() ?? null
     },
-    inbox: r.inbox_status === null ? null : { status: r.inbox_status, attempts: r.inbox_attempts ?? 0, crashes: r.inbox_crashes ?? 0, lastError: r.inbox_error },
+    inbox: r.inbox_status === null ? null : {
+      status: r.inbox_status,
+      attempts: r.inbox_attempts ?? 0,
+      crashes: r.inbox_crashes ?? 0,
+      lastError: r.inbox_error,
+      startedBy: r.inbox_started_by
+    },
     publishedCopies: copies.get(r.event_id)?.n ?? 0,
     deadLetter: deadById.get(r.event_id),
     stillQueued: queuedIn.get(r.event_id) ?? [],
