@@ -142,6 +142,15 @@ describe("chaos crash evidence", () => {
     }
     assert.strictEqual(crashSignature(exit), "exit code 1 | PostgresError: terminating connection due to administrator command | code: '57P01'")
   })
+
+  it("reads Deno's fatal errors too", () => {
+    const exit = {
+      name: "consumer-1", role: "consumer" as const, incarnation: 2, pid: 1, code: 1, signal: null, at: 0, uptimeMs: 1, sent: undefined,
+      crashed: true, ready: true, shutdownMs: undefined, hung: false, how: "exit code 1",
+      tail: ["ready", "error: Uncaught (in promise) Error: read ECONNRESET", "    at TCPWrap.onStreamRead (ext:deno_node/internal/stream_base_commons.ts:1:1)"]
+    }
+    assert.strictEqual(crashSignature(exit), "exit code 1 | error: Uncaught (in promise) Error: read ECONNRESET")
+  })
 })
 
 describe("npm run chaos -- --quick", () => {

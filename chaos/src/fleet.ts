@@ -87,6 +87,8 @@ interface Worker {
 }
 
 const TAIL_LINES = 40
+// eslint-disable-next-line no-control-regex
+const ansi = /\u001b\[[0-9;]*m/g
 
 const repoRoot = path.resolve(import.meta.dirname, "..", "..")
 
@@ -272,7 +274,8 @@ export class Fleet {
     const { spec } = worker
     const [cmd, args] = commandFor(this.#options.runtime, spec.script)
     const child = spawn(cmd, args, {
-      env: { ...process.env, ...spec.env, CHAOS_NAME: spec.name, CHAOS_INCARNATION: String(number) },
+      // No colours: Deno colours its fatal errors, which would spoil the logs and the report.
+      env: { ...process.env, ...spec.env, CHAOS_NAME: spec.name, CHAOS_INCARNATION: String(number), NO_COLOR: "1" },
       stdio: ["pipe", "pipe", "pipe"],
       detached: true
     })
@@ -301,7 +304,8 @@ export class Fleet {
         logFile.write(chunk)
         const lines = (partial + chunk.toString()).split("\n")
         partial = lines.pop() ?? ""
-        for (const line of lines) {
+        for (const raw of lines) {
+          const line = raw.replace(ansi, "")
           const announced = stream === "out" ? /^instance (\S+)$/.exec(line) : null
           if (announced !== null) this.instances.set(announced[1]!, { name: spec.name, incarnation: number })
           if (stream === "out" && line === "ready" && incarnation.readyAt === undefined) {
