@@ -6,6 +6,7 @@
 export * as Errors from "./Errors.ts"
 export * as Event from "./Event.ts"
 export * as Health from "./Health.ts"
+export * as Main from "./Main.ts"
 export * as MemoryBroker from "./MemoryBroker.ts"
 export * as Message from "./Message.ts"
 export * as Metrics from "./Metrics.ts"
