@@ -46,9 +46,22 @@ interface ProcessLike {
   exit(code: number): never
 }
 
-/** The host's process API, found by feature detection: Deno's own first, then `process` (Node, Bun). */
+/**
+ * The host's process API, found by feature detection: `process` (Node, Bun, and Deno 2, whose
+ * `process.on` also sees signals), else Deno's own API.
+ */
 const currentHost = (): Host | undefined => {
   const g = globalThis as { readonly Deno?: DenoLike; readonly process?: ProcessLike }
+  const proc = g.process
+  if (proc !== undefined && typeof proc.on === "function" && typeof proc.off === "function" && typeof proc.exit === "function") {
+    return {
+      onSignal: (signal, handler) => {
+        proc.on(signal, handler)
+        return () => void proc.off(signal, handler)
+      },
+      exit: (code) => proc.exit(code)
+    }
+  }
   const deno = g.Deno
   if (deno !== undefined && typeof deno.addSignalListener === "function") {
     return {
@@ -61,16 +74,6 @@ const currentHost = (): Host | undefined => {
         return () => deno.removeSignalListener(signal, handler)
       },
       exit: (code) => deno.exit(code)
-    }
-  }
-  const proc = g.process
-  if (proc !== undefined && typeof proc.on === "function" && typeof proc.exit === "function") {
-    return {
-      onSignal: (signal, handler) => {
-        proc.on(signal, handler)
-        return () => void proc.off(signal, handler)
-      },
-      exit: (code) => proc.exit(code)
     }
   }
   return undefined
