@@ -17,7 +17,12 @@ const tasks = {
   // Each task is a pnpm script of the root package (see package.json "tidings:*").
   demo: "tidings:demo",
   test: "tidings:test",
+  example: "tidings:example",
   bench: "tidings:bench",
+  pack: "tidings:pack",
+  release: "tidings:release",
+  deno: "tidings:deno",
+  bun: "tidings:bun",
   check: "tidings:check"
 }
 

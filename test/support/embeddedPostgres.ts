@@ -11,6 +11,7 @@
  * the temp folder and run from there.
  * @module
  */
+import { Effect, type Scope } from "effect"
 import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as fsp from "node:fs/promises"
@@ -239,3 +240,7 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Running
     throw new Error(`PostgreSQL (${binDir}) failed to start: ${error instanceof Error ? error.message : String(error)}`)
   }
 }
+
+/** {@link startPostgres} as a scoped resource: the server is stopped when the scope closes (also on interruption). */
+export const scopedPostgres = (options: StartOptions = {}): Effect.Effect<RunningPostgres, never, Scope.Scope> =>
+  Effect.acquireRelease(Effect.promise(() => startPostgres(options)), (pg) => Effect.promise(() => pg.stop()))
