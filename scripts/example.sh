@@ -10,8 +10,11 @@ if [ -z "$name" ] || [ ! -f "$root/examples/$name/main.ts" ]; then
   exit 2
 fi
 shift
+# The binaries themselves, not node_modules/.bin's shims (Deno's runs it under a Node wrapper).
+deno="$root/node_modules/deno-cli/deno"; [ -x "$deno" ] || deno="$root/node_modules/.bin/deno"
+bun="$root/node_modules/bun-cli/bin/bun.exe"; [ -x "$bun" ] || bun="$root/node_modules/.bin/bun"
 case "$1" in
-  --deno) shift; exec "$root/node_modules/.bin/deno" run -A "$root/examples/$name/main.ts" "$@" ;;
-  --bun) shift; exec "$root/node_modules/.bin/bun" run "$root/examples/$name/main.ts" "$@" ;;
+  --deno) shift; exec "$deno" run -A "$root/examples/$name/main.ts" "$@" ;;
+  --bun) shift; exec "$bun" run "$root/examples/$name/main.ts" "$@" ;;
   *) exec node "$root/examples/$name/main.ts" "$@" ;;
 esac
