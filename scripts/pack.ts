@@ -38,8 +38,39 @@ const pnpm = (): string => {
   return fs.existsSync(local) ? local : "pnpm"
 }
 
+/**
+ * Runs `f` holding the workspace's pack lock: packing builds each package's `dist/` in place, and
+ * two builds at once (the docs test's `npm run pack` and the install test) must not interleave.
+ * A lock left by a process that no longer runs is taken over.
+ */
+const withPackLock = <A>(f: () => A): A => {
+  const lock = path.join(root, "node_modules", ".tidings-pack.lock")
+  for (;;) {
+    try {
+      fs.mkdirSync(lock)
+      fs.writeFileSync(path.join(lock, "pid"), String(process.pid))
+      break
+    } catch {
+      const holder = Number(fs.readFileSync(path.join(lock, "pid"), { encoding: "utf8", flag: "a+" }) || Number.NaN)
+      let alive = false
+      try {
+        alive = Number.isInteger(holder) && (process.kill(holder, 0), true)
+      } catch {
+        alive = false
+      }
+      if (!alive && Number.isInteger(holder)) fs.rmSync(lock, { recursive: true, force: true })
+      else Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200)
+    }
+  }
+  try {
+    return f()
+  } finally {
+    fs.rmSync(lock, { recursive: true, force: true })
+  }
+}
+
 /** Builds and packs every package into `out`; returns the tarballs' paths by folder name. */
-export const packAll = (out: string, options: { readonly quiet?: boolean } = {}): Record<string, string> => {
+export const packAll = (out: string, options: { readonly quiet?: boolean } = {}): Record<string, string> => withPackLock(() => {
   fs.mkdirSync(out, { recursive: true })
   const result: Record<string, string> = {}
   for (const pkg of packages()) {
@@ -54,7 +85,7 @@ export const packAll = (out: string, options: { readonly quiet?: boolean } = {})
     result[pkg.dir] = target
   }
   return result
-}
+})
 
 if (import.meta.main === true || process.argv[1] === import.meta.filename) {
   const outFlag = process.argv.indexOf("--out")
