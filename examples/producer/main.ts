@@ -33,11 +33,23 @@ const placeOrder = (orderId: string, customer: string, totalCents: number) =>
  * The publisher the relay uses: RabbitMQ (a topic exchange; consumers bind their queues to it), or
  * the in-memory broker when no broker is configured.
  */
+/**
+ * RabbitMQ's names for this recipe: the exchange the relay publishes to, and one queue bound to it.
+ * The publisher uses `mandatory`: an event no queue is bound for is retried by the relay, never lost,
+ * so something must be bound before events flow (your consumers' queues; here an audit queue whose
+ * messages expire after a minute).
+ */
+const topology = Topology.make({
+  exchanges: [{ name: "tidings.recipes.producer" }],
+  queues: [{ name: "tidings.recipes.producer.audit", type: "classic", messageTtl: "1 minute" }],
+  bindings: [{ exchange: "tidings.recipes.producer", queue: "tidings.recipes.producer.audit", routingKey: "#" }]
+})
+
 const publisher = (amqpUrl: string | undefined) =>
   amqpUrl === undefined || amqpUrl === ""
     ? MemoryBroker.layer()
-    : AmqpPublisher.layer({ exchange: "tidings.recipes.events" }).pipe(
-      Layer.provide(AmqpConnection.layer({ url: amqpUrl, name: "producer", topology: Topology.make({ exchanges: [{ name: "tidings.recipes.events" }] }) }))
+    : AmqpPublisher.layer({ exchange: "tidings.recipes.producer" }).pipe(
+      Layer.provide(AmqpConnection.layer({ url: amqpUrl, name: "producer", topology }))
     )
 
 /**

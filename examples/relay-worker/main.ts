@@ -20,11 +20,23 @@ import { scopedPostgres } from "../../test/support/embeddedPostgres.ts"
 
 const schema = "relay_worker"
 
+/**
+ * RabbitMQ's names for this recipe: the exchange the relay publishes to, and one queue bound to it.
+ * The publisher uses `mandatory`: an event no queue is bound for is retried by the relay, never lost,
+ * so something must be bound before events flow (your consumers' queues; here an audit queue whose
+ * messages expire after a minute).
+ */
+const topology = Topology.make({
+  exchanges: [{ name: "tidings.recipes.worker" }],
+  queues: [{ name: "tidings.recipes.worker.audit", type: "classic", messageTtl: "1 minute" }],
+  bindings: [{ exchange: "tidings.recipes.worker", queue: "tidings.recipes.worker.audit", routingKey: "#" }]
+})
+
 const publisher = (amqpUrl: string | undefined) =>
   amqpUrl === undefined || amqpUrl === ""
     ? MemoryBroker.layer()
-    : AmqpPublisher.layer({ exchange: "tidings.recipes.events" }).pipe(
-      Layer.provide(AmqpConnection.layer({ url: amqpUrl, name: "relay-worker", topology: Topology.make({ exchanges: [{ name: "tidings.recipes.events" }] }) }))
+    : AmqpPublisher.layer({ exchange: "tidings.recipes.worker" }).pipe(
+      Layer.provide(AmqpConnection.layer({ url: amqpUrl, name: "relay-worker", topology }))
     )
 
 /**
