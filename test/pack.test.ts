@@ -53,7 +53,14 @@ const programs: ReadonlyArray<{ readonly file: string; readonly source: string; 
   { file: "main.ts", source: quickstart, expect: /delivered order\.placed .*\n.*delivered order\.placed/ },
   { file: "core-readme.ts", source: firstTsBlock("packages/core/README.md"), expect: /^delivered order\.placed \{"orderId":"o-1","totalCents":1250\}$/m },
   { file: "postgres-readme.ts", source: firstTsBlock("packages/postgres/README.md"), expect: /^relayed 1 event$/m },
-  { file: "hono.ts", source: honoCheck, expect: /^hono ok 200 401 200 pending=0$/m }
+  { file: "hono.ts", source: honoCheck, expect: /^hono ok 200 401 200 pending=0$/m },
+  {
+    file: "rabbitmq.ts",
+    source: `import { AmqpConsumer, AmqpPublisher, Topology } from "@tidings/rabbitmq"\n` +
+      `const queue = Topology.consumerQueue({ queue: "billing", exchange: "events" })\n` +
+      `console.log("rabbitmq ok", typeof AmqpPublisher.layer, typeof AmqpConsumer.layer, queue.deadLetterQueue)\n`,
+    expect: /^rabbitmq ok function function billing\.dlq$/m
+  }
 ]
 
 /** The package's public modules: `.` and one subpath per top-level source module. */
