@@ -118,7 +118,9 @@ if (process.argv.includes("--worker")) {
   Main.runMain(
     Migrator.run({ schema }).pipe(
       Effect.provide(PgClient.layer({ url: pgUrl })),
-      Effect.andThen(Layer.launch(Worker(pgUrl, process.env["TIDINGS_AMQP_URL"])))
+      Effect.andThen(Layer.launch(Worker(pgUrl, process.env["TIDINGS_AMQP_URL"]))),
+      // Said once the relay has released its claims and the pool is closed.
+      Effect.onInterrupt(() => Effect.sync(() => console.log("[worker] stopped")))
     )
   )
 } else {

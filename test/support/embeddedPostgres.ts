@@ -83,7 +83,7 @@ const postgresUser = (): OsUser => {
 
 /** Whether `user` can run `binary` (every folder above it must be searchable by them). */
 const canRun = (binary: string, user: OsUser | undefined): boolean => {
-  const res = spawnSync(binary, ["--version"], { ...user, stdio: "ignore" })
+  const res = spawnSync(binary, ["--version"], { ...user, cwd: os.tmpdir(), stdio: "ignore" })
   return res.error === undefined && res.status === 0
 }
 
@@ -118,13 +118,17 @@ export const reachableBinDir = async (binDir: string, user: OsUser | undefined):
 }
 
 const majorVersion = (binDir: string): number => {
-  const out = execFileSync(path.join(binDir, "postgres"), ["--version"], { encoding: "utf8" }) // "postgres (PostgreSQL) 18.4"
+  const out = execFileSync(path.join(binDir, "postgres"), ["--version"], { cwd: os.tmpdir(), encoding: "utf8" }) // "postgres (PostgreSQL) 18.4"
   return Number(/(\d+)(?:\.\d+)?/.exec(out)?.[1] ?? Number.NaN)
 }
 
-const run = (binary: string, args: ReadonlyArray<string>, user: OsUser | undefined): Promise<void> =>
+/**
+ * Runs a PostgreSQL tool as `user`, in `cwd`: a folder that user can enter (Deno changes into the
+ * working directory after switching users, and the caller's may be a private one).
+ */
+const run = (binary: string, args: ReadonlyArray<string>, user: OsUser | undefined, cwd: string): Promise<void> =>
   new Promise((resolve, reject) => {
-    const child = spawn(binary, args, { ...user, stdio: ["ignore", "pipe", "pipe"] })
+    const child = spawn(binary, args, { ...user, cwd, stdio: ["ignore", "pipe", "pipe"] })
     let output = ""
     child.stdout.on("data", (d: Buffer) => void (output += d.toString()))
     child.stderr.on("data", (d: Buffer) => void (output += d.toString()))
@@ -201,7 +205,7 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Running
       "--encoding=UTF8",
       "--no-locale",
       "--no-sync"
-    ], user)
+    ], user, dir)
     const port = await freePort()
     const flags = [
       "-D", data,
@@ -215,7 +219,7 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Running
     installExitHook()
     // Its own process group: a Ctrl-C in the terminal reaches this process, which stops the server
     // last, after the app released its connections.
-    const server = spawn(path.join(binDir, "postgres"), flags, { ...user, detached: true, stdio: ["ignore", "ignore", "pipe"] })
+    const server = spawn(path.join(binDir, "postgres"), flags, { ...user, cwd: dir, detached: true, stdio: ["ignore", "ignore", "pipe"] })
     child = server
     entry = { child: server, dir }
     running.add(entry)

@@ -175,12 +175,17 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
       run(Effect.gen(function*() {
         const store = yield* InboxStore
         for (let i = 0; i < 5; i++) yield* Inbox.handle("r", id(), Effect.void)
+        const oldDone = Date.now()
         yield* Effect.sleep("400 millis")
+        const freshStart = Date.now()
         const fresh = id()
         yield* Inbox.handle("r", fresh, Effect.void)
-        assert.strictEqual(yield* store.prune({ olderThan: Duration.millis(250), limit: 2 }), 2)
-        assert.strictEqual(yield* Inbox.pruneOnce({ olderThan: Duration.millis(250), batchSize: 2 }), 3)
-        assert.strictEqual(yield* store.prune({ olderThan: Duration.millis(250), limit: 2 }), 0)
+        // The cut-off sits midway between the old rows and the fresh one at every call, however long
+        // the calls take on a loaded machine (a fixed age would let the fresh row age past it).
+        const between = () => Duration.millis(Date.now() - (oldDone + freshStart) / 2)
+        assert.strictEqual(yield* store.prune({ olderThan: between(), limit: 2 }), 2)
+        assert.strictEqual(yield* Inbox.pruneOnce({ olderThan: between(), batchSize: 2 }), 3)
+        assert.strictEqual(yield* store.prune({ olderThan: between(), limit: 2 }), 0)
         assert.strictEqual((yield* store.get(fresh, "r"))?.status, "processed")
       })))
 
