@@ -29,12 +29,12 @@ const nodeBinary = (): string => {
 const denoBinary = (): string => typeof Deno !== "undefined" ? Deno.execPath() : path.join(root, "node_modules/.bin/deno")
 
 /** Imports @tidings/hono from its build, serves it and calls it over the network. */
-const honoCheck = `import * as OutboxStore from "@tidings/core/OutboxStore"
+const honoCheck = `import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
 import { Routes, Runtime, Serve } from "@tidings/hono"
 import { Redacted } from "effect"
 import { Hono } from "hono"
 
-const rt = await Runtime.make(OutboxStore.layerMemory)
+const rt = await Runtime.make(MemoryOutboxStore.layer)
 const app = new Hono()
 app.route("/admin", Routes.all(rt, { auth: Redacted.make("pack-token") }))
 const server = await Serve.serve(app)

@@ -9,7 +9,7 @@
 import { Clock, Effect, Option, Schema, SchemaIssue } from "effect"
 import { InvalidEvent, type NotInTransaction, type StoreError } from "./Errors.ts"
 import type { EventDraft, EventInput, EventType } from "./Event.ts"
-import * as DispatchLanes from "./internal/dispatchLanes.ts"
+import * as EagerDispatch from "./EagerDispatch.ts"
 import * as Tracing from "./Tracing.ts"
 import { uuidv7 } from "./internal/uuid.ts"
 import { HeaderNames, Message } from "./Message.ts"
@@ -66,16 +66,16 @@ export const encode = (draft: EventDraft, now: number, traceparent: Option.Optio
   })
 
 /**
- * The lane of a relay in this process serving `store` (eager dispatch), when it has room and the
- * transaction really defers after-commit work: where `afterCommit` runs at once (a transaction the
- * store did not start), handing events over would publish what may still roll back.
+ * The lane of a relay in this process serving `store` (eager dispatch, registered in the
+ * `EagerDispatch` registry provided with the store), when it has room and the transaction defers
+ * after-commit work: where `afterCommit` would run at once, handing events over could publish what
+ * may still roll back.
  */
 const eagerLane = (store: OutboxStore["Service"], n: number) =>
-  Effect.suspend(() => {
-    const lane = DispatchLanes.lookup(store, n)
+  Effect.flatMap(EagerDispatch.Lanes, (lanes) => {
+    const lane = lanes.lookup(store, n)
     if (lane === undefined) return Effect.succeed(undefined)
-    let ranAtOnce = false
-    return Effect.map(store.afterCommit(Effect.sync(() => void (ranAtOnce = true))), () => ranAtOnce ? undefined : lane)
+    return Effect.map(store.defersAfterCommit, (defers) => defers ? lane : undefined)
   })
 
 /**

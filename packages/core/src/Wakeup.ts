@@ -26,6 +26,8 @@ export interface Service {
   readonly signal: (source: Source) => Effect.Effect<void>
   /** A mailbox for one relay, removed when the scope closes. */
   readonly subscribe: Effect.Effect<Mailbox, never, Scope.Scope>
+  /** How many relays are waiting for a signal now. */
+  readonly idle: Effect.Effect<number>
 }
 
 interface Entry {
@@ -65,7 +67,12 @@ const make = (): Service => {
         }
       }),
       (m) => Effect.sync(() => void entries.delete(m.entry))
-    )
+    ),
+    idle: Effect.sync(() => {
+      let n = 0
+      for (const e of entries) if (e.idleSince !== undefined) n++
+      return n
+    })
   }
 }
 

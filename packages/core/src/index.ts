@@ -3,10 +3,12 @@
  * publishing ports with in-memory implementations, retry schedules and metrics.
  * @module
  */
+export * as EagerDispatch from "./EagerDispatch.ts"
 export * as Errors from "./Errors.ts"
 export * as Event from "./Event.ts"
 export * as Health from "./Health.ts"
 export * as MemoryBroker from "./MemoryBroker.ts"
+export * as MemoryOutboxStore from "./MemoryOutboxStore.ts"
 export * as Message from "./Message.ts"
 export * as Metrics from "./Metrics.ts"
 export * as Outbox from "./Outbox.ts"

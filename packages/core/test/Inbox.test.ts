@@ -1,6 +1,6 @@
 import { Effect } from "effect"
 import * as InboxStore from "../src/InboxStore.ts"
-import * as OutboxStore from "../src/OutboxStore.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import { inboxContract } from "./InboxContract.ts"
 
-inboxContract("memory", Effect.all({ inbox: InboxStore.makeMemory, outbox: OutboxStore.makeMemory }))
+inboxContract("memory", Effect.all({ inbox: InboxStore.makeMemory, outbox: MemoryOutboxStore.make }))

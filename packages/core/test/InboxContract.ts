@@ -12,7 +12,7 @@ import { uuidv7 } from "../src/internal/uuid.ts"
 import * as Outbox from "../src/Outbox.ts"
 import { OutboxStore, type Service as OutboxService } from "../src/OutboxStore.ts"
 import * as Projection from "../src/Projection.ts"
-import { failureTag } from "./OutboxStoreContract.ts"
+import { failureTag } from "@tidings/core/testing"
 
 const Noted = Event.define("inbox.noted", { aggregateType: "note", schema: Schema.Struct({ n: Schema.Int }) })
 

@@ -1,14 +1,14 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schema } from "effect"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Saga from "../src/Saga.ts"
 import * as SagaStore from "../src/SagaStore.ts"
-import { failureTag } from "./OutboxStoreContract.ts"
-import { eventually } from "./RelayContract.ts"
+import { eventually, failureTag } from "@tidings/core/testing"
 import { Charge, commandOrder, Confirm, localOrder, makeScript, participants, pump, Refund, Release, Reserve } from "./SagaFixtures.ts"
 
 const withStores = <A, E, R>(body: Effect.Effect<A, E, R>) =>
-  Effect.provide(body, Layer.mergeAll(Layer.fresh(SagaStore.layerMemory), Layer.fresh(OutboxStore.layerMemory)))
+  Effect.provide(body, Layer.mergeAll(Layer.fresh(SagaStore.layerMemory), Layer.fresh(MemoryOutboxStore.layer)))
 
 const order = { orderId: "o-1", sku: "book", cents: 2599 }
 

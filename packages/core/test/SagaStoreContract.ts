@@ -7,7 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Fiber, Layer, type Scope } from "effect"
 import { uuidv7 } from "../src/internal/uuid.ts"
 import { type NewSaga, SagaStore, type Service } from "../src/SagaStore.ts"
-import { failureTag } from "./OutboxStoreContract.ts"
+import { failureTag } from "@tidings/core/testing"
 
 const newSaga = (overrides: Partial<NewSaga> = {}): NewSaga => ({
   id: uuidv7(Date.now()),

@@ -1,0 +1,12 @@
+/**
+ * `@tidings/core/testing`: the contract suites a store or publisher passes (the ones this
+ * repository runs against its own drivers), and helpers for tests of code built on Tidings. They
+ * register tests with `@effect/vitest` (an optional peer dependency); the main entry never imports
+ * this module. See docs/writing-a-driver.md.
+ * @since 0.1.0
+ * @module
+ */
+export * from "./testing/helpers.ts"
+export * from "./testing/OutboxStoreContract.ts"
+export * from "./testing/PublisherContract.ts"
+export * from "./testing/RelayContract.ts"
