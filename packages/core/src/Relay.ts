@@ -32,46 +32,10 @@ import { Publisher } from "./Publisher.ts"
 import * as Tracing from "./Tracing.ts"
 import { Wakeups } from "./Wakeup.ts"
 
-export {
-  /**
-   * @since 0.1.0
-   * @category models
-   */
-  type Config,
-  /**
-   * @since 0.1.0
-   * @category schemas
-   */
-  ConfigSchema,
-  /**
-   * @since 0.1.0
-   * @category models
-   */
-  type Settings,
-  /**
-   * @since 0.1.0
-   * @category constructors
-   */
-  settings
-} from "./internal/relay/settings.ts"
-
-export {
-  /**
-   * @since 0.1.0
-   * @category models
-   */
-  type DrainConfig,
-  /**
-   * @since 0.1.0
-   * @category models
-   */
-  type DrainReport,
-  /**
-   * @since 0.1.0
-   * @category constructors
-   */
-  drain
-} from "./internal/relay/drain.ts"
+// Settings and the bounded run live in their own modules (documented there); they are part of
+// this module's API.
+export { type Config, ConfigSchema, type Settings, settings } from "./internal/relay/settings.ts"
+export { type DrainConfig, type DrainReport, drain } from "./internal/relay/drain.ts"
 
 /**
  * What a relay group's pollers are doing.

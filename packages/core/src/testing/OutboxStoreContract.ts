@@ -24,7 +24,11 @@ export interface ContractOptions {
   readonly clock?: "test" | "live"
 }
 
-/** The suite's time and test registrar for `options`. */
+/**
+ * The suite's time and test registrar for `options`.
+ * @since 0.1.0
+ * @category time
+ */
 export const timeOf = (options: ContractOptions = {}): { readonly time: Time; readonly test: typeof it.live } => {
   const time = options.clock === "test" ? testTime : liveTime
   return { time, test: options.clock === "test" ? it.effect : it.live }
