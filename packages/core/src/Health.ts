@@ -63,11 +63,20 @@ export const make = <E, R>(name: string, check: Effect.Effect<boolean | void, E,
 export const up = (name: string): Check => ({ name, run: Effect.void })
 
 /**
- * Ready while the relay's pollers run (`Relay.isRunning`).
+ * Ready while the relay's pollers run and can publish: down when they stopped, or when all of them
+ * are paused because the publisher is unavailable (`Relay.status`).
  * @since 0.1.0
  * @category checks
  */
-export const relay: Check<Relay> = make("relay", Relay.use((r) => r.isRunning), "the relay is not running")
+export const relay: Check<Relay> = {
+  name: "relay",
+  run: Effect.flatMap(Relay.use((r) => r.status), (s) =>
+    s.pollers === 0
+      ? Effect.fail(new CheckFailed({ check: "relay", message: "the relay is not running" }))
+      : s.paused >= s.pollers
+      ? Effect.fail(new CheckFailed({ check: "relay", message: "paused: the publisher is unavailable" }))
+      : Effect.void)
+}
 
 /**
  * What a union of checks requires (distributive, so that no checks require nothing).

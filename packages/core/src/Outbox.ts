@@ -3,7 +3,8 @@
  * next to the business change, and never opens one of its own: the events commit or roll back with
  * the change. Relays publish them after the commit: a relay running in this process on the same
  * store gets them at once (eager dispatch: written already claimed for it, handed over after the
- * commit); otherwise they are written pending and relays claim them, woken after the commit.
+ * commit; the two find each other through the `EagerDispatch` registry that the store's layer
+ * provides); otherwise they are written pending and relays claim them, woken after the commit.
  * @since 0.1.0
  * @module
  */

@@ -5,6 +5,7 @@ import * as Health from "../src/Health.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as Relay from "../src/Relay.ts"
+import { startRelay, testTime } from "@tidings/core/testing"
 
 const statusOf = (report: Health.Report) => report.checks.map((c) => [c.name, c.status, c.message ?? null])
 
@@ -55,4 +56,19 @@ describe("Health", () => {
       const down = yield* Health.run([Health.relay]).pipe(Effect.provide(stopped))
       assert.deepStrictEqual(statusOf(down), [["relay", "down", "the relay is not running"]])
     }))
+
+  it.effect("relay: down while all its pollers wait for an unavailable publisher, up again when it is back", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const broker = yield* MemoryBroker.MemoryBroker
+      const { relay, stop } = yield* startRelay({ concurrency: 2, statsInterval: false, retention: false })
+      const check = Effect.map(Health.run([Health.relay]), statusOf).pipe(Effect.provideService(Relay.Relay, relay))
+      yield* testTime.eventually(Effect.map(check, (c) => c[0]![1] === "up"), "5 seconds", "ready")
+      yield* broker.setAvailable(false)
+      yield* relay.wake // the pollers look again and find the publisher away
+      yield* testTime.eventually(Effect.map(check, (c) => c[0]![1] === "down"), "5 seconds", "not ready")
+      assert.deepStrictEqual(yield* check, [["relay", "down", "paused: the publisher is unavailable"]])
+      yield* broker.setAvailable(true)
+      yield* testTime.eventually(Effect.map(check, (c) => c[0]![1] === "up"), "5 seconds", "ready again")
+      yield* testTime.run(stop)
+    }).pipe(Effect.provide(Layer.merge(MemoryOutboxStore.layer, MemoryBroker.layer())))))
 })

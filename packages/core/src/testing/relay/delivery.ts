@@ -12,7 +12,7 @@ import * as Outbox from "../../Outbox.ts"
 import { OutboxStore } from "../../OutboxStore.ts"
 import { Publisher } from "../../Publisher.ts"
 import { assertDeliveredOnce, deliveredIds, seed, Thing } from "../helpers.ts"
-import { idle, quiet, type Suite } from "./suite.ts"
+import { idle, quiet, spyStore, type Suite } from "./suite.ts"
 
 /** Registers the delivery part of the relay contract. */
 export const deliveryTests = ({ run, start, test, time }: Suite) => {
@@ -98,6 +98,30 @@ export const deliveryTests = ({ run, start, test, time }: Suite) => {
       assert.strictEqual((yield* store.stats).published, 1)
     }))
   })
+
+  test("a publish slower than publishTimeout fails retryably; the event goes out on a later attempt", () =>
+    run(Effect.gen(function*() {
+      const store = yield* OutboxStore
+      const spy = spyStore(store)
+      const [id] = yield* seed(1)
+      let calls = 0
+      const hanging = Layer.effect(Publisher, Effect.gen(function*() {
+        const inner = yield* Publisher
+        // The first publish never answers (a confirm that does not come).
+        return Publisher.of({ publish: (messages) => calls++ === 0 ? Effect.never : inner.publish(messages) })
+      }))
+      const { stop } = yield* start({ ...quiet, publishTimeout: "100 millis", lease: "1 second", retry: Schedule.spaced("10 millis") }).pipe(
+        Effect.provide(hanging),
+        Effect.provideService(OutboxStore, spy.store)
+      )
+      yield* time.eventually(Effect.map(deliveredIds, (d) => d.length === 1), "5 seconds", "the retried event")
+      yield* stop
+      assert.deepStrictEqual(yield* deliveredIds, [id!])
+      const retried = spy.settlements().flatMap((s) => s.retry)
+      assert.strictEqual(retried.length, 1)
+      assert.match(retried[0]!.error, /publish timed out after 100ms/)
+      assert.deepStrictEqual(spy.attempts(), [1, 2])
+    })))
 
   test("an event that keeps failing ends failed after max attempts; a non-retryable error fails it at once", () =>
     run(Effect.gen(function*() {
