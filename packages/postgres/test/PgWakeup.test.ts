@@ -4,10 +4,26 @@ import * as Wakeup from "@tidings/core/Wakeup"
 import * as Metrics from "@tidings/core/Metrics"
 import { eventually, seed, startRelay } from "@tidings/core/testing"
 import { Effect, Layer, Metric, Stream } from "effect"
+import { SqlClient } from "effect/sql"
 import { freshSchema, pgUrl } from "../../../test/support/pg.ts"
 import * as PgClient from "../src/PgClient.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 import * as PgWakeup from "../src/PgWakeup.ts"
+
+/**
+ * Waits until a connection listens on the schema's outbox channel: its last statement, as
+ * `pg_stat_activity` shows it, is the LISTEN (a probe NOTIFY instead could wake a relay late).
+ */
+const listening = (schema: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const statement = `listen "${PgOutboxStore.channel(schema)}"`
+    yield* eventually(
+      Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE lower(query) = ${statement}`, ([row]) => (row?.n ?? 0) > 0),
+      "5 seconds",
+      "LISTEN"
+    )
+  })
 
 // The relay and its listener get a private wake-up hub, as if they ran in another process than the
 // appender (whose after-commit wake-up goes to the default hub): only NOTIFY can wake them.
@@ -29,14 +45,7 @@ const scenario = (notify: boolean | "in-transaction") =>
     const producer = yield* Layer.build(PgOutboxStore.layer({ schema, notify }))
     // the relay polled once and is idle for 4 s; its listener is in place once a NOTIFY wakes it
     yield* eventually(Effect.map(relay.status, (s) => s.claims > 0 && s.idle === 1), "5 seconds", "the idle relay")
-    const pg = yield* PgClient.PgClient
-    const claims = (yield* relay.status).claims
-    yield* eventually(
-      Effect.andThen(pg.notify(PgOutboxStore.channel(schema), "probe"), Effect.map(relay.status, (s) => s.claims > claims)),
-      "5 seconds",
-      "the relay's LISTEN"
-    )
-    yield* eventually(Effect.map(relay.status, (s) => s.idle === 1), "5 seconds", "the relay idle again")
+    yield* listening(schema)
     const started = Date.now()
     yield* seed(1).pipe(Effect.provideContext(producer))
     const delivered = yield* eventually(
@@ -69,9 +78,7 @@ describe("PgWakeup", () => {
       const pg = yield* PgClient.PgClient
       const heard: Array<number> = []
       yield* pg.listen(PgOutboxStore.channel(schema)).pipe(Stream.runForEach(() => Effect.sync(() => void heard.push(Date.now()))), Effect.forkScoped)
-      // LISTEN is in place once a NOTIFY of ours is heard
-      yield* eventually(Effect.andThen(pg.notify(PgOutboxStore.channel(schema), "probe"), Effect.sync(() => heard.length > 0)), "5 seconds", "LISTEN")
-      heard.length = 0
+      yield* listening(schema)
       const producer = yield* Layer.build(PgOutboxStore.layer({ schema, notify: true }))
       const lastCommit = yield* Effect.gen(function*() {
         yield* Effect.forEach(Array.from({ length: 8 }), () => seed(25), { concurrency: 8, discard: true })
@@ -91,12 +98,7 @@ describe("PgWakeup", () => {
       yield* Layer.build(PgWakeup.layer({ schema })).pipe(Effect.provideService(Wakeup.Wakeups, hub))
       const pg = yield* PgClient.PgClient
       const woken = Effect.map(Metric.value(Metric.withAttributes(Metrics.wakeups, { source: "notify" })), (c) => c.count)
-      // the listener is in place once a foreign NOTIFY wakes the mailbox
-      yield* eventually(
-        Effect.andThen(pg.notify(PgOutboxStore.channel(schema), "another-process"), Effect.map(Effect.timeoutOption(mailbox.take, "20 millis"), (t) => t._tag === "Some")),
-        "5 seconds",
-        "LISTEN"
-      )
+      yield* listening(schema)
       const producer = yield* Layer.build(PgOutboxStore.layer({ schema, notify: true }))
       const before = yield* woken
       yield* seed(3).pipe(Effect.provideContext(producer))
