@@ -173,7 +173,6 @@ const commit = (conn: SqlConnection.Connection): Effect.Effect<void, SqlError.Sq
 /** Builds both services; every connection is closed when the scope closes. */
 const make = Effect.fnUntraced(function*(config: PgClientConfig) {
   const resolved = yield* resolveConfig(config)
-  const { secrets } = resolved
   const context = yield* Effect.context<never>()
   const sockets: SocketRegistry = new Set()
   // the array types of this database's own types, read when the client starts
@@ -192,7 +191,7 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
     // postgres.js prints notices with console.log by default
     onnotice: (notice: postgres.Notice) =>
       Effect.runForkWith(context)(
-        Effect.logDebug("PgClient: notice", scrubString(String(notice["message"] ?? ""), secrets))
+        Effect.logDebug("PgClient: notice", scrubString(String(notice["message"] ?? "")))
       )
   }
   /** One connection (see internal/pgPool.ts): its own postgres.js instance on a guarded socket. */
@@ -215,7 +214,7 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
   const pool = makePool({
     size: resolved.maxConnections,
     open: (onDead) => open(onDead),
-    ended: () => toSqlError(connectionError("CONNECTION_ENDED", resolved.target), "connect", secrets),
+    ended: () => toSqlError(connectionError("CONNECTION_ENDED", resolved.target), "connect"),
     sockets,
     idleTimeoutMillis: resolved.idleTimeoutSeconds === undefined ? undefined : resolved.idleTimeoutSeconds * 1000,
     // as postgres.js: 30 to 60 minutes, so that connections are renewed but not all at once
@@ -223,7 +222,6 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
   })
   const listener = makeListener({
     open: (onDead, onNotify) => open(onDead, { onnotify: onNotify } as postgres.Options<{}>),
-    secrets,
     target: resolved.target
   })
 
@@ -256,7 +254,6 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
 
   const queryOptions: QueryOptions = {
     prepare: resolved.prepare,
-    secrets,
     cancelWaitMillis: Math.min(resolved.connectTimeoutSeconds * 1000, 10_000)
   }
   const poolConnection = makeConnection(poolAccess(pool), queryOptions)
@@ -266,7 +263,7 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
     // Pool statements need no scope of their own: each takes a connection for itself.
     borrower: (f) => f(poolConnection),
     // One connection per transaction, the wait for it interruptible (see internal/pgPool.ts).
-    transactionAcquirer: Effect.map(pool.hold, (held) => makeConnection(heldAccess(held, secrets), queryOptions)),
+    transactionAcquirer: Effect.map(pool.hold, (held) => makeConnection(heldAccess(held), queryOptions)),
     compiler: makeCompiler(),
     driver: "postgres-js",
     spanAttributes: [

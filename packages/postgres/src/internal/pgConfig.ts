@@ -21,7 +21,6 @@ export interface ResolvedConfig {
   readonly url: string
   /** The URL as given, for the plain postgres.js instance `PgClient.sql`. */
   readonly originalUrl: string
-  readonly secrets: ReadonlyArray<string>
   readonly target: SocketTarget
   readonly host: string
   readonly port: number
@@ -71,17 +70,6 @@ export const resolve = (config: RawConfig, env: Record<string, string | undefine
     // postgres.js checks it with a query whose failure nobody handles (it would end the process)
     throw new InvalidSetting("target_session_attrs is not supported")
   }
-  const secrets = new Set<string>()
-  if (url.password !== "") {
-    secrets.add(url.password)
-    try {
-      secrets.add(decodeURIComponent(url.password))
-    } catch {
-      // keep the encoded form only
-    }
-  }
-  const envPassword = env["PGPASSWORD"]
-  if (url.password === "" && envPassword !== undefined && envPassword !== "") secrets.add(envPassword)
   const maxConnections = config.maxConnections ?? 10
   if (!Number.isInteger(maxConnections) || maxConnections < 1) throw new InvalidSetting("maxConnections must be an integer >= 1")
   const applicationName = config.applicationName ?? "tidings"
@@ -110,7 +98,6 @@ export const resolve = (config: RawConfig, env: Record<string, string | undefine
   return {
     url: sanitized.toString(),
     originalUrl: raw,
-    secrets: [...secrets].sort((a, b) => b.length - a.length),
     target: {
       host,
       port,

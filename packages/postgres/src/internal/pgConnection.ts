@@ -13,8 +13,6 @@ import type { Held, Link, Pool } from "./pgPool.ts"
 export interface QueryOptions {
   /** Use named prepared statements for `execute` / `values` (postgres.js `prepare`). */
   readonly prepare: boolean
-  /** Strings to scrub from errors (the password). */
-  readonly secrets: ReadonlyArray<string>
   /** How long an interrupted query may take to acknowledge its cancellation before we stop waiting. */
   readonly cancelWaitMillis: number
 }
@@ -79,7 +77,7 @@ const run = <A>(
       query = make()
     } catch (error) {
       // postgres.js throws synchronously for e.g. undefined values or too many parameters
-      resume(Effect.fail(toSqlError(error, operation, options.secrets)))
+      resume(Effect.fail(toSqlError(error, operation)))
       return
     }
     let settled = false
@@ -87,7 +85,7 @@ const run = <A>(
     const unwatch = link.onRetired(() => {
       if (settled) return
       settled = true
-      resume(Effect.fail(toSqlError(connectionError("CONNECTION_DESTROYED"), operation, options.secrets)))
+      resume(Effect.fail(toSqlError(connectionError("CONNECTION_DESTROYED"), operation)))
     })
     const done = query.then(
       (result) => {
@@ -101,7 +99,7 @@ const run = <A>(
         settled = true
         unwatch()
         if (unusable(error)) link.taint()
-        resume(Effect.fail(toSqlError(error, operation, options.secrets)))
+        resume(Effect.fail(toSqlError(error, operation)))
       }
     )
     return Effect.promise(() => {
@@ -160,8 +158,8 @@ export const poolAccess = (pool: Pool): LinkAccess => ({
 })
 
 /** Access to a held slot: the link of its first statement, or a retryable error once that is gone. */
-export const heldAccess = (held: Held, secrets: ReadonlyArray<string>): LinkAccess => {
-  const lost = () => toSqlError(connectionClosed(), "reserve", secrets)
+export const heldAccess = (held: Held): LinkAccess => {
+  const lost = () => toSqlError(connectionClosed(), "reserve")
   return {
     use: (f) =>
       Effect.suspend(() => {
@@ -270,7 +268,7 @@ const cursorStream = (
     try {
       query = unsafe(link, text, params, true)
     } catch (error) {
-      return Stream.fail(toSqlError(error, "executeStream", options.secrets))
+      return Stream.fail(toSqlError(error, "executeStream"))
     }
     // "pending": a `next` waits for rows, so the server is working on our query.
     let state: "idle" | "pending" | "done" = "idle"
@@ -325,7 +323,7 @@ const cursorStream = (
         }
       }
     }
-    return Stream.fromAsyncIterable(iterable, (error) => toSqlError(error, "executeStream", options.secrets)).pipe(
+    return Stream.fromAsyncIterable(iterable, (error) => toSqlError(error, "executeStream")).pipe(
       Stream.map((batch) => transformRows === undefined ? withoutHoles(batch) : transformRows(withoutHoles(batch))),
       Stream.flattenIterable
     )

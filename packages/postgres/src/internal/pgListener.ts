@@ -16,7 +16,6 @@ import { connectionError, type SocketTarget } from "./pgSocket.ts"
 export interface ListenerConfig {
   /** A new one-connection instance: `onDead` when its socket closes, `onNotify` for each notification. */
   readonly open: (onDead: () => void, onNotify: (channel: string, payload: string) => void) => postgres.Sql
-  readonly secrets: ReadonlyArray<string>
   readonly target: SocketTarget
 }
 
@@ -56,7 +55,7 @@ export const makeListener = (config: ListenerConfig): Listener => {
       channels: new Map()
     }
     ;(connection as { sql: postgres.Sql }).sql = config.open(
-      () => lost(connection, toSqlError(connectionError("CONNECTION_CLOSED", config.target), "listen", config.secrets)),
+      () => lost(connection, toSqlError(connectionError("CONNECTION_CLOSED", config.target), "listen")),
       (channel, payload) => {
         for (const queue of connection.channels.get(channel) ?? []) Queue.offerUnsafe(queue, payload)
       }
@@ -68,7 +67,7 @@ export const makeListener = (config: ListenerConfig): Listener => {
   const subscribe = (channel: string, queue: Queue.Queue<string, SqlError.SqlError | Cause.Done>) =>
     Effect.callback<Connection, SqlError.SqlError>((resume) => {
       if (closed) {
-        return resume(Effect.fail(toSqlError(connectionError("CONNECTION_ENDED", config.target), "listen", config.secrets)))
+        return resume(Effect.fail(toSqlError(connectionError("CONNECTION_ENDED", config.target), "listen")))
       }
       const connection = connect()
       const queues = connection.channels.get(channel)
@@ -80,7 +79,7 @@ export const makeListener = (config: ListenerConfig): Listener => {
       connection.sql.unsafe(`LISTEN ${quote(channel)}`).then(
         () => resume(Effect.succeed(connection)),
         (error: unknown) => {
-          const failure = toSqlError(error, "listen", config.secrets)
+          const failure = toSqlError(error, "listen")
           // subscribers that joined while the LISTEN was on its way fail with it
           for (const other of connection.channels.get(channel) ?? []) {
             if (other !== queue) Queue.failCauseUnsafe(other, Cause.fail(failure))
@@ -108,7 +107,7 @@ export const makeListener = (config: ListenerConfig): Listener => {
       closed = true
       if (current !== undefined) {
         const connection = current
-        lost(connection, toSqlError(connectionError("CONNECTION_ENDED", config.target), "listen", config.secrets))
+        lost(connection, toSqlError(connectionError("CONNECTION_ENDED", config.target), "listen"))
       }
     }
   }
