@@ -88,7 +88,7 @@ describe("Migrator on a live database", () => {
       const [constraint] = yield* sql<{ convalidated: boolean }>`SELECT convalidated FROM pg_constraint
         WHERE conname = 'outbox_claim_check' AND conrelid = ${`${schema}.outbox`}::regclass`
       assert.isTrue(constraint!.convalidated)
-    })), 120_000)
+    })), 600_000)
 
   it.live("a schema owner without CREATE on the database migrates; the app role gets only what the stores use", () =>
     Effect.scoped(Effect.gen(function*() {
@@ -160,7 +160,7 @@ describe("Migrator on a live database", () => {
         const error = yield* Effect.flip(asApp.unsafe(ddl))
         assert.strictEqual(code(error), "42501", ddl)
       }
-    })), 120_000)
+    })), 600_000)
 
   it.live("schema names up to 48 characters work end to end (the NOTIFY channel fits); longer ones are a typed error", () =>
     Effect.scoped(Effect.gen(function*() {
@@ -188,7 +188,7 @@ describe("Migrator on a live database", () => {
         }
         assert.strictEqual(failureTag(yield* Effect.exit(Migrator.run({ schema, grantTo: "" }))), "InvalidConfig")
       }))
-    })), 120_000)
+    })), 600_000)
 
   it.live("pending and render give the SQL that run executes", () =>
     Effect.scoped(Effect.gen(function*() {
@@ -210,5 +210,5 @@ describe("Migrator on a live database", () => {
       assert.deepStrictEqual(yield* as(sql, Migrator.run({ schema })), [])
       const [granted] = yield* sql<{ ok: boolean }>`SELECT has_table_privilege('pg_monitor', ${`${schema}.outbox`}, 'INSERT') AS ok`
       assert.isTrue(granted!.ok)
-    })), 120_000)
+    })), 600_000)
 })

@@ -90,7 +90,7 @@ describe("PgClient under connection faults", () => {
     Effect.promise(async () => {
       const name = `faults_${Math.random().toString(36).slice(2, 10)}`
       const admin = postgres(pgUrl(), { max: 1, fetch_types: false, onnotice: () => {} })
-      const client = await startClient(pgUrl(), name, { END_TIMEOUT_MS: "60000" })
+      const client = await startClient(pgUrl(), name, { END_TIMEOUT_MS: "300000" })
       try {
         // The storm, from the moment the client starts connecting: every 100 ms, terminate every
         // backend of the client (pool, transactions, LISTEN), until 60 rounds found at least one and
@@ -117,8 +117,8 @@ describe("PgClient under connection faults", () => {
         assert.strictEqual(code, 0, "the client exits normally")
         assert.deepStrictEqual(done.unexpected, [], "every failure was a retryable SqlError, every result right")
         assert.isAbove(terminated, 60)
-        // endTimeout is 60 s: closing does not wait for it with nothing in flight
-        assert.isBelow(done.closeMillis, 30_000)
+        // endTimeout is 5 minutes: closing does not wait for it with nothing in flight
+        assert.isBelow(done.closeMillis, 150_000)
       } finally {
         await client.cleanup()
         await admin.end()
@@ -130,7 +130,7 @@ describe("PgClient under connection faults", () => {
       const server = await startDedicatedPostgres()
       const name = "restart"
       const admin = () => postgres(server.url, { max: 1, fetch_types: false, onnotice: () => {} })
-      const client = await startClient(server.url, name, { END_TIMEOUT_MS: "60000" })
+      const client = await startClient(server.url, name, { END_TIMEOUT_MS: "300000" })
       try {
         await client.ready
         await client.until((c) => c.ok >= 20)
@@ -146,7 +146,7 @@ describe("PgClient under connection faults", () => {
         const { code, done } = await client.stop()
         assert.strictEqual(code, 0)
         assert.deepStrictEqual(done.unexpected, [])
-        assert.isBelow(done.closeMillis, 30_000)
+        assert.isBelow(done.closeMillis, 150_000, "endTimeout (5 minutes) is not waited for")
       } finally {
         await client.cleanup()
         await server.remove()
@@ -161,7 +161,7 @@ describe("closing the client", () => {
       const context = yield* Layer.buildWithScope(pgLayer({ url: pgUrl(), endTimeout: "200 millis" }), scope)
       const sql = Context.get(context, SqlClient.SqlClient)
       const name = `sleeper_${Math.random().toString(36).slice(2, 10)}`
-      const sleeper = yield* Effect.forkDetach(Effect.exit(sql.unsafe(`SELECT pg_sleep(30) /* ${name} */`)))
+      const sleeper = yield* Effect.forkDetach(Effect.exit(sql.unsafe(`SELECT pg_sleep(300) /* ${name} */`)))
       // wait until the server runs it
       while ((yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE ${`%${name}%`} AND pid <> pg_backend_pid()`)[0]!.n === 0) {
         yield* Effect.sleep("20 millis")
@@ -173,9 +173,9 @@ describe("closing the client", () => {
       assert.isTrue(Exit.isFailure(exit), "the running statement fails")
       const error = Cause.findErrorOption((exit as Exit.Failure<unknown, any>).cause)
       assert.isTrue(error._tag === "Some" && isRetryableSqlError(error.value), String(exit))
-      // 30 s of pg_sleep were not waited for
-      assert.isBelow(closeMillis, 15_000)
-    }), 120_000)
+      // the 5 minutes of pg_sleep were not waited for
+      assert.isBelow(closeMillis, 150_000)
+    }), 900_000)
 
   it.live("closing after the server went away does not wait for endTimeout", () =>
     Effect.promise(async () => {
@@ -183,7 +183,7 @@ describe("closing the client", () => {
       try {
         const closeMillis = await Effect.runPromise(Effect.gen(function*() {
           const scope = yield* Scope.make()
-          const context = yield* Layer.buildWithScope(pgLayer({ url: server.url, maxConnections: 4, endTimeout: "60 seconds" }), scope)
+          const context = yield* Layer.buildWithScope(pgLayer({ url: server.url, maxConnections: 4, endTimeout: "300 seconds" }), scope)
           const sql = Context.get(context, SqlClient.SqlClient)
           yield* Effect.forEach([1, 2, 3, 4], () => sql.withTransaction(sql`SELECT pg_sleep(0.05)`), { concurrency: 4 })
           yield* Effect.promise(() => server.stop())
@@ -191,9 +191,9 @@ describe("closing the client", () => {
           yield* Scope.close(scope, Exit.void)
           return Date.now() - started
         }))
-        assert.isBelow(closeMillis, 30_000)
+        assert.isBelow(closeMillis, 150_000, "endTimeout (5 minutes) is not waited for")
       } finally {
         await server.remove()
       }
-    }), 300_000)
+    }), 900_000)
 })

@@ -41,7 +41,7 @@ const Setup = Layer.effectDiscard(Effect.gen(function*() {
   yield* Effect.addFinalizer(() => Effect.ignore(sql`DROP SCHEMA ${sql(schema)} CASCADE`))
 }))
 
-layer(Setup, { timeout: 120_000 })("arrays on PostgreSQL", (it) => {
+layer(Setup, { timeout: 600_000 })("arrays on PostgreSQL", (it) => {
   const client = () => Layer.build(pgLayer({ url, maxConnections: 2 })).pipe(Effect.map((ctx) => Context.get(ctx, SqlClient.SqlClient)))
 
   it.effect("parameters and results of every common array type round-trip", () =>
