@@ -196,7 +196,7 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
       )
   }
   /** One connection (see internal/pgPool.ts): its own postgres.js instance on a guarded socket. */
-  const open = (onDead: () => void, extra: postgres.Options<{}> = {}): postgres.Sql => {
+  const open = (onDead: () => void, onReady?: () => void, extra: postgres.Options<{}> = {}): postgres.Sql => {
     const sql = postgres(resolved.url, {
       ...options,
       ...extra,
@@ -207,14 +207,14 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
       connect_timeout: null,
       idle_timeout: null,
       max_lifetime: null,
-      socket: socketFactory(resolved.target, sockets, onDead)
+      socket: socketFactory(resolved.target, sockets, onDead, onReady)
     } as unknown as postgres.Options<{}>) as unknown as postgres.Sql
     registerArrayTypes(sql, arrayTypes)
     return sql
   }
   const pool = makePool({
     size: resolved.maxConnections,
-    open: (onDead) => open(onDead),
+    open: (onDead, onReady) => open(onDead, onReady),
     ended: () => toSqlError(connectionError("CONNECTION_ENDED", resolved.target), "connect"),
     sockets,
     idleTimeoutMillis: resolved.idleTimeoutSeconds === undefined ? undefined : resolved.idleTimeoutSeconds * 1000,
@@ -222,7 +222,7 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
     maxLifetimeMillis: () => (30 + Math.random() * 30) * 60_000
   })
   const listener = makeListener({
-    open: (onDead, onNotify) => open(onDead, { onnotify: onNotify } as postgres.Options<{}>),
+    open: (onDead, onNotify) => open(onDead, undefined, { onnotify: onNotify } as postgres.Options<{}>),
     target: resolved.target
   })
 

@@ -30,6 +30,9 @@ interface Done extends Counts {
 
 const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
 
+/** How long a child may report the same counts before the test calls it hung. */
+const stallMillis = 120_000
+
 /** A client process; `stop` asks it to shut down and returns its report. */
 const startClient = async (url: string, name: string, env: Record<string, string> = {}) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tidings-faults-"))
@@ -51,15 +54,28 @@ const startClient = async (url: string, name: string, env: Record<string, string
       throw new Error(`the client process exited (${child.exitCode ?? child.signalCode}):\n${child.output().slice(-3000)}`)
     }
   }
-  /** Waits until the child reports `predicate`; fails at once if it exits. */
-  const until = async (predicate: (counts: Counts) => boolean) => {
+  /**
+   * Waits until the child reports `predicate`; fails at once if it exits, and when its counts stop
+   * changing for 2 minutes (a hang, as opposed to a slow machine), with its output.
+   */
+  const until = async (predicate: (counts: Counts) => boolean, what = "progress", exiting = false) => {
+    let last = JSON.stringify(counts())
+    let since = Date.now()
     while (!predicate(counts())) {
-      alive()
+      if (!exiting) alive()
+      const now = JSON.stringify(counts())
+      if (now !== last) {
+        last = now
+        since = Date.now()
+      } else if (Date.now() - since > stallMillis) {
+        throw new Error(`the client made no progress for 2 minutes waiting for ${what}:\n${child.output().slice(-3000)}`)
+      }
       await sleep(50)
     }
   }
   const stop = async (): Promise<{ code: number | string; done: Done }> => {
     fs.writeFileSync(stopFile, "")
+    await until(() => child.exitCode !== null || child.signalCode !== null, "its exit", true)
     const code = await exit
     const line = child.output().split("\n").find((l) => l.startsWith("done "))
     assert.isDefined(line, `no report from the client:\n${child.output().slice(-3000)}`)

@@ -28,6 +28,8 @@ interface Connection {
   readonly sql: postgres.Sql
   dead: boolean
   readonly channels: Map<string, Set<Queue.Queue<string, SqlError.SqlError | Cause.Done>>>
+  /** LISTENs on their way: they fail with the connection (postgres.js may not fail a queued one). */
+  readonly pending: Set<(error: SqlError.SqlError) => void>
 }
 
 const quote = (channel: string) => `"${channel.replace(/"/g, "\"\"")}"`
@@ -44,6 +46,8 @@ export const makeListener = (config: ListenerConfig): Listener => {
       for (const queue of queues) Queue.failCauseUnsafe(queue, Cause.fail(error))
     }
     connection.channels.clear()
+    for (const fail of connection.pending) fail(error)
+    connection.pending.clear()
     connection.sql.end({ timeout: 0 }).catch(() => {})
   }
 
@@ -52,7 +56,8 @@ export const makeListener = (config: ListenerConfig): Listener => {
     const connection: Connection = {
       sql: undefined as unknown as postgres.Sql,
       dead: false,
-      channels: new Map()
+      channels: new Map(),
+      pending: new Set()
     }
     ;(connection as { sql: postgres.Sql }).sql = config.open(
       () => lost(connection, toSqlError(connectionError("CONNECTION_CLOSED", config.target), "listen")),
@@ -76,18 +81,38 @@ export const makeListener = (config: ListenerConfig): Listener => {
         return resume(Effect.succeed(connection))
       }
       connection.channels.set(channel, new Set([queue]))
+      let settled = false
+      const fail = (failure: SqlError.SqlError) => {
+        if (settled) return
+        settled = true
+        connection.pending.delete(fail)
+        resume(Effect.fail(failure))
+      }
+      connection.pending.add(fail)
       connection.sql.unsafe(`LISTEN ${quote(channel)}`).then(
-        () => resume(Effect.succeed(connection)),
+        () => {
+          if (settled) return
+          settled = true
+          connection.pending.delete(fail)
+          resume(Effect.succeed(connection))
+        },
         (error: unknown) => {
+          if (settled) return
           const failure = toSqlError(error, "listen")
           // subscribers that joined while the LISTEN was on its way fail with it
           for (const other of connection.channels.get(channel) ?? []) {
             if (other !== queue) Queue.failCauseUnsafe(other, Cause.fail(failure))
           }
           connection.channels.delete(channel)
-          resume(Effect.fail(failure))
+          fail(failure)
         }
       )
+      // interrupted while the LISTEN is on its way: this subscriber leaves (the LISTEN may still land)
+      return Effect.sync(() => {
+        settled = true
+        connection.pending.delete(fail)
+        connection.channels.get(channel)?.delete(queue)
+      })
     })
 
   const unsubscribe = (connection: Connection, channel: string, queue: Queue.Queue<string, SqlError.SqlError | Cause.Done>) =>
@@ -101,7 +126,9 @@ export const makeListener = (config: ListenerConfig): Listener => {
   return {
     listen: (channel) =>
       Stream.callback<string, SqlError.SqlError>((queue) =>
-        Effect.acquireRelease(subscribe(channel, queue), (connection) => unsubscribe(connection, channel, queue))
+        Effect.acquireRelease(subscribe(channel, queue), (connection) => unsubscribe(connection, channel, queue), {
+          interruptible: true
+        })
       ),
     close: () => {
       closed = true

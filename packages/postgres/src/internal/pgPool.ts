@@ -4,7 +4,8 @@
  * pgSocket.ts). A slot whose link died gets a new one the next time it is used; nothing that was in
  * flight on the old one is ever sent again.
  *
- * A pool statement takes a slot for itself; a transaction holds one until its scope closes, on the
+ * A pool statement takes a free slot, or shares a busy one (pipelined, as postgres.js' own pool
+ * does) when none is free; a transaction or a stream holds one alone until its scope closes, on the
  * link its first statement ran on, and fails at once once that link is gone. Waiters are served in
  * order. Closing the pool stops new work, gives statements in flight a grace period, then ends every
  * link and destroys the sockets still open.
@@ -42,8 +43,8 @@ export interface Held {
 /** What the pool needs from the client. */
 export interface PoolConfig {
   readonly size: number
-  /** A new one-connection instance; `onDead` runs when its socket closes. */
-  readonly open: (onDead: () => void) => postgres.Sql
+  /** A new one-connection instance; `onDead` runs when its socket closes, `onReady` after its startup. */
+  readonly open: (onDead: () => void, onReady: () => void) => postgres.Sql
   /** The error for work that comes after the pool was closed. */
   readonly ended: () => SqlError.SqlError
   readonly sockets: SocketRegistry
@@ -54,7 +55,7 @@ export interface PoolConfig {
 }
 
 export interface Pool {
-  /** Runs `use` with a slot of its own (waiting for one if all are taken). */
+  /** Runs `use` on a connection: a free one, else a busy one (pipelined), else it waits. */
   readonly withLink: <A, E, R>(use: (link: Link) => Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError.SqlError, R>
   /** A slot's link until the scope closes (a stream). */
   readonly lease: Effect.Effect<Link, SqlError.SqlError, Scope.Scope>
@@ -67,28 +68,42 @@ export interface Pool {
 interface LinkState extends Link {
   retired: boolean
   tainted: boolean
+  /** Startup done: statements can be pipelined behind others (not behind one waiting for the connection). */
+  ready: boolean
   readonly expires: number
   readonly watchers: Set<() => void>
 }
 
 interface Slot {
   link: LinkState | undefined
-  taken: boolean
+  /** Pool statements in flight on it (pipelined), or 1 while it is held. */
+  active: number
+  /** Held by a transaction or a stream: nothing else runs on it. */
+  held: boolean
   idle: ReturnType<typeof setTimeout> | undefined
 }
 
+/** A pool statement may share a busy connection (pipelined); a transaction or stream needs one alone. */
+type Want = "statement" | "exclusive"
+
 interface Waiter {
+  readonly want: Want
   readonly give: (slot: Slot) => void
   readonly fail: (error: SqlError.SqlError) => void
 }
 
+/** Statements pipelined on one connection at most, as postgres.js' own pool. */
+const maxPipeline = 100
+
+/** How long a tainted connection may keep statements in flight before it is retired regardless. */
+const taintGraceMillis = 10_000
+
 const swallow = () => {}
 
 export const makePool = (config: PoolConfig): Pool => {
-  const slots: Array<Slot> = Array.from({ length: config.size }, () => ({ link: undefined, taken: false, idle: undefined }))
+  const slots: Array<Slot> = Array.from({ length: config.size }, () => ({ link: undefined, active: 0, held: false, idle: undefined }))
   const waiters: Array<Waiter> = []
   let closed = false
-  let taken = 0
   let onIdle: (() => void) | undefined
 
   const retire = (link: LinkState) => {
@@ -108,16 +123,23 @@ export const makePool = (config: PoolConfig): Pool => {
       sql: undefined as unknown as postgres.Sql,
       retired: false,
       tainted: false,
+      ready: false,
       expires: Date.now() + config.maxLifetimeMillis(),
       watchers: new Set(),
       dead: () => state.retired,
-      taint: () => void (state.tainted = true),
+      taint: () => {
+        if (state.tainted) return
+        state.tainted = true
+        // Retired when its statements are done (see give); if one of them never is (postgres.js lost
+        // track of it), after a grace period anyway.
+        setTimeout(() => retire(state), taintGraceMillis).unref?.()
+      },
       onRetired: (f) => {
         state.watchers.add(f)
         return () => void state.watchers.delete(f)
       }
     }
-    ;(state as { sql: postgres.Sql }).sql = config.open(() => retire(state))
+    ;(state as { sql: postgres.Sql }).sql = config.open(() => retire(state), () => void (state.ready = true))
     return state
   }
 
@@ -126,68 +148,102 @@ export const makePool = (config: PoolConfig): Pool => {
     return slot.link
   }
 
-  const takeSlot = (slot: Slot): Slot => {
-    slot.taken = true
-    taken++
+  const live = (slot: Slot) => slot.link !== undefined && !slot.link.retired
+  /** A connection that is going away (retired, or to be retired once its statements are done). */
+  const leaving = (slot: Slot) => slot.link !== undefined && (slot.link.retired || slot.link.tainted)
+
+  const take = (slot: Slot, want: Want): Slot => {
+    slot.active++
+    if (want === "exclusive") slot.held = true
     clearTimeout(slot.idle)
     return slot
   }
 
-  /** A free slot, preferring one whose connection is open already. */
-  const tryTake = (): Slot | undefined => {
+  /**
+   * A slot for `want`: a free one, preferring an open connection; for a statement, else the busy
+   * connection with the fewest statements in flight, unless a transaction waits (it needs a
+   * connection to become free, and statements piling onto every busy one would starve it).
+   */
+  const tryTake = (want: Want, transactionWaits: boolean): Slot | undefined => {
     let cold: Slot | undefined
+    let busy: Slot | undefined
     for (const slot of slots) {
-      if (slot.taken) continue
-      if (slot.link !== undefined && !slot.link.retired) return takeSlot(slot)
-      cold ??= slot
+      if (slot.held) continue
+      if (slot.active === 0) {
+        if (live(slot)) return take(slot, want)
+        cold ??= slot
+      } else if (
+        slot.active < maxPipeline && slot.link?.ready === true && !leaving(slot) &&
+        (busy === undefined || slot.active < busy.active)
+      ) {
+        busy = slot
+      }
     }
-    return cold === undefined ? undefined : takeSlot(cold)
+    if (cold !== undefined) return take(cold, want)
+    return want === "statement" && busy !== undefined && !transactionWaits ? take(busy, want) : undefined
   }
 
-  const give = (slot: Slot) => {
+  /** Serves waiters in order, as far as the slots allow. */
+  const serve = () => {
+    while (waiters.length > 0) {
+      const waiter = waiters[0]!
+      const transactionWaits = waiters.some((w, i) => i > 0 && w.want === "exclusive")
+      const slot = tryTake(waiter.want, waiter.want === "statement" && transactionWaits)
+      if (slot === undefined) return
+      waiters.shift()
+      waiter.give(slot)
+    }
+  }
+
+  const give = (slot: Slot, want: Want) => {
+    slot.active--
+    if (want === "exclusive") slot.held = false
     const link = slot.link
-    if (link !== undefined && (link.tainted || link.expires <= Date.now())) retire(link)
-    const next = closed ? undefined : waiters.shift()
-    if (next !== undefined) return next.give(slot)
-    slot.taken = false
-    taken--
-    if (link !== undefined && !link.retired && config.idleTimeoutMillis !== undefined) {
-      slot.idle = setTimeout(() => slot.taken || slot.link !== link || retire(link), config.idleTimeoutMillis)
-      slot.idle.unref?.()
+    if (slot.active === 0) {
+      if (link !== undefined && (link.tainted || link.expires <= Date.now())) retire(link)
+      if (link !== undefined && !link.retired && config.idleTimeoutMillis !== undefined) {
+        slot.idle = setTimeout(() => slot.active > 0 || slot.link !== link || retire(link), config.idleTimeoutMillis)
+        slot.idle.unref?.()
+      }
     }
-    if (taken === 0) onIdle?.()
+    if (!closed) serve()
+    if (slots.every((s) => s.active === 0)) onIdle?.()
   }
 
-  const acquire: Effect.Effect<Slot, SqlError.SqlError> = Effect.callback<Slot, SqlError.SqlError>((resume) => {
-    if (closed) return resume(Effect.fail(config.ended()))
-    const slot = tryTake()
-    if (slot !== undefined) return resume(Effect.succeed(slot))
-    const waiter: Waiter = {
-      give: (slot) => resume(Effect.succeed(slot)),
-      fail: (error) => resume(Effect.fail(error))
-    }
-    waiters.push(waiter)
-    return Effect.sync(() => {
-      const index = waiters.indexOf(waiter)
-      if (index !== -1) waiters.splice(index, 1)
+  const acquire = (want: Want): Effect.Effect<Slot, SqlError.SqlError> =>
+    Effect.suspend(() => {
+      if (closed) return Effect.fail(config.ended())
+      const transactionWaits = waiters.some((w) => w.want === "exclusive")
+      const slot = waiters.length === 0 || (want === "statement" && !transactionWaits) ? tryTake(want, transactionWaits) : undefined
+      return slot !== undefined ? Effect.succeed(slot) : wait(want)
     })
-  })
+
+  const wait = (want: Want): Effect.Effect<Slot, SqlError.SqlError> =>
+    Effect.callback<Slot, SqlError.SqlError>((resume) => {
+      const waiter: Waiter = {
+        want,
+        give: (slot) => resume(Effect.succeed(slot)),
+        fail: (error) => resume(Effect.fail(error))
+      }
+      waiters.push(waiter)
+      return Effect.sync(() => {
+        const index = waiters.indexOf(waiter)
+        if (index !== -1) waiters.splice(index, 1)
+      })
+    })
 
   const withLink = <A, E, R>(use: (link: Link) => Effect.Effect<A, E, R>) =>
     Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(restore(acquire), (slot) =>
-        Effect.ensuring(
-          Effect.suspend(() => restore(use(linkOf(slot)))),
-          Effect.sync(() => give(slot))
-        ))
+      Effect.flatMap(restore(acquire("statement")), (slot) =>
+        Effect.ensuring(restore(use(linkOf(slot))), Effect.sync(() => give(slot, "statement"))))
     )
 
-  const lease = Effect.acquireRelease(acquire, (slot) => Effect.sync(() => give(slot)), { interruptible: true }).pipe(
-    Effect.map(linkOf)
-  )
+  const lease = Effect.acquireRelease(acquire("exclusive"), (slot) => Effect.sync(() => give(slot, "exclusive")), {
+    interruptible: true
+  }).pipe(Effect.map(linkOf))
 
   const hold = Effect.acquireRelease(
-    Effect.map(acquire, (slot) => {
+    Effect.map(acquire("exclusive"), (slot) => {
       let bound: LinkState | undefined
       let open = false
       const held: Held & { readonly release: () => void } = {
@@ -199,7 +255,7 @@ export const makePool = (config: PoolConfig): Pool => {
         // A transaction left open would hand the next user a connection inside it.
         release: () => {
           if (bound !== undefined && open) retire(bound)
-          give(slot)
+          give(slot, "exclusive")
         }
       }
       return held
@@ -211,7 +267,7 @@ export const makePool = (config: PoolConfig): Pool => {
   const close = async (graceMillis: number): Promise<void> => {
     closed = true
     for (const waiter of waiters.splice(0)) waiter.fail(config.ended())
-    if (taken > 0) {
+    if (slots.some((slot) => slot.active > 0)) {
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, graceMillis)
         onIdle = () => {

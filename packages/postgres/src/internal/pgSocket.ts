@@ -182,15 +182,17 @@ class GuardedSocket extends EventEmitter {
   private readonly socket: net.Socket | tls.TLSSocket
   private readonly target: SocketTarget
   private readonly onDead: () => void
+  private readonly onReady: () => void
   /** Until the first ReadyForQuery: the connect timeout, and where the next message starts. */
   private deadline: ReturnType<typeof setTimeout> | undefined
   private skip = 0
   private header: Array<number> = []
-  constructor(socket: net.Socket | tls.TLSSocket, target: SocketTarget, onDead: () => void) {
+  constructor(socket: net.Socket | tls.TLSSocket, target: SocketTarget, onDead: () => void, onReady: () => void) {
     super()
     this.socket = socket
     this.target = target
     this.onDead = onDead
+    this.onReady = onReady
     this.deadline = setTimeout(() => this.die(connectionError("CONNECT_TIMEOUT", target)), target.connectTimeoutMillis)
     socket.on("data", (data: Buffer) => {
       if (this.dead) return
@@ -219,6 +221,7 @@ class GuardedSocket extends EventEmitter {
       if (type === 90) {
         clearTimeout(this.deadline)
         this.deadline = undefined
+        this.onReady()
       }
     }
   }
@@ -272,16 +275,17 @@ class GuardedSocket extends EventEmitter {
 /**
  * The `socket` option of one postgres.js instance (one connection). The first call is that
  * connection's socket, guarded; later calls are postgres.js' cancel requests, which get plain
- * sockets (their connection object is thrown away after one use).
+ * sockets (their connection object is thrown away after one use). `onReady` runs when the server
+ * is ready for the first query (startup and authentication done).
  */
-export const socketFactory = (target: SocketTarget, sockets: SocketRegistry, onDead: () => void) => {
+export const socketFactory = (target: SocketTarget, sockets: SocketRegistry, onDead: () => void, onReady: () => void = () => {}) => {
   let used = false
   return async (): Promise<EventEmitter> => {
     const main = !used
     used = true
     try {
       const socket = await open(target, sockets)
-      return main ? new GuardedSocket(socket, target, onDead) : socket
+      return main ? new GuardedSocket(socket, target, onDead, onReady) : socket
     } catch (error) {
       if (main) onDead()
       return failed(error instanceof Error && "code" in error ? error : connectionError("CONNECTION_CLOSED", target, error))
