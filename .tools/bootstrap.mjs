@@ -18,7 +18,12 @@ const tasks = {
   demo: "tidings:demo",
   edge: "tidings:edge",
   test: "tidings:test",
+  example: "tidings:example",
   bench: "tidings:bench",
+  pack: "tidings:pack",
+  release: "tidings:release",
+  deno: "tidings:deno",
+  bun: "tidings:bun",
   chaos: "tidings:chaos",
   check: "tidings:check",
   // The tidings CLI from the workspace's sources: npm run tidings -- doctor

@@ -337,7 +337,7 @@ const serviceSuite = (broker: Broker) =>
     it("stops cleanly on SIGTERM", async () => {
       const code = await stopChild(service.child)
       const lines = service.child.output().trim().split("\n")
-      assert.include(lines, "[orders] stopping (SIGTERM)")
+      assert.include(lines, "[orders] stopping")
       // Printed after the HTTP server, the runtime and the database pool were closed.
       assert.strictEqual(lines.at(-1), "[orders] stopped", service.child.output())
       // Deno's node:child_process reports a child that handled SIGTERM and exited 0 as killed by

@@ -1,5 +1,5 @@
 /**
- * `pnpm bench latency`: how long an event waits between its producer's COMMIT and the broker's
+ * `npm run bench -- latency`: how long an event waits between its producer's COMMIT and the broker's
  * receipt, under a paced load, with two ways for relays to learn about new events:
  * - `notify`: the store sends `pg_notify` for appends (`notify: true`, coalesced after commit, or
  *   `--notify in-transaction`) and `PgWakeup` LISTENs and turns notifications into wake-ups; relays

@@ -1,5 +1,5 @@
 /**
- * `pnpm bench publish`: sustained outbox → RabbitMQ throughput, beside raw amqplib.
+ * `npm run bench -- publish`: sustained outbox → RabbitMQ throughput, beside raw amqplib.
  *
  * - `tidings`: pending events pre-inserted in a fresh outbox (as the claim benchmark does), then
  *   `Relay.layer` with `relays` pollers and `AmqpPublisher` (`channels` confirm channels) drains them
