@@ -95,10 +95,7 @@ export interface Options {
  * @since 0.1.0
  * @category combinators
  */
-export const instanceId = (): string => (instance ??= globalThis.crypto.randomUUID())
-
-// Drawn on first use, not at import: Workers forbid random values at module scope.
-let instance: string | undefined
+export const instanceId: string = crypto.randomUUID()
 
 /**
  * What `handle` can fail with besides the handler's own errors.
@@ -153,7 +150,7 @@ export const handleIn = <A, E, R>(
 ): Effect.Effect<Result<A>, E | HandleError, R> =>
   Effect.gen(function*() {
     const maxCrashes = options.maxCrashes ?? 3
-    const started = yield* store.begin(messageId, consumer, options.instance ?? instanceId())
+    const started = yield* store.begin(messageId, consumer, options.instance ?? instanceId)
     if (started.status === "processed") {
       yield* count(consumer, "duplicate")
       return { _tag: "Duplicate" } as const
