@@ -37,7 +37,7 @@ const program = (control: Control) =>
       unknownType: "dead-letter"
     })
     // Names this process in the inbox's `started_by`, so the report can say who handled what.
-    yield* Effect.sync(() => void process.stdout.write(`instance ${Inbox.instanceId()}\n`))
+    yield* Effect.sync(() => void process.stdout.write(`instance ${Inbox.instanceId}\n`))
     yield* control.ready
     return yield* Effect.never
   }).pipe(
