@@ -83,6 +83,7 @@ describe("chaos verdict", () => {
       rolledBack: 1,
       outbox: { published: 9, failed: 1 },
       failedReasons: [],
+      retried: { count: 0, maxAttempts: 1, reasons: [] },
       effects: { rows: 9, messages: 9 },
       lost: { count: 0, events: [] },
       failedRows: { count: 1, events: [] },
@@ -98,11 +99,16 @@ describe("chaos verdict", () => {
     ...overrides
   })
 
-  it("a failed row and a 40 s drain fail only the full run", () => {
-    assert.isTrue(verdict(clean(false)).passed)
-    assert.deepStrictEqual(verdict(clean(true)).failures, [
+  it("a failed row, a 40 s drain and a slow shutdown fail only the full run", () => {
+    const slow = {
+      name: "relay-2", role: "relay" as const, incarnation: 1, pid: 1, code: 0, signal: null, at: 0, uptimeMs: 1, sent: "SIGTERM" as const,
+      crashed: false, ready: true, shutdownMs: 11_500, hung: false, how: "exit code 0", tail: []
+    }
+    assert.isTrue(verdict(clean(false, { exits: [slow] })).passed)
+    assert.deepStrictEqual(verdict(clean(true, { exits: [slow] })).failures, [
       "1 outbox rows failed (need a manual retry)",
-      "drained 40.00 s after the last fault (budget 30 s)"
+      "drained 40.00 s after the last fault (budget 30 s)",
+      "1 processes took longer than shutdownTimeout + 1 s to exit after SIGTERM: relay-2 11.50 s"
     ])
   })
 

@@ -1,7 +1,8 @@
 /**
  * The run's verdict and report. The verdict fails on any lost event, phantom, duplicate effect,
  * crashed or hung process, malformed message that was not dead-lettered, or a drain that did not
- * finish; the full run (strict) also on failed outbox rows and a drain slower than its budget. The
+ * finish; the full run (strict) also on failed outbox rows, a drain slower than its budget and a
+ * SIGTERM exit slower than the shutdown timeout + 1 s. The
  * text report leads with those numbers and then gives, for each failure, the evidence: the crashed
  * process's last output lines, each lost event's outbox and inbox rows, each duplicate's effects.
  * @module
@@ -68,6 +69,9 @@ export const verdict = (r: RunResult): Verdict => {
     if (r.drain.drained && r.drain.drainMs > r.options.drainBudgetSeconds * 1000) {
       failures.push(`drained ${seconds(r.drain.drainMs)} after the last fault (budget ${r.options.drainBudgetSeconds} s)`)
     }
+    if (slowShutdowns(r).length > 0) {
+      failures.push(`${slowShutdowns(r).length} processes took longer than shutdownTimeout + 1 s to exit after SIGTERM: ${slowShutdowns(r).map((e) => `${e.name} ${seconds(e.shutdownMs ?? 0)}`).join(", ")}`)
+    }
   }
   return { passed: failures.length === 0, failures }
 }
@@ -124,6 +128,7 @@ export const text = (r: RunResult, v: Verdict): string => {
   lines.push(`  malformed messages dead-lettered         ${f.malformed.deadLettered} of ${f.malformed.published} (expected: all)`)
   lines.push(`  drain after the last fault               ${r.drain.drained ? seconds(r.drain.drainMs) : "not drained"}${o.strict ? ` (budget ${o.drainBudgetSeconds} s)` : ""}`)
   lines.push(`outbox:    ${Object.entries(f.outbox).map(([s, n]) => `${s} ${n}`).join(", ")}; the broker confirmed ${f.published.copies} copies of ${f.published.events} events (${f.published.republished} published more than once)`)
+  lines.push(`attempts:  ${f.retried.count} events took more than one attempt (at most ${f.retried.maxAttempts})${f.retried.count === 0 ? "" : `; by last error: ${f.retried.reasons.map((x) => `${x.count} × ${x.reason}`).join("; ")}`}`)
   lines.push(`effects:   ${f.effects.rows} rows for ${f.effects.messages} messages; inbox ${Object.entries(f.inbox.byStatus).map(([s, n]) => `${s} ${n}`).join(", ")}`)
   lines.push(`dead letters: ${f.deadLetters.total} (${f.malformed.deadLettered} malformed, ${f.deadLetters.unexpected.length} others)`)
   lines.push(`processes: ${Object.entries(r.starts).map(([n, s]) => `${n} started ${s}×`).join(", ")}`)

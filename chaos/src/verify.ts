@@ -72,6 +72,11 @@ export interface Findings {
   readonly rolledBack: number
   readonly outbox: Readonly<Record<string, number>>
   readonly failedReasons: ReadonlyArray<{ readonly reason: string; readonly count: number }>
+  /**
+   * Outbox rows that took more than one publish attempt, by their last error: the evidence that
+   * broker and database outages count no attempt (a relay killed or paused past its lease does).
+   */
+  readonly retried: { readonly count: number; readonly maxAttempts: number; readonly reasons: ReadonlyArray<{ readonly reason: string; readonly count: number }> }
   readonly effects: { readonly rows: number; readonly messages: number }
   /** Committed, no effect, and the outbox does not hold the event as failed: nobody will deliver it. */
   readonly lost: { readonly count: number; readonly events: ReadonlyArray<LostEvent> }
@@ -160,6 +165,11 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
   const failedReasons = await sql<Array<{ reason: string; count: number }>>`
     SELECT coalesce(left(last_error, 300), '(none)') AS reason, count(*)::int AS count FROM ${outboxTable}
     WHERE status = 'failed' GROUP BY 1 ORDER BY 2 DESC LIMIT 10`
+  const retriedReasons = await sql<Array<{ reason: string; count: number }>>`
+    SELECT coalesce(left(last_error, 300), '(none)') AS reason, count(*)::int AS count FROM ${outboxTable}
+    WHERE attempts > 1 GROUP BY 1 ORDER BY 2 DESC LIMIT 10`
+  const [retriedTotals] = await sql<Array<{ count: number; max_attempts: number }>>`
+    SELECT count(*) FILTER (WHERE attempts > 1)::int AS count, coalesce(max(attempts), 0)::int AS max_attempts FROM ${outboxTable}`
   const [effectCounts] = await sql<Array<{ rows: number; messages: number }>>`
     SELECT count(*)::int AS rows, count(DISTINCT message_id)::int AS messages FROM ${effects}`
 
@@ -270,6 +280,7 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
     rolledBack: rolledBackRows.length,
     outbox: Object.fromEntries(outboxCounts.map((r) => [r.status, r.n])),
     failedReasons,
+    retried: { count: retriedTotals!.count, maxAttempts: retriedTotals!.max_attempts, reasons: retriedReasons },
     effects: { rows: effectCounts!.rows, messages: effectCounts!.messages },
     lost: { count: lost.length, events: lost.slice(0, LIMIT) },
     failedRows: { count: failedRows.length, events: failedRows.slice(0, LIMIT) },

@@ -18,6 +18,9 @@ import * as Malformed from "../malformed.ts"
 import type { Random } from "../random.ts"
 import { describe, type Fault, processKinds } from "./plan.ts"
 
+/** How long a process fault waits for a worker of its role to be up (as long as workers get to start). */
+const WORKER_WAIT_MS = 180_000
+
 /** What happened to one planned fault. */
 export interface FaultRecord {
   readonly fault: Fault
@@ -87,13 +90,15 @@ export class Injector {
       log(`fault #${fault.index} skipped: ${describe(fault)} (${why})`)
     }
     if (processKinds.has(fault.kind)) {
-      // Its role's workers may all be restarting or paused: wait a while for one rather than skip.
+      // Its role's workers may all be restarting or paused: wait for one rather than skip. A restart
+      // on a loaded machine can take many seconds, so the bound is the one a first start gets.
       let target = this.#pickWorker(fault.target!)
-      for (let waited = 0; target === undefined && waited < 30_000; waited += 200) {
+      const since = Date.now()
+      while (target === undefined && Date.now() - since < WORKER_WAIT_MS) {
         await sleep(200, this.#signal)
         target = this.#pickWorker(fault.target!)
       }
-      if (target === undefined) return skip(`no ${this.#targets.fleet.role(fault.target!)} was up to take it for 30 s`)
+      if (target === undefined) return skip(`no ${this.#targets.fleet.role(fault.target!)} was up to take it for ${seconds(WORKER_WAIT_MS)}`)
       record.target = target
     }
     log(`fault #${fault.index}: ${describe(fault, record.target)}`)
