@@ -112,6 +112,26 @@ describe("chaos verdict", () => {
     ])
   })
 
+  it("a worker that gave up starting after startupTimeout is a crash unless the broker was down at its last attempt", () => {
+    const outage = {
+      fault: { index: 1, kind: "broker-outage" as const, atMs: 0, durationMs: 20_000 }, target: undefined,
+      startedAt: 10_000, endedAt: 60_000, outcome: "done" as const, detail: ""
+    }
+    const exit = (at: number, line = "AmqpConnectionError: connect ECONNREFUSED 127.0.0.1:5672") => ({
+      name: "relay-1", role: "relay" as const, incarnation: 3, pid: 1, code: 1, signal: null, at, uptimeMs: 33_000, sent: undefined,
+      crashed: true, ready: false, shutdownMs: undefined, hung: false, how: "exit code 1", tail: ["[relay-1] failed:", line]
+    })
+    assert.isTrue(verdict(clean(false, { faults: [outage], exits: [exit(45_000)] })).passed)
+    // the broker was back: the worker should have connected
+    assert.deepStrictEqual(verdict(clean(false, { faults: [outage], exits: [exit(90_000)] })).failures, [
+      "1 processes crashed: 1 × exit code 1 | AmqpConnectionError: connect ECONNREFUSED 127.0.0.1:5672"
+    ])
+    // another error during the outage is a crash
+    assert.isFalse(verdict(clean(false, { faults: [outage], exits: [exit(45_000, "TypeError: boom")] })).passed)
+    // a worker that had been ready and then died of the outage is a crash
+    assert.isFalse(verdict(clean(false, { faults: [outage], exits: [{ ...exit(45_000), ready: true }] })).passed)
+  })
+
   it("a crash, a lost event or a handled malformed message fails any run", () => {
     const crash = {
       name: "relay-1", role: "relay" as const, incarnation: 0, pid: 1, code: 1, signal: null, at: 0, uptimeMs: 1, sent: undefined,

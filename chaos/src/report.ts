@@ -43,7 +43,26 @@ export interface Verdict {
   readonly failures: ReadonlyArray<string>
 }
 
-const crashes = (r: RunResult) => r.exits.filter((e) => e.crashed)
+/** The broker connection's `startupTimeout` (the library default, which the workers keep). */
+const STARTUP_TIMEOUT_MS = 30_000
+
+/** Whether a broker outage of the run was in effect at `at` (epoch ms), or ended less than `slackMs` before. */
+const brokerDownAt = (r: RunResult, at: number, slackMs: number) =>
+  r.faults.some((x) => x.fault.kind === "broker-outage" && x.outcome !== "skipped" && x.startedAt <= at && (x.endedAt ?? Infinity) >= at - slackMs)
+
+/**
+ * A worker that gave up starting as documented: building `AmqpConnection.layer` retries a refused
+ * first connection for `startupTimeout` (30 s) and then fails, and the service manager starts it
+ * again. Only when the broker really was down at its last attempt (a broker outage of the run), the
+ * process never got ready, exited with code 1 by itself after at least the startup timeout, and its
+ * error is the refused connection; anything else is a crash.
+ */
+export const gaveUpStarting = (r: RunResult, e: ExitRecord): boolean =>
+  e.crashed && !e.ready && e.sent === undefined && e.code === 1 && e.uptimeMs >= STARTUP_TIMEOUT_MS &&
+  e.tail.some((l) => /AmqpConnectionError: connect ECONNREFUSED/.test(l)) && brokerDownAt(r, e.at, 1500)
+
+const crashes = (r: RunResult) => r.exits.filter((e) => e.crashed && !gaveUpStarting(r, e))
+const startupsGivenUp = (r: RunResult) => r.exits.filter((e) => gaveUpStarting(r, e))
 const hung = (r: RunResult) => r.exits.filter((e) => e.hung)
 const slowShutdowns = (r: RunResult) => r.exits.filter((e) => e.shutdownMs !== undefined && e.shutdownMs > r.shutdownTimeoutMs + 1000)
 
@@ -132,6 +151,9 @@ export const text = (r: RunResult, v: Verdict): string => {
   lines.push(`effects:   ${f.effects.rows} rows for ${f.effects.messages} messages; inbox ${Object.entries(f.inbox.byStatus).map(([s, n]) => `${s} ${n}`).join(", ")}`)
   lines.push(`dead letters: ${f.deadLetters.total} (${f.malformed.deadLettered} malformed, ${f.deadLetters.unexpected.length} others)`)
   lines.push(`processes: ${Object.entries(r.starts).map(([n, s]) => `${n} started ${s}×`).join(", ")}`)
+  if (startupsGivenUp(r).length > 0) {
+    lines.push(`           ${startupsGivenUp(r).length} gave up starting after the broker connection's startupTimeout (${seconds(STARTUP_TIMEOUT_MS)}) while the broker was down, as documented, and were started again: ${startupsGivenUp(r).map((e) => `${e.name} #${e.incarnation} at ${at(e.at)}`).join(", ")}`)
+  }
   lines.push(`           ${exitsAfterTerm.length} exits after SIGTERM, slowest ${slowest === undefined ? "-" : `${seconds(slowest.shutdownMs ?? 0)} (${slowest.name})`}; ${slowShutdowns(r).length} over shutdownTimeout + 1 s`)
   lines.push(`setup ${seconds(r.setupMs)}; fault plan (seed ${o.seed}):`)
   for (const x of r.faults) {
@@ -191,5 +213,5 @@ export const json = (r: RunResult, v: Verdict): unknown => ({
   drain: r.drain,
   findings: r.findings,
   faults: r.faults.map((x) => ({ ...x, description: describe(x.fault, x.target), startedAt: new Date(x.startedAt).toISOString() })),
-  processes: { starts: r.starts, exits: r.exits, crashed: crashes(r), hung: hung(r), slowShutdowns: slowShutdowns(r), instances: r.instances }
+  processes: { starts: r.starts, exits: r.exits, crashed: crashes(r), gaveUpStarting: startupsGivenUp(r), hung: hung(r), slowShutdowns: slowShutdowns(r), instances: r.instances }
 })
