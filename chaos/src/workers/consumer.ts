@@ -41,6 +41,9 @@ const program = (control: Control) =>
     yield* control.ready
     return yield* Effect.never
   }).pipe(
+    // Scoped inside the broker and database layers, so that the consumer stops (settling its
+    // deliveries) before the connection and the client it uses close: see lifecycle.ts.
+    Effect.scoped,
     Effect.provide(Settings.broker),
     Effect.provide(Layer.mergeAll(PgInboxStore.layer({ schema: Tables.tidingsSchema }), PgOutboxStore.layer({ schema: Tables.tidingsSchema })).pipe(Layer.provideMerge(Settings.database(concurrency + 2))))
   )

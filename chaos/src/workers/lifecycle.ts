@@ -8,7 +8,7 @@
  * - `ready` prints `ready` on stdout, which the harness waits for.
  * @module
  */
-import { Cause, Effect, Exit, Fiber, References, type Scope } from "effect"
+import { Cause, Effect, Exit, Fiber, References } from "effect"
 import * as readline from "node:readline"
 
 /** What the program gets from its process. */
@@ -26,8 +26,13 @@ export const env = (name: string): string => {
   return value
 }
 
-/** Runs `program` as this process's life (see the module docs). Never returns. */
-export const run = <E>(name: string, program: (control: Control) => Effect.Effect<unknown, E, Scope.Scope>): void => {
+/**
+ * Runs `program` as this process's life (see the module docs). Never returns. The program closes its
+ * own scope inside the layers it provides (`Effect.scoped` before `Effect.provide`): a scope closed
+ * outside them would shut the database client and broker connection down before the relay or
+ * consumer built in it, which then could not settle or release what it holds.
+ */
+export const run = <E>(name: string, program: (control: Control) => Effect.Effect<unknown, E>): void => {
   const waiting = new Map<string, { promise: Promise<void>; resolve: () => void }>()
   const slot = (command: string) => {
     let entry = waiting.get(command)
@@ -44,7 +49,7 @@ export const run = <E>(name: string, program: (control: Control) => Effect.Effec
     command: (command) => Effect.promise(() => slot(command).promise)
   }
   const fiber = Effect.runFork(
-    program(control).pipe(Effect.scoped, Effect.provideService(References.LogToStderr, true))
+    program(control).pipe(Effect.provideService(References.LogToStderr, true))
   )
   let stopping: string | undefined
   const stop = (why: string) => {

@@ -92,6 +92,9 @@ const program = (control: Control) =>
     yield* Effect.sync(() => void process.stdout.write("stopped-producing\n"))
     return yield* Effect.never
   }).pipe(
+    // Scoped inside the database layer, so that the lanes and the eager relay stop before the
+    // client they use closes: see lifecycle.ts.
+    Effect.scoped,
     Effect.provide(
       PgOutboxStore.layer({ schema: Tables.tidingsSchema, notify: true }).pipe(Layer.provideMerge(Settings.database(lanes + 4)))
     )

@@ -24,6 +24,9 @@ const program = (control: Control) =>
     yield* control.ready
     return yield* Effect.never
   }).pipe(
+    // Scoped inside the database layer, so that the relay closes (releasing its claims) before the
+    // client it settles through: see lifecycle.ts.
+    Effect.scoped,
     Effect.provide(PgOutboxStore.layer({ schema: Tables.tidingsSchema }).pipe(Layer.provideMerge(Settings.database(concurrency + 3))))
   )
 
