@@ -25,6 +25,10 @@ import { Publisher, type PublishResult } from "./Publisher.ts"
 import * as Retry from "./Retry.ts"
 import { type Mailbox, Wakeups } from "./Wakeup.ts"
 import { noStack } from "./Tracing.ts"
+import { config, type EnvironmentOptions } from "./internal/relay/fromEnvironment.ts"
+
+export { ConfigSchema } from "./internal/relay/settings.ts"
+export { config, type EnvironmentOptions } from "./internal/relay/fromEnvironment.ts"
 
 /** Relay settings; every field has a default. */
 export interface Config {
@@ -770,3 +774,13 @@ export const spanNames = { claim: "tidings.outbox.claim", publish: "tidings.rela
 // Re-exported for callers that build parents from headers (consumers do the same).
 export const parentFromHeaders = (headers: Readonly<Record<string, string>>): Tracer.ExternalSpan | undefined =>
   Tracing.parseTraceparent(headers[HeaderNames.traceparent])
+
+/**
+ * {@link layer} with its options read from the environment ({@link config}: `TIDINGS_RELAY_*`, on
+ * top of `options.defaults`); a wrong variable fails the layer with one `InvalidConfig` naming
+ * every wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (options: EnvironmentOptions = {}): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> =>
+  Layer.unwrap(Effect.map(config(options), layer))
