@@ -25,10 +25,11 @@ import { Publisher, type PublishResult } from "./Publisher.ts"
 import * as Retry from "./Retry.ts"
 import { type Mailbox, Wakeups } from "./Wakeup.ts"
 import { noStack } from "./Tracing.ts"
-import { config, type EnvironmentOptions } from "./internal/relay/fromEnvironment.ts"
+import { config } from "./internal/relay/fromEnvironment.ts"
+import type * as Settings_ from "./Settings.ts"
 
 export { ConfigSchema } from "./internal/relay/settings.ts"
-export { config, type EnvironmentOptions } from "./internal/relay/fromEnvironment.ts"
+export { config, environment } from "./internal/relay/fromEnvironment.ts"
 
 /** Relay settings; every field has a default. */
 export interface Config {
@@ -782,5 +783,5 @@ export const parentFromHeaders = (headers: Readonly<Record<string, string>>): Tr
  * @since 0.1.0
  * @category layers
  */
-export const layerConfig = (options: EnvironmentOptions = {}): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> =>
+export const layerConfig = (options: Settings_.EnvironmentOptions<Config> = {}): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> =>
   Layer.unwrap(Effect.map(config(options), layer))

@@ -150,7 +150,27 @@ export type Variable = Env.Variable
  * @since 0.1.0
  * @category environment
  */
-export const variables = (schema: Schema.Top, prefix: string): ReadonlyArray<Variable> => Env.variables(schema, prefix)
+export const variables = (schema: Schema.Top, prefix: string, names?: Names): ReadonlyArray<Variable> => Env.variables(schema, prefix, names)
+
+/**
+ * Variable names that differ from `PREFIX_PATH`, by option path: `{ schema: "TIDINGS_SCHEMA" }`
+ * (one variable shared by several components); `false` for an option with no variable.
+ * @since 0.1.0
+ * @category models
+ */
+export type Names = Env.Names
+
+/**
+ * Where a component reads its settings from the environment, and the options given in code (the
+ * defaults of its variables, and what has no variable).
+ * @since 0.1.0
+ * @category models
+ */
+export interface EnvironmentOptions<A> {
+  /** Prefix of the variables (each component has its own default, e.g. `TIDINGS_RELAY`). */
+  readonly prefix?: string
+  readonly defaults?: A
+}
 
 /**
  * The default of each variable of a settings schema, as one would write it (`30 seconds`), by
@@ -158,8 +178,8 @@ export const variables = (schema: Schema.Top, prefix: string): ReadonlyArray<Var
  * @since 0.1.0
  * @category environment
  */
-export const defaults = (schema: Schema.Top & { readonly fields?: Schema.Struct.Fields }, prefix: string): ReadonlyMap<string, string> =>
-  Env.defaults(schema, prefix)
+export const defaults = (schema: Schema.Top & { readonly fields?: Schema.Struct.Fields }, prefix: string, names?: Names): ReadonlyMap<string, string> =>
+  Env.defaults(schema, prefix, names)
 
 /**
  * The variable name of an option path under `prefix`: `envName("TIDINGS_RELAY", ["pollInterval", "min"])`
@@ -176,8 +196,8 @@ export const envName = (prefix: string, path: ReadonlyArray<string>): string => 
  * @since 0.1.0
  * @category environment
  */
-export const inEnvironment = (schema: Schema.Top, prefix: string, texts?: ReadonlyMap<string, string>) => (error: InvalidConfig): InvalidConfig =>
-  invalid(Env.renameIssues(schema, prefix, error.issues ?? [{ path: error.path, message: error.message }], texts))
+export const inEnvironment = (schema: Schema.Top, prefix: string, options: { readonly texts?: ReadonlyMap<string, string>; readonly names?: Names } = {}) =>
+(error: InvalidConfig): InvalidConfig => invalid(Env.renameIssues(schema, prefix, error.issues ?? [{ path: error.path, message: error.message }], options.texts, options.names))
 
 /**
  * Reads a component's settings from the environment with Effect's `Config` (the current
@@ -192,11 +212,11 @@ export const inEnvironment = (schema: Schema.Top, prefix: string, texts?: Readon
 export const fromConfig = <S extends Schema.Codec<any, any, never, never>>(
   schema: S,
   prefix: string,
-  options: { readonly defaults?: Partial<S["Encoded"]> } = {}
+  options: { readonly defaults?: Partial<S["Encoded"]> | undefined; readonly names?: Names } = {}
 ): Effect.Effect<S["Type"], InvalidConfig> =>
-  Env.readInput(schema, prefix, options.defaults).pipe(
+  Env.readInput(schema, prefix, options.defaults, options.names).pipe(
     Effect.mapError(invalid),
-    Effect.flatMap(({ input, texts }) => Effect.mapError(decode(schema, input), inEnvironment(schema, prefix, texts)))
+    Effect.flatMap(({ input, texts }) => Effect.mapError(decode(schema, input), inEnvironment(schema, prefix, { texts, ...(options.names === undefined ? {} : { names: options.names }) })))
   )
 
 /**
@@ -220,3 +240,49 @@ export const all = <const T extends Record<string, Effect.Effect<any, InvalidCon
     if (issues.length > 0) return yield* Effect.fail(invalid(issues))
     return out as { -readonly [K in keyof T]: Effect.Success<T[K]> }
   })
+
+/**
+ * How a component reads its settings from the environment: its settings schema, the default prefix
+ * of its variables, and the variables named otherwise. Each component exports one (e.g.
+ * `PgClient.environment`); its `layerConfig` reads through it, and the README's table of variables
+ * is generated from all of them.
+ * @since 0.1.0
+ * @category models
+ */
+export interface Environment<S extends Schema.Codec<any, any, never, never>> {
+  /** `PgClient`, `Relay`, ... */
+  readonly component: string
+  readonly schema: S
+  /** Default prefix of the variables, e.g. `TIDINGS_RELAY`. */
+  readonly prefix: string
+  readonly names?: Names
+}
+
+/**
+ * Settings with the options that are `undefined` left out (optional, not `undefined`), ready for a
+ * component's exact `Config`.
+ * @since 0.1.0
+ * @category models
+ */
+export type Defined<T> =
+  & { readonly [K in keyof T as undefined extends T[K] ? never : K]: T[K] }
+  & { readonly [K in keyof T as undefined extends T[K] ? K : never]?: Exclude<T[K], undefined> }
+
+/**
+ * Reads a component's settings through its {@link Environment}: {@link fromConfig} with its schema,
+ * prefix (or `options.prefix`) and names, on top of `options.defaults`; options left unset are
+ * absent from the result.
+ * @since 0.1.0
+ * @category environment
+ */
+export const read = <S extends Schema.Codec<any, any, never, never>>(
+  environment: Environment<S>,
+  options: EnvironmentOptions<Partial<S["Encoded"]>> = {}
+): Effect.Effect<Defined<S["Type"]>, InvalidConfig> =>
+  Effect.map(
+    fromConfig(environment.schema, options.prefix ?? environment.prefix, {
+      defaults: options.defaults,
+      ...(environment.names === undefined ? {} : { names: environment.names })
+    }),
+    (settings) => Object.fromEntries(Object.entries(settings as object).filter(([, v]) => v !== undefined)) as Defined<S["Type"]>
+  )

@@ -15,6 +15,8 @@ import { outboxAdmin } from "./internal/outboxAdmin.ts"
 import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
+import * as Environment from "./internal/environment.ts"
+import * as Settings from "@tidings/core/Settings"
 
 /** Options of the Postgres outbox store. */
 export interface Options {
@@ -422,3 +424,23 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
 /** The Postgres outbox store as a layer over the app's `SqlClient`. */
 export const layer = (options: Options = {}): Layer.Layer<OutboxStore, InvalidConfig, SqlClient.SqlClient> =>
   Layer.effect(OutboxStore, make(options))
+
+/**
+ * The options as a schema, read by {@link layerConfig}.
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConfigSchema = Environment.OutboxSchema
+/**
+ * `TIDINGS_SCHEMA` (shared by every store), `TIDINGS_OUTBOX_NOTIFY`, `TIDINGS_OUTBOX_BOOKKEEPING_COMMIT`.
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = Environment.outbox
+/**
+ * {@link layer} with its options from the environment, on top of `options.defaults`.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (options: Settings.EnvironmentOptions<Options> = {}): Layer.Layer<OutboxStore, InvalidConfig, SqlClient.SqlClient> =>
+  Layer.unwrap(Effect.map(Settings.read(environment, options), layer))

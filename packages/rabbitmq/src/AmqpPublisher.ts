@@ -223,3 +223,28 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
  */
 export const layer = (config: Config): Layer.Layer<Publisher.Publisher, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
   Layer.effect(Publisher.Publisher, Effect.map(make(config), (service) => Publisher.Publisher.of({ publish: service.publish, awaitAvailable: service.awaitAvailable })))
+
+/**
+ * The publisher's environment variables: `TIDINGS_EXCHANGE` (the exchange events go to),
+ * `TIDINGS_PUBLISHER_CONFIRM_TIMEOUT`, `TIDINGS_PUBLISHER_CHANNELS`, `TIDINGS_PUBLISHER_UNROUTABLE`,
+ * `TIDINGS_PUBLISHER_APP_ID`.
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = {
+  component: "AmqpPublisher",
+  schema: ConfigSchema,
+  prefix: "TIDINGS_PUBLISHER",
+  names: { exchange: "TIDINGS_EXCHANGE" }
+}
+
+/**
+ * {@link layer} with its settings from the environment on top of `options.defaults` (which also
+ * carry `routingKey`); a wrong variable fails with one `InvalidConfig` naming every wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (
+  options: Settings.EnvironmentOptions<Partial<Config>> = {}
+): Layer.Layer<Publisher.Publisher, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
+  Layer.unwrap(Effect.map(Settings.read(environment, options), (s) => layer({ ...options.defaults, ...s })))

@@ -37,6 +37,12 @@ export interface Variable {
   readonly description: string | undefined
 }
 
+/**
+ * Variable names that differ from `PREFIX_PATH`, by option path (`schema` → `TIDINGS_SCHEMA`, one
+ * variable shared by every store); `false`: the option has no variable (set in code only).
+ */
+export type Names = Readonly<Record<string, string | false>>
+
 /** `pollInterval` → `POLL_INTERVAL`. */
 export const screaming = (key: string): string =>
   key.replace(/([a-z0-9])([A-Z])/g, "$1_$2").replace(/[^A-Za-z0-9]+/g, "_").toUpperCase()
@@ -118,7 +124,7 @@ const classify = (ast: SchemaAST.AST, leaf: Leaf, inList = false): void => {
  * Every variable `schema` (a `Schema.Struct`) reads under `prefix`. Fields that are not data (a
  * `Schedule`, a function, a topology) have no variable: they are set in code only.
  */
-export const variables = (schema: Schema.Top, prefix: string): ReadonlyArray<Variable> => {
+export const variables = (schema: Schema.Top, prefix: string, names: Names = {}): ReadonlyArray<Variable> => {
   const out: Array<Variable> = []
   const walk = (objects: SchemaAST.Objects, path: ReadonlyArray<string>, parentOptional: boolean) => {
     for (const ps of objects.propertySignatures) {
@@ -129,9 +135,11 @@ export const variables = (schema: Schema.Top, prefix: string): ReadonlyArray<Var
       const optional = parentOptional || SchemaAST.isOptional(ps.type)
       // A scalar (possibly also accepting `false`), or the off switch of a `false | { ... }` group.
       const kind: Kind | undefined = leaf.kind ?? (leaf.allowsFalse ? (leaf.objects.length > 0 ? "switch" : "boolean") : undefined)
+      const renamed = names[here.join(".")]
+      if (renamed === false) continue
       if (kind !== undefined) {
         out.push({
-          name: envName(prefix, here),
+          name: renamed ?? envName(prefix, here),
           path: here,
           kind,
           list: leaf.list,
@@ -209,10 +217,11 @@ const getAt = (source: unknown, path: ReadonlyArray<string>): unknown => {
 export const readInput = (
   schema: Schema.Top,
   prefix: string,
-  defaults: unknown
+  defaults: unknown,
+  names: Names = {}
 ): Effect.Effect<{ readonly input: Record<string, unknown>; readonly texts: ReadonlyMap<string, string> }, ReadonlyArray<Issue>> =>
   Effect.gen(function*() {
-    const vars = variables(schema, prefix)
+    const vars = variables(schema, prefix, names)
     const input: Record<string, unknown> = typeof defaults === "object" && defaults !== null ? structuredCloneShallow(defaults as Record<string, unknown>) : {}
     const given = new Map<string, string>()
     const texts = yield* Effect.forEach(vars, (v) => Effect.map(Config.option(Config.String(v.name)), (o) => [v, o] as const)).pipe(
@@ -252,9 +261,10 @@ export const renameIssues = (
   schema: Schema.Top,
   prefix: string,
   issues: ReadonlyArray<Issue>,
-  texts: ReadonlyMap<string, string> = new Map()
+  texts: ReadonlyMap<string, string> = new Map(),
+  names: Names = {}
 ): ReadonlyArray<Issue> => {
-  const vars = variables(schema, prefix)
+  const vars = variables(schema, prefix, names)
   const byPath = new Map(vars.map((v) => [v.path.join("."), v]))
   return issues.map((issue) => {
     const keys = issue.path === "" ? [] : issue.path.split(".")
@@ -284,7 +294,7 @@ const reword = (message: string, variable: Variable | undefined, text: string | 
  * decoding each top-level field alone from nothing. Derived defaults (computed from other options
  * after decoding) have none.
  */
-export const defaults = (schema: Schema.Top & { readonly fields?: Schema.Struct.Fields }, prefix: string): ReadonlyMap<string, string> => {
+export const defaults = (schema: Schema.Top & { readonly fields?: Schema.Struct.Fields }, prefix: string, names: Names = {}): ReadonlyMap<string, string> => {
   const out = new Map<string, string>()
   const fields = schema.fields
   if (fields === undefined) return out
@@ -297,7 +307,8 @@ export const defaults = (schema: Schema.Top & { readonly fields?: Schema.Struct.
         for (const [k, v] of Object.entries(value)) visit(v, [...path, k])
         return
       }
-      out.set(envName(prefix, path), display(value))
+      const renamed = names[path.join(".")]
+      if (renamed !== false) out.set(renamed ?? envName(prefix, path), display(value))
     }
     visit(exit.value[key], [key])
   }

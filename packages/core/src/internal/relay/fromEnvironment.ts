@@ -10,22 +10,16 @@ import type { InvalidConfig } from "../../Errors.ts"
 import * as Settings from "../../Settings.ts"
 import { type Config, ConfigSchema, settings } from "./settings.ts"
 
-/** Where {@link config} reads, and what code sets (the variables that are set win). */
-export interface EnvironmentOptions {
-  /** Default `TIDINGS_RELAY`. */
-  readonly prefix?: string
-  /** Options set in code: the defaults of the variables, and what has no variable (`retry`). */
-  readonly defaults?: Config
-}
+/** The relay's variables: `TIDINGS_RELAY_*`. */
+export const environment: Settings.Environment<typeof ConfigSchema> = { component: "Relay", schema: ConfigSchema, prefix: "TIDINGS_RELAY" }
 
-/** The relay's options from the environment (see {@link EnvironmentOptions}). */
-export const config = (options: EnvironmentOptions = {}): Effect.Effect<Config, InvalidConfig> => {
-  const prefix = options.prefix ?? "TIDINGS_RELAY"
-  return Effect.gen(function*() {
-    const decoded = yield* Settings.fromConfig(ConfigSchema, prefix, options.defaults === undefined ? {} : { defaults: options.defaults })
-    // Optional options left out are absent, not `undefined` (the relay's Config is exact).
-    const relayConfig = Object.fromEntries(Object.entries(decoded).filter(([, v]) => v !== undefined)) as Config
-    yield* Effect.mapError(settings(relayConfig), Settings.inEnvironment(ConfigSchema, prefix))
+/**
+ * The relay's options from the environment (`TIDINGS_RELAY_*`, or `options.prefix`), on top of
+ * `options.defaults` (which also carries what has no variable, such as `retry`).
+ */
+export const config = (options: Settings.EnvironmentOptions<Config> = {}): Effect.Effect<Config, InvalidConfig> =>
+  Effect.gen(function*() {
+    const relayConfig: Config = yield* Settings.read(environment, options)
+    yield* Effect.mapError(settings(relayConfig), Settings.inEnvironment(ConfigSchema, options.prefix ?? environment.prefix))
     return relayConfig
   })
-}
