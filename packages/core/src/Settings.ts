@@ -19,13 +19,18 @@ const pathText = (path: ReadonlyArray<PropertyKey | { readonly key: PropertyKey 
 }
 
 /**
- * Builds an `InvalidConfig` from a list of problems (at least one).
+ * Builds an `InvalidConfig` from a list of problems (at least one). The message of a single problem
+ * is its own (the path is in `path`), unless `namePaths` (environment variables: the message names
+ * the variable too, as it does for several problems).
  * @since 0.1.0
  * @category constructors
  */
-export const invalid = (issues: ReadonlyArray<{ readonly path: string; readonly message: string }>): InvalidConfig => {
+export const invalid = (
+  issues: ReadonlyArray<{ readonly path: string; readonly message: string }>,
+  options: { readonly namePaths?: boolean } = {}
+): InvalidConfig => {
   const first = issues[0] ?? { path: "", message: "invalid configuration" }
-  const message = issues.length <= 1
+  const message = issues.length <= 1 && options.namePaths !== true
     ? first.message
     : issues.map((i) => `${i.path === "" ? "(root)" : i.path}: ${i.message}`).join("; ")
   return new InvalidConfig({ path: first.path, message, issues: issues.map((i) => ({ path: i.path, message: i.message })) })
@@ -197,7 +202,8 @@ export const envName = (prefix: string, path: ReadonlyArray<string>): string => 
  * @category environment
  */
 export const inEnvironment = (schema: Schema.Top, prefix: string, options: { readonly texts?: ReadonlyMap<string, string>; readonly names?: Names } = {}) =>
-(error: InvalidConfig): InvalidConfig => invalid(Env.renameIssues(schema, prefix, error.issues ?? [{ path: error.path, message: error.message }], options.texts, options.names))
+(error: InvalidConfig): InvalidConfig =>
+  invalid(Env.renameIssues(schema, prefix, error.issues ?? [{ path: error.path, message: error.message }], options.texts, options.names), { namePaths: true })
 
 /**
  * Reads a component's settings from the environment with Effect's `Config` (the current
@@ -215,7 +221,7 @@ export const fromConfig = <S extends Schema.Codec<any, any, never, never>>(
   options: { readonly defaults?: Partial<S["Encoded"]> | undefined; readonly names?: Names } = {}
 ): Effect.Effect<S["Type"], InvalidConfig> =>
   Env.readInput(schema, prefix, options.defaults, options.names).pipe(
-    Effect.mapError(invalid),
+    Effect.mapError((issues) => invalid(issues, { namePaths: true })),
     Effect.flatMap(({ input, texts }) => Effect.mapError(decode(schema, input), inEnvironment(schema, prefix, { texts, ...(options.names === undefined ? {} : { names: options.names }) })))
   )
 
@@ -237,7 +243,7 @@ export const all = <const T extends Record<string, Effect.Effect<any, InvalidCon
       if (result._tag === "Success") out[key] = result.success
       else issues.push(...(result.failure.issues ?? [{ path: result.failure.path, message: result.failure.message }]))
     }
-    if (issues.length > 0) return yield* Effect.fail(invalid(issues))
+    if (issues.length > 0) return yield* Effect.fail(invalid(issues, { namePaths: true }))
     return out as { -readonly [K in keyof T]: Effect.Success<T[K]> }
   })
 
