@@ -11,7 +11,7 @@
  * holding a lease leaves its events to be reclaimed once the lease expires.
  * @module
  */
-import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Queue, Schedule, Semaphore, Tracer } from "effect"
+import { Cause, Clock, Context, Deferred, Duration, Effect, Exit, Fiber, identity, Layer, Metric, Option, Queue, Schedule, Semaphore, Tracer } from "effect"
 import * as Errors from "./Errors.ts"
 import { every } from "./internal/periodic.ts"
 import { InvalidConfig, PublishError, type StoreError, Timeout, Unknown } from "./Errors.ts"
@@ -24,7 +24,7 @@ import { type ClaimedEvent, type ClaimOptions, type Ordering, OutboxStore, type 
 import { Publisher, type PublishResult } from "./Publisher.ts"
 import * as Retry from "./Retry.ts"
 import { type Mailbox, Wakeups } from "./Wakeup.ts"
-import { noStack } from "./Tracing.ts"
+import * as MessagingSpans from "./internal/messagingSpans.ts"
 import { config } from "./internal/relay/fromEnvironment.ts"
 import type * as Settings_ from "./Settings.ts"
 
@@ -279,30 +279,17 @@ export class Relay extends Context.Service<Relay, Service>()("@tidings/core/Rela
 
 const errorText = (error: PublishError): string => `${error.message}${error.isRetryable ? "" : " (not retryable)"}`
 
-const spanOf = (message: Message, relayId: string) => {
-  const parent = Tracing.parseTraceparent(message.headers[HeaderNames.traceparent])
-  return Effect.makeSpan("tidings.relay.publish", {
-    kind: "producer",
-    ...(parent !== undefined ? { parent } : {}),
-    attributes: {
-      "messaging.message.id": message.id,
-      "tidings.event.type": message.type,
-      "tidings.event.version": message.version,
-      "tidings.relay.id": relayId
-    }
-  })
-}
-
 /** Publishes one claimed batch; never fails: every message gets a result. */
 const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<ClaimedEvent>, relayId: string, timeout: Duration.Duration) =>
   Effect.gen(function*() {
-    const spans = yield* Effect.forEach(claimed, (c) => spanOf(c.message, relayId))
+    const spans = yield* Effect.forEach(claimed, (c) => MessagingSpans.send(c.message, relayId, publisher.destination, claimed.length))
     // The published message carries the publish span as its trace parent, so a consumer's span
     // continues append → relay publish → consume as one trace.
     const messages = claimed.map((c, i): Message =>
       withHeaders(c.message, { ...c.message.headers, [HeaderNames.traceparent]: Tracing.formatTraceparent(spans[i]!) })
     )
     const exit = yield* publisher.publish(messages).pipe(
+      spans.length === 1 ? Effect.withParentSpan(spans[0]!) : identity,
       Effect.timeoutOrElse({
         duration: timeout,
         orElse: () => Effect.fail(new PublishError({ message: `publish timed out after ${Duration.format(timeout)}`, reason: new Timeout() }))
@@ -464,14 +451,12 @@ export const processBatch = (s: Settings, relayId: string): Effect.Effect<number
     Effect.gen(function*() {
       const store = yield* OutboxStore
       const publisher = yield* Publisher
-      const claimed = yield* store.claim(claimOptions(s, relayId, undefined)).pipe(
-        Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } }, noStack)
-      )
+      const claimed = yield* store.claim(claimOptions(s, relayId, undefined)).pipe(MessagingSpans.claim(relayId, s.batchSize))
       if (claimed.length === 0) return 0
       const settlement = yield* publishHeld(restore, store, publisher, claimed, s, relayId)
       yield* store.settle(relayId, settlement).pipe(
         Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
-        Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, noStack)
+        MessagingSpans.settle(relayId, settlement)
       )
       yield* recordSettlement(settlement, relayId)
       return claimed.length
@@ -505,9 +490,7 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
         if (held.length === 0) {
           if (yield* Deferred.isDone(stop)) return
           yield* mailbox.clear // signals so far are answered by this claim
-          const claimed = yield* Effect.result(claimer.claim(afterKey).pipe(
-            Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } }, noStack)
-          ))
+          const claimed = yield* Effect.result(claimer.claim(afterKey).pipe(MessagingSpans.claim(relayId, s.batchSize)))
           if (claimed._tag === "Failure") {
             yield* Effect.logWarning("relay claim failed; backing off", claimed.failure).pipe(Effect.annotateLogs({ relayId }))
             delay = nextDelay(s, delay, "error")
@@ -530,7 +513,7 @@ const pollerLoop = (s: Settings, relayId: string, stop: Deferred.Deferred<void>,
         if (!stopping) yield* mailbox.clear
         const next = yield* (stopping ? Effect.as(store.settle(holder, settlement), []) : claimer.settleAndClaim(settlement, afterKey)).pipe(
           Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
-          Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, noStack),
+          MessagingSpans.settle(relayId, settlement),
           Effect.result
         )
         yield* recordSettlement(settlement, relayId)
@@ -623,7 +606,7 @@ const eagerLane = (s: Settings, relayId: string, store: OutboxStore["Service"], 
         const merged = ClaimCoalescer.mergeSettlements(yield* Queue.takeAll(settlements))
         yield* store.settle(relayId, merged).pipe(
           Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable }),
-          Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, noStack),
+          MessagingSpans.settle(relayId, merged),
           Effect.catch((e) => Effect.logWarning("relay settle failed; its events will be reclaimed after the lease", e).pipe(Effect.annotateLogs({ relayId })))
         )
       }
@@ -769,8 +752,8 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
     })
   }))
 
-/** Used by tests and the admin API: the relay's own tracer-free span name list. */
-export const spanNames = { claim: "tidings.outbox.claim", publish: "tidings.relay.publish", settle: "tidings.outbox.settle" } as const
+/** The relay's span names (OpenTelemetry messaging conventions; `send` is followed by the destination). */
+export const spanNames = MessagingSpans.spanNames
 
 // Re-exported for callers that build parents from headers (consumers do the same).
 export const parentFromHeaders = (headers: Readonly<Record<string, string>>): Tracer.ExternalSpan | undefined =>
