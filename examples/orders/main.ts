@@ -13,6 +13,7 @@ import { Effect, Layer, Redacted, References, Runtime as Runtime_ } from "effect
 import * as App from "./app.ts"
 import * as Demo from "./demo.ts"
 import * as Domain from "./domain.ts"
+import * as Observability from "./observability.ts"
 import * as Settings from "./settings.ts"
 import * as Transport from "./transport.ts"
 
@@ -61,6 +62,9 @@ const main = Effect.gen(function*() {
     ? { _tag: "memory" }
     : { _tag: "rabbitmq", connection: settings.amqp, prefix: `tidings.${settings.schema}` }
   const layer = App.layer({ pg, schema: settings.schema, transport, relay: settings.relay }).pipe(
+    // OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (observability.ts); provided to the app's
+    // layers so that the relay's and the consumers' fibers trace too, and kept for the handlers.
+    Layer.provideMerge(Observability.layer),
     Layer.provide(Layer.succeed(References.MinimumLogLevel, settings.logLevel))
   )
   const rt = yield* Effect.acquireRelease(Effect.promise(() => Runtime.make(layer)), (rt) => Effect.promise(() => rt.dispose()))
