@@ -22,6 +22,7 @@ import {
   type Outcome
 } from "./Consumer.ts"
 import * as Errors from "./Errors.ts"
+import * as Metrics from "./Metrics.ts"
 import type { DecodeError, Note } from "./EventRegistry.ts"
 import * as Tracing from "./Tracing.ts"
 
@@ -105,6 +106,7 @@ export const makeRunner = <E>(options: {
     const attrs = { consumer: name }
     const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) => Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
     const timeoutMs = Duration.toMillis(s.timeout)
+    yield* Metrics.initializeConsumer(name)
     const gate = yield* Latch.make(true)
     const stopped = yield* Deferred.make<void>()
     let holders = 0

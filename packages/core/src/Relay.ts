@@ -677,6 +677,7 @@ const randomId = () => Math.random().toString(36).slice(2, 8)
 export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> =>
   Layer.effect(Relay, Effect.gen(function*() {
     const s = yield* settings(config)
+    yield* Metrics.initializeRelay
     const store = yield* OutboxStore
     const wakeups = yield* Wakeups
     const stop = yield* Deferred.make<void>()

@@ -16,6 +16,7 @@ import { decodeExecution } from "./internal/sagaCodec.ts"
 import { compensateLocal, detached } from "./internal/sagaCompensateLocal.ts"
 import { kindOf } from "./internal/sagaContext.ts"
 import * as SagaMetrics from "./internal/sagaMetrics.ts"
+import * as Metrics from "./Metrics.ts"
 import { planCommand } from "./internal/sagaPlan.ts"
 import { spanName } from "./internal/sagaSpans.ts"
 import { persist, processOwner, type Tracker, withHeartbeat } from "./internal/sagaTracker.ts"
@@ -192,5 +193,6 @@ export const recoverOnce = <R>(config: RecoveryConfig<R>): Effect.Effect<Recover
 export const recovery = <R>(config: RecoveryConfig<R>): Layer.Layer<never, InvalidConfig, SagaStore | R> =>
   Layer.effectDiscard(Effect.gen(function*() {
     const s = yield* decodeConfig(config)
+    yield* Metrics.initializeSagas
     yield* Effect.forkScoped(every(s.interval, "saga recovery round", recoverRound(config.registry, s), { jitter: 0.2 }))
   })) as Layer.Layer<never, InvalidConfig, SagaStore | R>
