@@ -157,8 +157,12 @@ const traceOf = (broker: "memory" | "rabbitmq") =>
       assert.deepStrictEqual(chain.slice(-2), ["POST /orders", `?${callerSpan}`], "the HTTP request is the root in this service, a child of the caller's span")
 
       // The metrics went out too.
-      await until("the metrics", () => receiver.metricNames, (names) => names.has("tidings_outbox_published_total"), 30_000)
-      assert.isTrue(receiver.metricNames.has("tidings_consumer_handle_duration_seconds"))
+      // Waited for together: an export made before the first handle has the counters (registered at
+      // zero when the relay starts) but not yet the handle histogram.
+      const exported = ["tidings_outbox_published_total", "tidings_consumer_handle_duration_seconds"]
+      await until("the metrics", () => receiver.metricNames, (names) => exported.every((n) => names.has(n)), 30_000).catch((error) => {
+        throw new Error(`${error.message}; received: ${[...receiver.metricNames].join(", ")}`)
+      })
 
       // For the report: the trace, as received.
       console.log(`[otlp ${broker}] trace ${traceId}: ${spans.length} spans`)
