@@ -33,7 +33,7 @@ const settings = Settings.all({
 const Worker = (s: Effect.Success<typeof settings>) =>
   Relay.layer(s.relay).pipe(
     // LISTEN for the commits of producers whose store sends NOTIFY; the others are found by polling.
-    Layer.provideMerge(Layer.mergeAll(PgOutboxStore.layer(s.outbox), WebhookPublisher.layerConfig("WEBHOOK"), PgWakeup.layer())),
+    Layer.provideMerge(Layer.mergeAll(PgOutboxStore.layer(s.outbox), WebhookPublisher.layerConfig("WEBHOOK"), PgWakeup.layer({ schema: s.outbox.schema }))),
     Layer.provide(PgClient.layer(s.pg))
   )
 
@@ -48,7 +48,7 @@ const fiber = Effect.runFork(
     yield* Layer.build(Worker(s))
     const url = yield* Config.String("WEBHOOK_URL")
     const types = yield* Config.String("WEBHOOK_TYPES").pipe(Config.withDefault("#"))
-    say(`running: ${s.outbox.schema}.outbox → ${new URL(url).host} (${types})`)
+    say(`running: ${s.outbox.schema}.outbox → ${new URL(url).host} (${types}); Ctrl-C stops`)
     return yield* Effect.never
   }).pipe(Effect.scoped)
 )

@@ -11,7 +11,8 @@ import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Outbox from "../src/Outbox.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Relay from "../src/Relay.ts"
-import { eventually } from "./RelayContract.ts"
+import { eventually } from "@tidings/core/testing"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 
 const Placed = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ id: Schema.String }) })
 
@@ -90,7 +91,7 @@ describe("messaging spans", () => {
       assert.notProperty(attrs(send), "messaging.batch.message_count", "a single message has no batch count")
       assert.deepStrictEqual(handled, [message.id])
     }).pipe(
-      Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer())),
+      Effect.provide(Layer.mergeAll(MemoryOutboxStore.layer, MemoryBroker.layer())),
       Effect.provide(tracing.layer)
     )
   })
@@ -119,7 +120,7 @@ describe("messaging spans", () => {
       assert.includeMembers(names, ["create order.placed", "receive outbox", "send memory", "settle outbox"])
       assert.strictEqual(names.filter((n) => n === "receive outbox").length, 1, "only the claim that found the event")
     }).pipe(
-      Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer())),
+      Effect.provide(Layer.mergeAll(MemoryOutboxStore.layer, MemoryBroker.layer())),
       Effect.provide(tracing.layer)
     )
   })
@@ -142,7 +143,7 @@ describe("messaging spans", () => {
       const receive = tracing.spans.find((s) => s.name === "receive outbox")!
       assert.strictEqual(attrs(receive)["messaging.batch.message_count"], 3)
     }).pipe(
-      Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer())),
+      Effect.provide(Layer.mergeAll(MemoryOutboxStore.layer, MemoryBroker.layer())),
       Effect.provide(tracing.layer)
     )
   })

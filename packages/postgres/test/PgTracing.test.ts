@@ -11,7 +11,7 @@ import { OutboxStore } from "@tidings/core/OutboxStore"
 import * as Relay from "@tidings/core/Relay"
 import { Effect, Exit, Layer, Schema, Scope, Tracer } from "effect"
 import { makePgStore, pgClientLayer, pgUrl } from "../../../test/support/pg.ts"
-import { eventually } from "../../core/test/RelayContract.ts"
+import { eventually } from "@tidings/core/testing"
 
 const Pinged = Event.define("ping", { aggregateType: "ping", schema: Schema.Struct({ n: Schema.Int }) })
 

@@ -62,7 +62,7 @@ export const command = Command.make("relay", {
       yield* Layer.build(worker)
       const started = { schema, exchange, concurrency, ordering }
       if (s.json) yield* Out.json({ event: "started", ...started })
-      else yield* Out.line(`relay running: schema ${schema} → exchange ${exchange} (${concurrency} pollers, ${ordering}); SIGTERM or Ctrl-C stops it`)
+      else yield* Out.line(`relay running: schema ${schema} → exchange ${exchange} (${concurrency} pollers, ${ordering}); Ctrl-C stops (or SIGTERM)`)
       // Until interrupted (the signal): closing the scope stops claiming and lets in-flight batches finish.
       return yield* Effect.never
     })).pipe(Effect.onInterrupt(() => s.json ? Out.json({ event: "stopped" }) : Out.line("relay stopped")))
