@@ -72,7 +72,9 @@ export const middleware = (guard: Guard): MiddlewareHandler =>
  * @since 0.1.0
  * @category settings
  */
-export const ConfigSchema = Schema.Struct({
+export const ConfigSchema: Schema.Struct<{
+  readonly token: Schema.optional<Schema.Codec<Redacted.Redacted<string>, string | Redacted.Redacted<string>>>
+}> = Schema.Struct({
   token: Schema.optional(Settings.secret({
     check: (token) =>
       token.length >= minTokenLength && !/\s/.test(token)
@@ -88,13 +90,17 @@ export const ConfigSchema = Schema.Struct({
  */
 export const environment: Settings.Environment<typeof ConfigSchema> = { component: "Auth", schema: ConfigSchema, prefix: "TIDINGS_ADMIN" }
 
+// Typed apart from the class, so that JSR's fast check reads it (no slow type).
+const AdminTokenKey: EffectContext.ServiceClass<AdminToken, "@tidings/hono/Auth/AdminToken", { readonly token: Redacted.Redacted<string> | undefined }> =
+  EffectContext.Service<AdminToken, { readonly token: Redacted.Redacted<string> | undefined }>()("@tidings/hono/Auth/AdminToken")
+
 /**
  * The admin token of the app (`undefined`: none configured, the admin routes are closed), for
  * routes built inside the app's layers.
  * @since 0.1.0
  * @category services
  */
-export class AdminToken extends EffectContext.Service<AdminToken, { readonly token: Redacted.Redacted<string> | undefined }>()("@tidings/hono/Auth/AdminToken") {}
+export class AdminToken extends AdminTokenKey {}
 
 /**
  * The admin token from the environment (`TIDINGS_ADMIN_TOKEN`, or `<prefix>_TOKEN`), checked:

@@ -259,7 +259,11 @@ export const scoped = (app: Fetchable, options: Options = {}): Effect.Effect<Ser
  * @since 0.1.0
  * @category settings
  */
-export const ConfigSchema = Schema.Struct({
+export const ConfigSchema: Schema.Struct<{
+  readonly port: Schema.withDecodingDefault<Schema.Codec<number>>
+  readonly hostname: Schema.withDecodingDefault<Schema.String>
+  readonly gracePeriodMs: Schema.withDecodingDefault<Schema.Codec<number>>
+}> = Schema.Struct({
   port: Settings.int(0, 65535).pipe(Schema.withDecodingDefault(Effect.succeed(0))),
   hostname: Schema.String.check(Schema.isMinLength(1)).pipe(Schema.withDecodingDefault(Effect.succeed("127.0.0.1"))),
   gracePeriodMs: Settings.int(0, 3_600_000).pipe(Schema.withDecodingDefault(Effect.succeed(10_000)))
@@ -281,12 +285,15 @@ export const environment: Settings.Environment<typeof ConfigSchema> = { componen
  */
 export const config = (options: Settings.EnvironmentOptions<Options> = {}): Effect.Effect<Options, InvalidConfig> => Settings.read(environment, options)
 
+// Typed apart from the class, so that JSR's fast check reads it (no slow type).
+const ListeningKey: Context.ServiceClass<Listening, "@tidings/hono/Serve/Listening", Server> = Context.Service<Listening, Server>()("@tidings/hono/Serve/Listening")
+
 /**
  * The listening server of {@link layer}.
  * @since 0.1.0
  * @category services
  */
-export class Listening extends Context.Service<Listening, Server>()("@tidings/hono/Serve/Listening") {}
+export class Listening extends ListeningKey {}
 
 /**
  * Serves `app` while the layer lives (closing it lets in-flight requests finish, up to the grace

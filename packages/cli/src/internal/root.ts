@@ -51,7 +51,11 @@ const flagged: ReadonlyArray<readonly [variable: string, flag: string]> = [
  * Reads settings with the flags given (and `extra` variables, for a command's own flags) laid over
  * the environment; problems name the flag with its variable.
  */
-export const read = <A, R>(effect: Effect.Effect<A, InvalidConfig, R>, extra: Readonly<Record<string, string | undefined>> = {}, flags: ReadonlyArray<readonly [string, string]> = []) =>
+export const read = <A, R>(
+  effect: Effect.Effect<A, InvalidConfig, R>,
+  extra: Readonly<Record<string, string | undefined>> = {},
+  flags: ReadonlyArray<readonly [string, string]> = []
+): Effect.Effect<A, InvalidConfig, Command.CommandContext<"tidings"> | R> =>
   Effect.flatMap(settings, (s) => {
     const given: Record<string, string> = {}
     const put = (name: string, value: string | undefined) => value === undefined ? undefined : (given[name] = value)
