@@ -12,16 +12,23 @@ import * as path from "node:path"
 import { packages } from "../scripts/pack.ts"
 import { denoBinary, root } from "./support/runtimes.ts"
 
-/** Packages whose `deno publish --dry-run` passes without --allow-slow-types. Add each one as it gets there. */
-const withoutSlowTypes: ReadonlyArray<string> = []
+/** Packages whose `deno publish --dry-run` passes without --allow-slow-types. */
+const withoutSlowTypes: ReadonlyArray<string> = ["rabbitmq", "hono", "webhooks", "cli"]
 
 /**
- * Slow-type errors per package when this test was written (2026-11-26), by kind:
- * core 50 (27 missing-explicit-type, 23 unsupported-super-class-expr), postgres 3 (super class),
- * rabbitmq 8 (6 super class, 2 missing-explicit-type), hono 9 (6 super class, 2
- * missing-explicit-return-type, 1 missing-explicit-type). A count may only go down.
+ * Slow-type errors left per package (2026-11-26: core 50, postgres 3, rabbitmq 8, hono 9; they had
+ * grown to core 69, postgres 5, rabbitmq 11, hono 13, webhooks 4, cli 33 before explicit types were
+ * added). A count may only go down. What is left are the service and error classes of files another
+ * change is rewriting, each fixed by a typed base, as everywhere else:
+ * - core: `Relay`, `Publisher`, `OutboxStore` (Relay.ts, Publisher.ts, OutboxStore.ts):
+ *   `const RelayBase: Context.ServiceClass<Relay, "@tidings/core/Relay", Service> = Context.Service<Relay, Service>()("@tidings/core/Relay")`
+ *   then `export class Relay extends RelayBase {}` (the same for the other two);
+ * - postgres: `PgClient` and `PgConfigError` (PgClient.ts): `const PgClientBase: Context.ServiceClass<PgClient,
+ *   "@tidings/postgres/PgClient", PgClientShape> = ...` and `const PgConfigErrorBase: Schema.Class<PgConfigError,
+ *   Schema.TaggedStruct<"PgConfigError", { readonly message: Schema.String }>, Cause.YieldableError> = ...`.
+ * Then move both packages to {@link withoutSlowTypes}.
  */
-const slowTypes: Readonly<Record<string, number>> = { core: 50, postgres: 3, rabbitmq: 8, hono: 9 }
+const slowTypes: Readonly<Record<string, number>> = { core: 3, postgres: 2 }
 
 /**
  * `deno publish --dry-run` for one package. With `allowSlowTypes`, type checking is skipped too
@@ -60,6 +67,6 @@ describe("JSR", () => {
       const lenient = publish(pkg.dir, true)
       assert.strictEqual(lenient.status, 0, lenient.output.slice(-4000))
       assert.include(lenient.output, `Simulating publish of ${pkg.name}@${pkg.version}`)
-    }, 180_000)
+    })
   }
 })

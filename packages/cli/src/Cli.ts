@@ -16,7 +16,7 @@ import * as Relay from "./internal/commands/relay.ts"
 import * as Saga from "./internal/commands/saga.ts"
 import * as Environment from "./internal/environment.ts"
 import * as Out from "./internal/output.ts"
-import { root } from "./internal/root.ts"
+import { type CommandError, root, type SharedFlags } from "./internal/root.ts"
 
 export { Output } from "./internal/output.ts"
 export type { Service as OutputService } from "./internal/output.ts"
@@ -25,7 +25,7 @@ export type { Service as OutputService } from "./internal/output.ts"
 export const version = "0.1.0"
 
 /** The command tree. */
-export const command = root.pipe(
+export const command: Command.Command<"tidings", SharedFlags, SharedFlags, CommandError | Doctor.ProblemsFound, never> = root.pipe(
   Command.withSubcommands([Migrate.command, Outbox.command, Inbox.command, DeadLetters.command, Saga.command, Relay.command, Doctor.command])
 )
 

@@ -5,18 +5,23 @@
  * (`Saga.recovery`) by compare-and-set instead of running anything here.
  * @module
  */
-import { Clock, Duration, Effect, Option, Schema } from "effect"
+import { type Cause, Clock, Duration, Effect, Option, Schema } from "effect"
 import type { StoreError } from "./Errors.ts"
 import { InboxStore } from "./InboxStore.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import { type Execution, type SagaConflict, SagaNotFound, type SagaRecord, SagaStore, type StepStatus, type StepUpdate } from "./SagaStore.ts"
 import { Wakeups } from "./Wakeup.ts"
 
-/** An operator action that the saga's state does not allow (e.g. compensating a completed saga). */
-export class SagaActionConflict extends Schema.TaggedError<SagaActionConflict>()("SagaActionConflict", {
+const SagaActionConflictBase: Schema.Class<SagaActionConflict, Schema.TaggedStruct<"SagaActionConflict", {
+  readonly sagaId: Schema.String
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<SagaActionConflict>()("SagaActionConflict", {
   sagaId: Schema.String,
   message: Schema.String
-}) {
+})
+
+/** An operator action that the saga's state does not allow (e.g. compensating a completed saga). */
+export class SagaActionConflict extends SagaActionConflictBase {
   get isRetryable(): boolean {
     return false
   }

@@ -5,16 +5,27 @@
 import { Schema } from "effect"
 
 /** A UUIDv7 string: time-ordered, so ids sort roughly by creation. */
-export const MessageId = Schema.String.check(Schema.isUUID())
+export const MessageId: Schema.String = Schema.String.check(Schema.isUUID())
 
 const NonEmpty = Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(255))
 
 /** String headers carried with a message; `traceparent` holds the W3C trace context of the append. */
-export const Headers = Schema.Record(Schema.String, Schema.String)
+export const Headers: Schema.$Record<Schema.String, Schema.String> = Schema.Record(Schema.String, Schema.String)
 export type Headers = typeof Headers.Type
 
 /** An event as written to the outbox and published: payload already encoded by its schema (JSON). */
-export const Message = Schema.Struct({
+export const Message: Schema.Struct<{
+  readonly id: Schema.String
+  readonly type: Schema.String
+  readonly version: Schema.Int
+  readonly aggregateType: Schema.String
+  readonly aggregateId: Schema.String
+  /** Events of one key are published in order by the per-key relay; defaults to the aggregate id. */
+  readonly orderingKey: Schema.String
+  readonly payload: Schema.Unknown
+  readonly headers: Schema.$Record<Schema.String, Schema.String>
+  readonly occurredAt: Schema.Date
+}> = Schema.Struct({
   id: MessageId,
   type: NonEmpty,
   version: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
@@ -29,7 +40,18 @@ export const Message = Schema.Struct({
 export interface Message extends Schema.Schema.Type<typeof Message> {}
 
 /** Message with its dates as ISO strings: the wire format. */
-export const MessageJson = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
+export const MessageJson: Schema.Struct<{
+  readonly id: Schema.String
+  readonly type: Schema.String
+  readonly version: Schema.Int
+  readonly aggregateType: Schema.String
+  readonly aggregateId: Schema.String
+  /** Events of one key are published in order by the per-key relay; defaults to the aggregate id. */
+  readonly orderingKey: Schema.String
+  readonly payload: Schema.Unknown
+  readonly headers: Schema.$Record<Schema.String, Schema.String>
+  readonly occurredAt: Schema.DateFromString
+}> = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
 
 /** Header names Tidings sets itself. */
 export const HeaderNames = {

@@ -54,7 +54,10 @@ type InputError = HttpErrors.BadRequest | HttpErrors.PayloadTooLarge | HttpError
  * Runs `effect` in one outbox transaction, retried along `retry` (when given) on retryable errors.
  * Use it in your own handlers when {@link handler} does not fit.
  */
-export const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>, retry?: Schedule.Schedule<unknown, unknown>) => {
+export const transaction = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  retry?: Schedule.Schedule<unknown, unknown>
+): Effect.Effect<A, E | StoreError, R | OutboxStore> => {
   const once = Outbox.transaction(effect)
   return retry === undefined ? once : once.pipe(Effect.retry({ schedule: retry, while: isRetryable }))
 }

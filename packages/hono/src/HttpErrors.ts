@@ -12,7 +12,10 @@ import type { ErrorHandler, NotFoundHandler } from "hono"
 import * as Json from "./internal/json.ts"
 
 /** One problem with a request, with the path into the input (`["body", "items", 0, "sku"]`). */
-export const Issue = Schema.Struct({ path: Schema.Array(Schema.Union([Schema.String, Schema.Number])), message: Schema.String })
+export const Issue: Schema.Struct<{
+  readonly path: Schema.$Array<Schema.Union<readonly [Schema.String, Schema.Number]>>
+  readonly message: Schema.String
+}> = Schema.Struct({ path: Schema.Array(Schema.Union([Schema.String, Schema.Number])), message: Schema.String })
 export type Issue = typeof Issue.Type
 
 /** The body of every error response. */
@@ -24,67 +27,104 @@ export interface ErrorBody {
   }
 }
 
-/** The request is malformed: bad JSON, a body, path or query parameter failing its schema. */
-export class BadRequest extends Schema.TaggedError<BadRequest>()("BadRequest", {
+const BadRequestBase: Schema.Class<BadRequest, Schema.TaggedStruct<"BadRequest", {
+  readonly message: Schema.String
+  readonly issues: Schema.optional<Schema.$Array<typeof Issue>>
+}>, Cause.YieldableError> = Schema.TaggedError<BadRequest>()("BadRequest", {
   message: Schema.String,
   issues: Schema.optional(Schema.Array(Issue))
-}) {
+})
+
+/** The request is malformed: bad JSON, a body, path or query parameter failing its schema. */
+export class BadRequest extends BadRequestBase {
   get httpStatus(): number {
     return 400
   }
 }
 
+const UnauthorizedBase: Schema.Class<Unauthorized, Schema.TaggedStruct<"Unauthorized", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<Unauthorized>()("Unauthorized", { message: Schema.String })
+
 /** No credentials, or wrong ones. */
-export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthorized", { message: Schema.String }) {
+export class Unauthorized extends UnauthorizedBase {
   get httpStatus(): number {
     return 401
   }
 }
 
+const ForbiddenBase: Schema.Class<Forbidden, Schema.TaggedStruct<"Forbidden", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<Forbidden>()("Forbidden", { message: Schema.String })
+
 /** The route is closed (admin routes without a configured token or middleware) or the caller may not use it. */
-export class Forbidden extends Schema.TaggedError<Forbidden>()("Forbidden", { message: Schema.String }) {
+export class Forbidden extends ForbiddenBase {
   get httpStatus(): number {
     return 403
   }
 }
 
+const NotFoundBase: Schema.Class<NotFound, Schema.TaggedStruct<"NotFound", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<NotFound>()("NotFound", { message: Schema.String })
+
 /** The resource does not exist. */
-export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", { message: Schema.String }) {
+export class NotFound extends NotFoundBase {
   get httpStatus(): number {
     return 404
   }
 }
 
+const MethodNotAllowedBase: Schema.Class<MethodNotAllowed, Schema.TaggedStruct<"MethodNotAllowed", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", { message: Schema.String })
+
 /** The path exists, but not for this method (the `Allow` header lists the methods it has). */
-export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", { message: Schema.String }) {
+export class MethodNotAllowed extends MethodNotAllowedBase {
   get httpStatus(): number {
     return 405
   }
 }
 
+const PayloadTooLargeBase: Schema.Class<PayloadTooLarge, Schema.TaggedStruct<"PayloadTooLarge", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", { message: Schema.String })
+
 /** The request body is larger than the limit (see `Safety`); it was not read past the limit. */
-export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", { message: Schema.String }) {
+export class PayloadTooLarge extends PayloadTooLargeBase {
   get httpStatus(): number {
     return 413
   }
 }
 
+const UnsupportedMediaTypeBase: Schema.Class<UnsupportedMediaType, Schema.TaggedStruct<"UnsupportedMediaType", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", { message: Schema.String })
+
 /** The body is not of a media type the route reads (JSON routes need `application/json`). */
-export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", { message: Schema.String }) {
+export class UnsupportedMediaType extends UnsupportedMediaTypeBase {
   get httpStatus(): number {
     return 415
   }
 }
 
+const ConflictBase: Schema.Class<Conflict, Schema.TaggedStruct<"Conflict", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<Conflict>()("Conflict", { message: Schema.String })
+
 /** The request conflicts with the resource's current state. */
-export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", { message: Schema.String }) {
+export class Conflict extends ConflictBase {
   get httpStatus(): number {
     return 409
   }
 }
 
+const NotImplementedBase: Schema.Class<NotImplemented, Schema.TaggedStruct<"NotImplemented", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<NotImplemented>()("NotImplemented", { message: Schema.String })
+
 /** The server does not provide this feature (e.g. a view over a store the app does not use). */
-export class NotImplemented extends Schema.TaggedError<NotImplemented>()("NotImplemented", { message: Schema.String }) {
+export class NotImplemented extends NotImplementedBase {
   get httpStatus(): number {
     return 501
   }

@@ -15,7 +15,7 @@
  */
 import type { Channel, ConfirmChannel, GetMessage } from "amqplib"
 import { Buffer } from "node:buffer"
-import { Context, Effect, Layer, Schema, Semaphore, type Scope } from "effect"
+import { type Cause, Context, Effect, Layer, Schema, type Scope, Semaphore } from "effect"
 import { AmqpConnection } from "./AmqpConnection.ts"
 import { InvalidConfig } from "@tidings/core/Errors"
 import { AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
@@ -49,11 +49,16 @@ export interface DeadLetterMessage {
   readonly body: string
 }
 
-/** A queue that is not one of the configured dead-letter queues (nor their work queues). */
-export class DeadLetterQueueNotFound extends Schema.TaggedError<DeadLetterQueueNotFound>()("DeadLetterQueueNotFound", {
+const DeadLetterQueueNotFoundBase: Schema.Class<DeadLetterQueueNotFound, Schema.TaggedStruct<"DeadLetterQueueNotFound", {
+  readonly queue: Schema.String
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<DeadLetterQueueNotFound>()("DeadLetterQueueNotFound", {
   queue: Schema.String,
   message: Schema.String
-}) {
+})
+
+/** A queue that is not one of the configured dead-letter queues (nor their work queues). */
+export class DeadLetterQueueNotFound extends DeadLetterQueueNotFoundBase {
   get isRetryable(): boolean {
     return false
   }
@@ -79,8 +84,10 @@ export interface Service {
   readonly replay: (queue: string, options?: ReplayOptions) => Effect.Effect<number, AmqpConnectionError | DeadLetterQueueNotFound>
 }
 
+const DeadLettersBase: Context.ServiceClass<DeadLetters, "@tidings/rabbitmq/DeadLetters", Service> = Context.Service<DeadLetters, Service>()("@tidings/rabbitmq/DeadLetters")
+
 /** The service of {@link layer}. */
-export class DeadLetters extends Context.Service<DeadLetters, Service>()("@tidings/rabbitmq/DeadLetters") {}
+export class DeadLetters extends DeadLettersBase {}
 
 /** The header counting replays of a message. */
 export const replayedHeader = "tidings-replayed"

@@ -56,11 +56,16 @@ export interface Webhook {
   readonly headers: Headers
 }
 
-/** Why a request was refused before its handler ran. */
-export class WebhookRejected extends Schema.TaggedError<WebhookRejected>()("WebhookRejected", {
+const WebhookRejectedBase: Schema.Class<WebhookRejected, Schema.TaggedStruct<"WebhookRejected", {
+  readonly status: Schema.Int
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<WebhookRejected>()("WebhookRejected", {
   status: Schema.Int,
   message: Schema.String
-}) {
+})
+
+/** Why a request was refused before its handler ran. */
+export class WebhookRejected extends WebhookRejectedBase {
   get isRetryable(): boolean {
     return false
   }

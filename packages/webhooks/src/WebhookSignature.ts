@@ -10,7 +10,7 @@
  * Everything runs on WebCrypto (`crypto.subtle`), so it works on Node, Deno, Bun and Workers.
  * @module
  */
-import { Effect, Redacted, Schema } from "effect"
+import { type Cause, Effect, Redacted, Schema } from "effect"
 import * as Hmac from "./internal/hmac.ts"
 
 /** Header names of the convention. */
@@ -23,10 +23,14 @@ export const Headers = {
 /** A secret as given: `whsec_…` text, plain or `Redacted`. */
 export type SecretInput = string | Redacted.Redacted<string>
 
-/** A secret that cannot be used (not base64, too short or too long). The secret itself is never in the message. */
-export class InvalidSecret extends Schema.TaggedError<InvalidSecret>()("InvalidSecret", {
+const InvalidSecretBase: Schema.Class<InvalidSecret, Schema.TaggedStruct<"InvalidSecret", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<InvalidSecret>()("InvalidSecret", {
   message: Schema.String
-}) {
+})
+
+/** A secret that cannot be used (not base64, too short or too long). The secret itself is never in the message. */
+export class InvalidSecret extends InvalidSecretBase {
   get isRetryable(): boolean {
     return false
   }

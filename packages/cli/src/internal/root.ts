@@ -3,24 +3,55 @@
  * `TIDINGS_PG_URL`), the schema (`--schema` / `TIDINGS_SCHEMA`, default `tidings`) and the broker
  * (`--amqp-url` / `TIDINGS_AMQP_URL`), and the layers built from them.
  */
+import type { SagaActionError } from "@tidings/core/Admin"
+import type { InvalidConfig, StoreError } from "@tidings/core/Errors"
 import { InboxStore } from "@tidings/core/InboxStore"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { SagaStore } from "@tidings/core/SagaStore"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
+import type { AmqpConnectionError, TopologyError } from "@tidings/rabbitmq/AmqpErrors"
+import type { DeadLetterQueueNotFound } from "@tidings/rabbitmq/DeadLetters"
 import type * as Topology from "@tidings/rabbitmq/Topology"
 import * as PgClient from "@tidings/postgres/PgClient"
 import * as PgInboxStore from "@tidings/postgres/PgInboxStore"
 import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import * as PgSagaStore from "@tidings/postgres/PgSagaStore"
-import { Config, Effect, Layer, Option, type Redacted, Schedule, Schema } from "effect"
+import { type Cause, Config, Effect, Layer, Option, type Redacted, Schedule, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
-import type { SqlClient } from "effect/sql"
+import type { SqlClient, SqlError } from "effect/sql"
+
+const SettingErrorBase: Schema.Class<SettingError, Schema.TaggedStruct<"SettingError", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<SettingError>()("SettingError", { message: Schema.String })
 
 /** A setting the command needs is missing or unusable; the message says which and how to give it. */
-export class SettingError extends Schema.TaggedError<SettingError>()("SettingError", { message: Schema.String }) {}
+export class SettingError extends SettingErrorBase {}
+
+/** The flags every subcommand accepts. */
+export interface SharedFlags {
+  readonly json: boolean
+  readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
+  readonly schema: string
+  readonly amqpUrl: Option.Option<Redacted.Redacted<string>>
+}
+
+/** What a subcommand may fail with (the doctor adds `ProblemsFound`). */
+export type CommandError =
+  | SettingError
+  | InvalidConfig
+  | StoreError
+  | PgClient.PgConfigError
+  | SqlError.SqlError
+  | AmqpConnectionError
+  | TopologyError
+  | DeadLetterQueueNotFound
+  | SagaActionError
+
+/** A subcommand of `tidings` with its flags. */
+export type Subcommand<Name extends string, Input = {}> = Command.Command<Name, Input, {}, CommandError, Command.CommandContext<"tidings">>
 
 /** `tidings`, with the flags every subcommand accepts (before or after its name). */
-export const root = Command.make("tidings").pipe(
+export const root: Command.Command<"tidings", SharedFlags, SharedFlags, never, never> = Command.make("tidings").pipe(
   Command.withSharedFlags({
     json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("Print JSON for scripts instead of tables")),
     databaseUrl: Flag.Redacted("database-url").pipe(
@@ -43,7 +74,7 @@ export const root = Command.make("tidings").pipe(
 )
 
 /** The shared settings of the current run. */
-export const settings = Effect.gen(function*() {
+export const settings: Effect.Effect<SharedFlags, never, Command.CommandContext<"tidings">> = Effect.gen(function*() {
   const s = yield* root
   return { json: s.json, schema: s.schema, databaseUrl: s.databaseUrl, amqpUrl: s.amqpUrl }
 })
@@ -52,10 +83,10 @@ const databaseUrl = Effect.flatMap(settings, (s): Effect.Effect<Redacted.Redacte
   Option.isSome(s.databaseUrl) ? Effect.succeed(s.databaseUrl.value) : Effect.fail(new SettingError({ message: "no database: pass --database-url or set TIDINGS_PG_URL" })))
 
 /** The database client, for a short-lived command (two connections at most). */
-export const databaseLayer = Layer.unwrap(Effect.map(databaseUrl, (url) => PgClient.layer({ url, maxConnections: 2, applicationName: "tidings-cli" })))
+export const databaseLayer: Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, PgClient.PgConfigError | SettingError | SqlError.SqlError, Command.CommandContext<"tidings">> = Layer.unwrap(Effect.map(databaseUrl, (url) => PgClient.layer({ url, maxConnections: 2, applicationName: "tidings-cli" })))
 
 /** The stores of the schema over the database. */
-export const storesLayer = Layer.unwrap(Effect.map(settings, (s) =>
+export const storesLayer: Layer.Layer<InboxStore | OutboxStore | SagaStore, InvalidConfig, Command.CommandContext<"tidings"> | SqlClient.SqlClient> = Layer.unwrap(Effect.map(settings, (s) =>
   Layer.mergeAll(PgOutboxStore.layer({ schema: s.schema }), PgInboxStore.layer({ schema: s.schema }), PgSagaStore.layer({ schema: s.schema }))))
 
 /** Runs `effect` with the database and the stores. */

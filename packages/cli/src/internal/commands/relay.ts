@@ -11,10 +11,16 @@ import * as PgWakeup from "@tidings/postgres/PgWakeup"
 import { Config, Effect, Layer } from "effect"
 import { Command, Flag } from "effect/cli"
 import * as Out from "../output.ts"
-import { brokerLayer, databaseLayer, schemaName, settings } from "../root.ts"
+import { brokerLayer, databaseLayer, schemaName, settings, type Subcommand } from "../root.ts"
 
 /** `tidings relay` */
-export const command = Command.make("relay", {
+export const command: Subcommand<"relay", {
+  readonly exchange: string
+  readonly concurrency: number
+  readonly batchSize: number
+  readonly ordering: "per-key" | "unordered"
+  readonly maxAttempts: number
+}> = Command.make("relay", {
   exchange: Flag.String("exchange").pipe(Flag.withFallbackConfig(Config.String("TIDINGS_EXCHANGE")), Flag.withDescription("The exchange events are published to (default: TIDINGS_EXCHANGE); declared (topic, durable) when missing")),
   concurrency: Flag.Int("concurrency").pipe(Flag.withDefault(2), Flag.withDescription("Pollers")),
   batchSize: Flag.Int("batch-size").pipe(Flag.withDefault(100), Flag.withDescription("Events per claim")),
