@@ -1,0 +1,73 @@
+/**
+ * The shape of the packages' sources: no import circles (type imports included), the layering
+ * (core depends on effect only, each driver on core and its own client library), and no source file
+ * over 450 lines (split past ~400: a file holds one thing).
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { circles, sourceGraph } from "./support/importGraph.ts"
+import { root } from "./support/runtimes.ts"
+
+const graph = sourceGraph(root)
+
+describe("structure of packages/*/src", () => {
+  it("reads every package's sources", () => {
+    for (const pkg of ["core", "postgres", "rabbitmq", "hono", "webhooks", "cli"]) {
+      assert.isAbove(graph.filter((f) => f.pkg === pkg).length, 2, pkg)
+    }
+    // The reader sees type imports and workspace imports (else the checks below would prove little).
+    const relay = graph.find((f) => f.file === "packages/core/src/Relay.ts")!
+    assert.include(relay.imports, "packages/core/src/Publisher.ts")
+    assert.isTrue(graph.some((f) => f.imports.includes("packages/core/src/Errors.ts") && f.pkg !== "core"))
+  })
+
+  it("finds a circle when there is one", () => {
+    const found = circles([
+      { file: "a.ts", pkg: "x", imports: ["b.ts"], external: [] },
+      { file: "b.ts", pkg: "x", imports: ["c.ts"], external: [] },
+      { file: "c.ts", pkg: "x", imports: ["a.ts", "d.ts"], external: [] },
+      { file: "d.ts", pkg: "x", imports: [], external: [] }
+    ])
+    assert.deepStrictEqual(found, [["a.ts", "b.ts", "c.ts", "a.ts"]])
+  })
+
+  it("has no import circles, type imports included", () => {
+    assert.deepStrictEqual(circles(graph).map((cycle) => cycle.join(" → ")), [])
+  })
+
+  it("every import resolves to a file", () => {
+    const missing = graph.flatMap((f) => f.imports.filter((i) => !fs.existsSync(path.join(root, i))).map((i) => `${f.file} → ${i}`))
+    assert.deepStrictEqual(missing, [])
+  })
+
+  it("layering: each package imports only its declared dependencies (core: effect; drivers: core and their client)", () => {
+    const wrong: Array<string> = []
+    for (const f of graph) {
+      const manifest = JSON.parse(fs.readFileSync(path.join(root, "packages", f.pkg, "package.json"), "utf8"))
+      const allowed = new Set([...Object.keys(manifest.dependencies ?? {}), ...Object.keys(manifest.peerDependencies ?? {})])
+      for (const spec of f.external) {
+        const name = spec.startsWith("@") ? spec.split("/").slice(0, 2).join("/") : spec.split("/")[0]!
+        if (!spec.startsWith("node:") && !allowed.has(name)) wrong.push(`${f.file} imports ${spec}`)
+      }
+      for (const target of f.imports) {
+        const pkg = target.split("/")[1]!
+        if (pkg !== f.pkg && !allowed.has(`@tidings/${pkg}`)) wrong.push(`${f.file} imports ${target}`)
+        // Another package is reached through its public modules only.
+        if (pkg !== f.pkg && target.includes("/internal/")) wrong.push(`${f.file} imports ${target}`)
+      }
+    }
+    assert.deepStrictEqual(wrong, [])
+    // core's main entry needs nothing but effect: the test-only peers are for core/testing.
+    const mainReach = graph.filter((f) => f.pkg === "core" && !f.file.includes("/testing")).flatMap((f) => f.external)
+    assert.deepStrictEqual([...new Set(mainReach.map((s) => s.split("/")[0]!))].filter((s) => s !== "effect" && !s.startsWith("node:")), [])
+  })
+
+  it("no source file is over 450 lines", () => {
+    const long = graph
+      .map((f) => ({ file: f.file, lines: fs.readFileSync(path.join(root, f.file), "utf8").split("\n").length }))
+      .filter((f) => f.lines > 450)
+      .map((f) => `${f.file}: ${f.lines} lines`)
+    assert.deepStrictEqual(long, [])
+  })
+})
