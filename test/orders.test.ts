@@ -91,7 +91,7 @@ const startService = async (broker: Broker) => {
     TIDINGS_LOG_LEVEL: "Error"
   })
   try {
-    await waitForOutput(child, "serving; Ctrl-C stops", 60_000)
+    await waitForOutput(child, "serving; Ctrl-C stops")
   } catch (error) {
     child.kill("SIGKILL")
     throw error
@@ -119,14 +119,14 @@ const serviceSuite = (broker: Broker) =>
 
     beforeAll(async () => {
       service = await startService(broker)
-    }, 90_000)
+    })
 
     afterAll(async () => {
       if (service === undefined) return
       await stopChild(service.child)
       await dropSchema(service.schema)
       if (broker === "rabbitmq") await deleteRabbitEntities(`tidings.${service.schema}`)
-    }, 60_000)
+    })
 
     it("places orders; the sagas complete, or compensate when the payment fails or the stock is short", async () => {
       const place = (n: number, customer: string, sku: string, quantity: number, amountCents: number) =>
@@ -161,7 +161,7 @@ const serviceSuite = (broker: Broker) =>
       assert.deepStrictEqual(view.json.steps.map((s: { status: string }) => s.status), ["compensated", "failed"])
       const stock = await http("GET", "/stock")
       assert.deepStrictEqual(stock.json.stock, [{ sku: "book", available: 98 }, { sku: "lamp", available: 5 }, { sku: "mug", available: 49 }])
-    }, 60_000)
+    })
 
     it("keeps the order list (the projection) in step with the orders, per customer", async () => {
       const rows = await until("the projection to apply every outcome", () => http("GET", "/orders").then((r) => (r.json.orders as Array<Record<string, any>>).filter((o) => String(o["order_id"]).startsWith(run))), (rows) =>
@@ -174,7 +174,7 @@ const serviceSuite = (broker: Broker) =>
       ])
       assert.deepStrictEqual((await listed("mallory")).map((r) => r["order_id"]), [id(2)])
       assert.match(String((await listed("mallory"))[0]!["reason"]), /payment declined/)
-    }, 60_000)
+    })
 
     it("answers bad input with typed errors: 400 with issues, 404, 409, and 200 for a safe retry", async () => {
       const bad = await http("POST", "/orders", { body: { customer: "", sku: "book", quantity: 0, amountCents: 1.5 } })
@@ -193,7 +193,7 @@ const serviceSuite = (broker: Broker) =>
       const conflict = await http("POST", "/orders", { body: { orderId: id(1), customer: "ada", sku: "book", quantity: 3, amountCents: 2_598 } })
       assert.strictEqual(conflict.status, 409, conflict.text)
       assert.strictEqual(conflict.json.error.tag, "OrderIdConflict")
-    }, 30_000)
+    })
 
     it("refuses the admin routes without the token or with a wrong one; health and readiness are open", async () => {
       for (const [method, route] of [["GET", "/admin/outbox/failed"], ["GET", "/admin/outbox/stats"], ["GET", "/admin/inbox"], ["POST", "/admin/faults/publish"], ["GET", "/admin/broker"]] as const) {
@@ -213,7 +213,7 @@ const serviceSuite = (broker: Broker) =>
       const ready = await http("GET", "/ready")
       assert.strictEqual(ready.status, 200, ready.text)
       assert.deepStrictEqual(ready.json.checks.map((c: { name: string; status: string }) => `${c.name}=${c.status}`).sort(), ["broker=up", "postgres=up", "relay=up"])
-    }, 30_000)
+    })
 
     it("has safe HTTP defaults: 413 before reading a huge body, 415, 400 without an error log, 404/405, /ready details with the token", async () => {
       const port = Number(new URL(service.url).port)
@@ -276,7 +276,7 @@ const serviceSuite = (broker: Broker) =>
       for (const check of ready.json.checks) assert.deepStrictEqual(Object.keys(check).sort(), ["name", "status"])
       const detailed = await http("GET", "/ready", { token })
       for (const check of detailed.json.checks) assert.isNumber(check.durationMs)
-    }, 120_000)
+    })
 
     it("shows a failed outbox event in the admin view, and a retry through the admin route publishes it", async () => {
       const target = id(5)
@@ -307,7 +307,7 @@ const serviceSuite = (broker: Broker) =>
       const inbox = await http("GET", `/admin/inbox/${Domain.consumers.projection}/${failed!["id"]}`, { token })
       assert.strictEqual(inbox.status, 200, inbox.text)
       assert.strictEqual(inbox.json.status, "processed")
-    }, 60_000)
+    })
 
     it("serves /metrics as Prometheus text with the outbox, saga, inbox and consumer metrics", async () => {
       const res = await http("GET", "/metrics")
@@ -332,7 +332,7 @@ const serviceSuite = (broker: Broker) =>
       assert.strictEqual(buckets.find((b) => b.labels["le"] === "+Inf")?.value, count)
       const values = buckets.map((b) => b.value)
       assert.deepStrictEqual(values, [...values].sort((x, y) => x - y), "cumulative")
-    }, 30_000)
+    })
 
     it("stops cleanly on SIGTERM", async () => {
       const code = await stopChild(service.child)
@@ -343,7 +343,7 @@ const serviceSuite = (broker: Broker) =>
       // Deno's node:child_process reports a child that handled SIGTERM and exited 0 as killed by
       // SIGTERM; Node reports the real exit code.
       assert.strictEqual(code, runtime === "deno" ? "SIGTERM" : 0, service.child.output())
-    }, 30_000)
+    })
 
   })
 
@@ -399,7 +399,7 @@ describe(`the demo command on ${runtime}`, () => {
     const progress = lines.slice(0, lines.indexOf("— summary —"))
     assert.isTrue(progress.some((l) => / saga (completed|compensat)/.test(l)), output)
     assert.isBelow(Date.now() - started, 120_000)
-  }, 150_000)
+  })
 
   it("uses RabbitMQ when TIDINGS_AMQP_URL is set, and runs again on the same database", async () => {
     const schema = schemaName("ordersdemo")
@@ -418,7 +418,7 @@ describe(`the demo command on ${runtime}`, () => {
       await dropSchema(schema)
       await deleteRabbitEntities(`tidings.${schema}`)
     }
-  }, 150_000)
+  })
 
   it("refuses bad settings with a typed SettingsError and exit code 2", async () => {
     const cases: Array<[ReadonlyArray<string>, Record<string, string>, string]> = [
@@ -448,9 +448,9 @@ describe(`the demo command on ${runtime}`, () => {
       assert.notInclude(String(ok.pgUrl), "secret")
     }
     // and the process says so and exits 2, before starting anything
-    const { code, output } = await runDemo({ TIDINGS_SCHEMA: "Bad-Name" }, 30_000)
+    const { code, output } = await runDemo({ TIDINGS_SCHEMA: "Bad-Name" })
     assert.strictEqual(code, 2, output)
     assert.include(output, "TIDINGS_SCHEMA must be a lower-case SQL identifier")
     assert.notInclude(output, "starting PostgreSQL")
-  }, 60_000)
+  })
 })

@@ -12,6 +12,7 @@ import * as Projection from "@tidings/core/Projection"
 import { Effect, Fiber, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { freshSchema, pgClientLayer } from "../../../test/support/pg.ts"
+import { eventually } from "../../../test/support/progress.ts"
 import * as PgInboxStore from "../src/PgInboxStore.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 import * as PgProjection from "../src/PgProjection.ts"
@@ -158,14 +159,11 @@ describe("Projection on Postgres", () => {
         })
         const started = Date.now()
         // A loaded machine is slow, not stuck: fail only when nothing was handled for 30 s.
-        const stalled = Effect.gen(function*() {
-          let last = -1
-          while (last !== outcomes.done) {
-            last = outcomes.done
-            yield* Effect.sleep("30 seconds")
-          }
-          return yield* Effect.die(new Error(`projection stopped making progress: ${JSON.stringify(outcomes)}`))
-        })
+        const stalled = eventually(Effect.sync(() => outcomes.done), (done) => done === deliveries.length, {
+          what: "the projection to handle every delivery",
+          stallMs: 30_000,
+          intervalMs: 100
+        }).pipe(Effect.andThen(Effect.never))
         yield* Effect.raceFirst(Effect.all(Array.from({ length: 10 }, () => worker), { concurrency: "unbounded" }), stalled)
         console.log(`projection: ${deliveries.length} deliveries in ${Date.now() - started} ms`, outcomes)
         const o = outcomes
@@ -176,7 +174,7 @@ describe("Projection on Postgres", () => {
         assert.deepStrictEqual(yield* readView(schema), expected(events.map((e) => e.event)))
         assert.strictEqual(yield* Projection.appliedVersion(projection, "agg-007"), perAggregate)
       })
-    ), 600_000)
+    ))
 
   it.live("read-your-writes, then a rebuild from the outbox swaps in a fresh table; live handling continues on it", () =>
     withSchema((schema) =>
