@@ -85,7 +85,11 @@ const rules: ReadonlyArray<{ readonly match: RegExp; readonly how: "not run" | "
     how: "not run",
     reason: "its steps are what test/pack.test.ts (scripts/pack.ts, publint, attw, an install into a fresh project) and test/release.test.ts check"
   },
-  { match: /--serve\b|--worker\b/, how: "serve", reason: "a service runs until stopped: it runs until it says it is serving, then gets Ctrl-C (SIGINT) and must stop cleanly" }
+  {
+    match: /--serve\b|--worker\b|examples\/orders\/deploy\/(main|relay)\.ts$|tidings -- relay\b/,
+    how: "serve",
+    reason: "a service runs until stopped: it runs until it says it is serving, then gets Ctrl-C (SIGINT) and must stop cleanly"
+  }
 ]
 
 const ruleFor = (command: string) => rules.find((r) => r.match.test(command))

@@ -37,7 +37,7 @@ const app = App.routes(rt, { schema: settings.schema, adminToken: settings.admin
 const server = Deno.serve({
   port: Number(Deno.env.get("PORT") ?? "8000"),
   hostname: Deno.env.get("HOSTNAME") ?? "127.0.0.1",
-  onListen: ({ hostname, port }) => say(`listening on http://${hostname}:${port} (broker: ${transport._tag}, schema "${settings.schema}")`)
+  onListen: ({ hostname, port }) => say(`listening on http://${hostname}:${port} (broker: ${transport._tag}, schema "${settings.schema}"); Ctrl-C stops`)
 }, Serve.denoHandler(app))
 
 let stopping = false

@@ -45,7 +45,7 @@ const fiber = Effect.runFork(
   Effect.gen(function*() {
     const relay = yield* Layer.build(Worker)
     void relay
-    say(`running: ${schema}.outbox → ${new URL(url).host} (${types.join(", ")})`)
+    say(`running: ${schema}.outbox → ${new URL(url).host} (${types.join(", ")}); Ctrl-C stops`)
     return yield* Effect.never
   }).pipe(Effect.scoped)
 )

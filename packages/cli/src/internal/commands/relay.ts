@@ -40,7 +40,7 @@ export const command: Subcommand<"relay", {
       yield* Layer.build(worker)
       const started = { schema, exchange: f.exchange, concurrency: f.concurrency, ordering: f.ordering }
       if (s.json) yield* Out.json({ event: "started", ...started })
-      else yield* Out.line(`relay running: schema ${schema} → exchange ${f.exchange} (${f.concurrency} pollers, ${f.ordering}); SIGTERM or Ctrl-C stops it`)
+      else yield* Out.line(`relay running: schema ${schema} → exchange ${f.exchange} (${f.concurrency} pollers, ${f.ordering}); Ctrl-C stops (or SIGTERM)`)
       // Until interrupted (the signal): closing the scope stops claiming and lets in-flight batches finish.
       return yield* Effect.never
     })).pipe(Effect.onInterrupt(() => s.json ? Out.json({ event: "stopped" }) : Out.line("relay stopped")))
