@@ -14,7 +14,9 @@ export const onceOnly = [
   "test/pack.test.ts",
   "test/jsr.test.ts",
   "test/docs.test.ts",
-  "test/postgresMinimum.test.ts"
+  "test/postgresMinimum.test.ts",
+  "test/format.test.ts",
+  "test/structure.test.ts"
 ]
 
 const root = import.meta.dirname

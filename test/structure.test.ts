@@ -37,7 +37,9 @@ describe("structure of packages/*/src", () => {
   })
 
   it("every import resolves to a file", () => {
-    const missing = graph.flatMap((f) => f.imports.filter((i) => !fs.existsSync(path.join(root, i))).map((i) => `${f.file} → ${i}`))
+    const missing = graph.flatMap((f) =>
+      f.imports.filter((i) => !fs.existsSync(path.join(root, i))).map((i) => `${f.file} → ${i}`)
+    )
     assert.deepStrictEqual(missing, [])
   })
 
@@ -45,7 +47,10 @@ describe("structure of packages/*/src", () => {
     const wrong: Array<string> = []
     for (const f of graph) {
       const manifest = JSON.parse(fs.readFileSync(path.join(root, "packages", f.pkg, "package.json"), "utf8"))
-      const allowed = new Set([...Object.keys(manifest.dependencies ?? {}), ...Object.keys(manifest.peerDependencies ?? {})])
+      const allowed = new Set([
+        ...Object.keys(manifest.dependencies ?? {}),
+        ...Object.keys(manifest.peerDependencies ?? {})
+      ])
       for (const spec of f.external) {
         const name = spec.startsWith("@") ? spec.split("/").slice(0, 2).join("/") : spec.split("/")[0]!
         if (!spec.startsWith("node:") && !allowed.has(name)) wrong.push(`${f.file} imports ${spec}`)
@@ -60,7 +65,10 @@ describe("structure of packages/*/src", () => {
     assert.deepStrictEqual(wrong, [])
     // core's main entry needs nothing but effect: the test-only peers are for core/testing.
     const mainReach = graph.filter((f) => f.pkg === "core" && !f.file.includes("/testing")).flatMap((f) => f.external)
-    assert.deepStrictEqual([...new Set(mainReach.map((s) => s.split("/")[0]!))].filter((s) => s !== "effect" && !s.startsWith("node:")), [])
+    assert.deepStrictEqual(
+      [...new Set(mainReach.map((s) => s.split("/")[0]!))].filter((s) => s !== "effect" && !s.startsWith("node:")),
+      []
+    )
   })
 
   it("no source file is over 450 lines", () => {

@@ -36,8 +36,14 @@ const walk = (dir: string): ReadonlyArray<string> =>
 
 /** Every source file of every package under packages/, with its imports resolved. */
 export const sourceGraph = (root: string): ReadonlyArray<SourceFile> => {
-  const packages = fs.readdirSync(path.join(root, "packages")).filter((p) => fs.existsSync(path.join(root, "packages", p, "src")))
-  const byName = new Map(packages.map((p) => [JSON.parse(fs.readFileSync(path.join(root, "packages", p, "package.json"), "utf8")).name as string, p]))
+  const packages = fs.readdirSync(path.join(root, "packages")).filter((p) =>
+    fs.existsSync(path.join(root, "packages", p, "src"))
+  )
+  const byName = new Map(
+    packages.map((
+      p
+    ) => [JSON.parse(fs.readFileSync(path.join(root, "packages", p, "package.json"), "utf8")).name as string, p])
+  )
   const resolveWorkspace = (spec: string): string | undefined => {
     const m = /^(@tidings\/[^/]+)(?:\/(.+))?$/.exec(spec)
     const pkg = m === null ? undefined : byName.get(m[1]!)

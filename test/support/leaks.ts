@@ -13,7 +13,16 @@ import { afterAll, inject } from "vitest"
 import { waitFor } from "./progress.ts"
 
 /** Resource kinds that are not ours to close (the runtime's own, transient requests). */
-const ignored = new Set(["TTYWrap", "FSReqCallback", "FSReqPromise", "Immediate", "GetAddrInfoReqWrap", "FileHandle", "StatWatcher", "FSEventWrap"])
+const ignored = new Set([
+  "TTYWrap",
+  "FSReqCallback",
+  "FSReqPromise",
+  "Immediate",
+  "GetAddrInfoReqWrap",
+  "FileHandle",
+  "StatWatcher",
+  "FSEventWrap"
+])
 
 const count = (kinds: ReadonlyArray<string>): Map<string, number> => {
   const counts = new Map<string, number>()
@@ -52,13 +61,17 @@ const newHandles = (): string =>
     const o = h as Record<string, any>
     const name = o?.constructor?.name ?? typeof h
     if (o?.remotePort !== undefined) return `${name} ${o.remoteAddress}:${o.remotePort}`
-    if (o?.pid !== undefined && o?.spawnargs !== undefined) return `${name} ${o.pid} ${o.spawnargs.join(" ").slice(0, 120)}`
+    if (o?.pid !== undefined && o?.spawnargs !== undefined) {
+      return `${name} ${o.pid} ${o.spawnargs.join(" ").slice(0, 120)}`
+    }
     if (o?._handle?.fd !== undefined && o._handle.fd >= 0) return `${name} fd ${o._handle.fd}`
     return name
   }).join(", ")
 
 /** The `application_name` of this file's PostgreSQL connections (see `pgUrl()` in pg.ts). */
-export const applicationName: string = `tidings-test-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`
+export const applicationName: string = `tidings-test-${process.pid}-${Date.now().toString(36)}-${
+  Math.random().toString(36).slice(2, 8)
+}`
 ;(globalThis as Record<symbol, unknown>)[Symbol.for("tidings/test/applicationName")] = applicationName
 
 interface Connection {
@@ -72,11 +85,12 @@ const leftConnections = async (url: string): Promise<void> => {
   try {
     await waitFor<ReadonlyArray<Connection>>({
       what: `the connections of ${applicationName} to close`,
-      read: async () =>
-        [...await sql<Array<Connection>>`
+      read: async () => [
+        ...await sql<Array<Connection>>`
           SELECT pid, state, left(query, 120) AS query FROM pg_stat_activity
           WHERE application_name = ${applicationName} AND pid <> pg_backend_pid()
-          ORDER BY pid`],
+          ORDER BY pid`
+      ],
       done: (rows) => rows.length === 0,
       progress: (rows) => rows.length,
       describe: (rows) => rows.map((r) => `pid ${r.pid} ${r.state ?? "?"}: ${r.query}`).join("; ")

@@ -94,7 +94,9 @@ export const eventually = <A, E, R>(
         last = print
         lastChange = Date.now()
       } else if (Date.now() - lastChange >= stallMs) {
-        return yield* Effect.die(new Error(`gave up waiting for ${options.what}: no progress for ${stallMs} ms; last state: ${print}`))
+        return yield* Effect.die(
+          new Error(`gave up waiting for ${options.what}: no progress for ${stallMs} ms; last state: ${print}`)
+        )
       }
       yield* Effect.sleep(options.intervalMs ?? 20)
     }
@@ -105,7 +107,11 @@ export const eventually = <A, E, R>(
  * loaded machine could hit: past `expectedMs` the wait says once what it still waits for (so that a
  * test that hangs names its wait before the test timeout ends it), and goes on.
  */
-export const until = async (what: string, check: () => boolean | Promise<boolean>, expectedMs = 10_000): Promise<void> => {
+export const until = async (
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  expectedMs = 10_000
+): Promise<void> => {
   const start = Date.now()
   let warned = false
   while (!(await check())) {
@@ -121,7 +127,11 @@ export const until = async (what: string, check: () => boolean | Promise<boolean
  * The Effect form of {@link until}, on the real clock: polls `check` every 25 ms until it holds;
  * past `expected`, it says once what it still waits for, and goes on.
  */
-export const untilTrue = <E, R>(check: Effect.Effect<boolean, E, R>, expected: Duration.Input = "10 seconds", what = "condition"): Effect.Effect<void, E, R> =>
+export const untilTrue = <E, R>(
+  check: Effect.Effect<boolean, E, R>,
+  expected: Duration.Input = "10 seconds",
+  what = "condition"
+): Effect.Effect<void, E, R> =>
   Effect.gen(function*() {
     const start = Date.now()
     const expectedMs = Duration.toMillis(Duration.fromInputUnsafe(expected))

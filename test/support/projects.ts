@@ -59,7 +59,9 @@ export const projectFiles = (root: string): ReadonlyArray<ProjectFiles> => {
   const groups = new Map<string, { servers: ReadonlyArray<Server>; files: Array<string> }>()
   const cache = new Map<string, ReadonlySet<Server>>()
   const owners = [
-    ...fs.readdirSync(path.join(root, "packages")).sort().map((name) => [name, path.join(root, "packages", name, "test")] as const),
+    ...fs.readdirSync(path.join(root, "packages")).sort().map((name) =>
+      [name, path.join(root, "packages", name, "test")] as const
+    ),
     ["tidings", path.join(root, "test")] as const
   ]
   for (const [owner, dir] of owners) {

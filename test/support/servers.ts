@@ -7,8 +7,8 @@
  */
 import type { TestProject } from "vitest/node"
 import { startPostgres } from "./embeddedPostgres.ts"
-import { startRabbit } from "./rabbitmq.ts"
 import type { Server } from "./projects.ts"
+import { startRabbit } from "./rabbitmq.ts"
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -38,7 +38,11 @@ const start = (server: Server): Promise<Running> =>
     ? startPostgres()
     : startRabbit().then((rabbit) => {
       if (process.env["TIDINGS_TEST_VERBOSE"] !== undefined) {
-        console.log(`RabbitMQ: ${rabbit.external ? "external" : "private node"}, install ${rabbit.timings.installMs} ms, start ${rabbit.timings.startMs} ms`)
+        console.log(
+          `RabbitMQ: ${
+            rabbit.external ? "external" : "private node"
+          }, install ${rabbit.timings.installMs} ms, start ${rabbit.timings.startMs} ms`
+        )
       }
       return rabbit
     })
