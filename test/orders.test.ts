@@ -16,7 +16,8 @@ import * as Settings from "../examples/orders/settings.ts"
 import * as Transport from "../examples/orders/transport.ts"
 import { amqpUrl, rawChannel } from "../packages/rabbitmq/test/helpers.ts"
 import { pgClientLayer, pgUrl, schemaName } from "./support/pg.ts"
-import { currentRuntime, exited, spawnOn, stopChild, waitForOutput } from "./support/processes.ts"
+import { currentRuntime, defaultStallMs, exited, spawnOn, stopChild, waitForOutput, watchProgress } from "./support/processes.ts"
+import { waitFor } from "./support/progress.ts"
 import * as Prometheus from "./support/prometheus.ts"
 import { send } from "./support/rawHttp.ts"
 
@@ -51,16 +52,12 @@ const request = async (base: string, method: string, route: string, options: { r
   return { status: response.status, headers: response.headers, text, json }
 }
 
-/** Polls `read` until `done` holds, at most `timeoutMs`; fails with the last value. */
-const until = async <A>(what: string, read: () => Promise<A>, done: (a: A) => boolean, timeoutMs = 30_000): Promise<A> => {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await read()
-    if (done(value)) return value
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; last value: ${JSON.stringify(value)}`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
+/**
+ * Polls `read` until `done` holds; fails with the last value when the value stops changing for
+ * `stallMs` (no cap on the total time: a loaded machine is slower, not failing).
+ */
+const until = <A>(what: string, read: () => Promise<A>, done: (a: A) => boolean, stallMs = 30_000): Promise<A> =>
+  waitFor({ what, read, done, stallMs })
 
 const dropSchema = (schema: string) =>
   Effect.runPromise(
@@ -356,13 +353,14 @@ describe(`the demo command on ${runtime}`, () => {
     assert.strictEqual(pkg.scripts["tidings:demo"], "node examples/orders/main.ts")
   })
 
-  const runDemo = async (env: Record<string, string>, timeoutMs = 120_000) => {
+  // A demo that stops making progress (no output, no CPU) is killed; a slow one is waited for.
+  const runDemo = async (env: Record<string, string>) => {
     const child = spawnOn(runtime, script, [], env)
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
+    const stopWatching = watchProgress(child, defaultStallMs, () => child.kill("SIGKILL"))
     try {
       return { code: await exited(child), output: child.output() }
     } finally {
-      clearTimeout(timer)
+      stopWatching()
     }
   }
 
