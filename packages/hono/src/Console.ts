@@ -22,7 +22,11 @@ import type { Runtime } from "./Runtime.ts"
 
 export type { DeadLetterMessage, DeadLetterQueue, DeadLetterQueues } from "./internal/deadLetterQueues.ts"
 
-/** Options of {@link routes}. */
+/**
+ * Options of {@link routes}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface Options<R = never> {
   /** The admin guard: a bearer token (`Redacted`, at least 32 characters) or a middleware. Without one the API answers 403. */
   readonly auth?: Auth.Guard
@@ -59,6 +63,8 @@ const pageHeaders = {
  * The console under the prefix it is mounted at: `GET /` (the page, also `/index.html`; mounted at
  * `/admin/console`, it is `/admin/console` without a trailing slash), `/console.js`, `/console.css`,
  * and the JSON API under `/api` (guarded by `auth`).
+ * @since 0.1.0
+ * @category routes
  */
 export const routes = <R>(runtime: Runtime<R>, options: Options<NoInfer<R>> = {}): Hono => {
   const settings: Api.Settings = {

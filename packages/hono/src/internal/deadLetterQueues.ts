@@ -5,7 +5,11 @@
  */
 import type { Effect } from "effect"
 
-/** A broker dead-letter queue. */
+/**
+ * A broker dead-letter queue.
+ * @since 0.1.0
+ * @category models
+ */
 export interface DeadLetterQueue {
   /** The dead-letter queue (e.g. `orders.billing.dlq`). */
   readonly name: string
@@ -17,7 +21,11 @@ export interface DeadLetterQueue {
   readonly consumers?: number
 }
 
-/** A message in a dead-letter queue, as far as the broker tells. */
+/**
+ * A message in a dead-letter queue, as far as the broker tells.
+ * @since 0.1.0
+ * @category models
+ */
 export interface DeadLetterMessage {
   readonly messageId: string | null
   readonly type: string | null
@@ -32,6 +40,8 @@ export interface DeadLetterMessage {
  * The port to a broker's dead-letter queues: list them, look at their messages without taking
  * them, and move messages back to their work queue. `@tidings/rabbitmq`'s `DeadLetters` implements
  * it; errors are reported as JSON errors (a broker that is down answers 503).
+ * @since 0.1.0
+ * @category models
  */
 export interface DeadLetterQueues<R = never> {
   readonly list: Effect.Effect<ReadonlyArray<DeadLetterQueue>, unknown, R>
