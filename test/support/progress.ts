@@ -1,7 +1,8 @@
 /**
  * Waiting for a state without a wall-clock cap a loaded machine can hit: a wait gives up only when
  * what it watches stops changing for a while (no progress), not after a fixed time. On a machine
- * running at a load of 30, things get slower, but they keep moving.
+ * running at a load of 30, things get slower, but they keep moving. `failOnStall` bounds a whole
+ * test the same way: by work done rather than by time.
  * @module
  */
 import { Duration, Effect } from "effect"
@@ -144,3 +145,30 @@ export const untilTrue = <E, R>(
       yield* Effect.sleep(25)
     }
   })
+
+/**
+ * Runs `effect`; fails (with `describe()` in the message) if `progress()` does not change for
+ * `stall`. There is no limit on the total time.
+ */
+export const failOnStall = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  progress: () => number,
+  options: { readonly stall: Duration.Input; readonly describe: () => string }
+): Effect.Effect<A, E, R> => {
+  const stall = Duration.toMillis(Duration.fromInputUnsafe(options.stall))
+  const watchdog = Effect.gen(function*() {
+    let last = progress()
+    let since = Date.now()
+    while (true) {
+      yield* Effect.sleep("1 second")
+      const now = progress()
+      if (now !== last) {
+        last = now
+        since = Date.now()
+      } else if (Date.now() - since >= stall) {
+        return yield* Effect.die(new Error(`no progress for ${Math.round(stall / 1000)} s: ${options.describe()}`))
+      }
+    }
+  })
+  return Effect.raceFirst(effect, watchdog)
+}
