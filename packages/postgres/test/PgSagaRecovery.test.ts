@@ -24,10 +24,16 @@ describe("saga recovery across processes", () => {
       yield* sql`CREATE TABLE ${sql(`${schema}.effects`)} (
         seq bigint GENERATED ALWAYS AS IDENTITY, saga_id uuid NOT NULL, step text NOT NULL, kind text NOT NULL, pid int NOT NULL)`
       const env = { TIDINGS_TEST_PG_URL: pgUrl(), SCHEMA: schema, COUNT: String(COUNT) }
+      // The doomed process runs its sagas to the third step before the workers start: until the kill
+      // no worker competes for them, so a heartbeat that a loaded machine delays cannot hand a saga
+      // to a worker while its executor still runs it. The lease (3 s, a heartbeat every second) is
+      // what recovery waits for after the kill.
+      const doomed = spawnScript(script, { ...env, MODE: "run", LEASE_MS: "3000" })
+      yield* Effect.addFinalizer(() => Effect.sync(() => doomed.exitCode === null && doomed.kill("SIGKILL")))
+      yield* Effect.promise(() => waitForOutput(doomed, "between"))
       const workers = [1, 2, 3].map(() => spawnScript(script, { ...env, MODE: "recover" }))
       yield* Effect.addFinalizer(() => Effect.sync(() => workers.forEach((w) => w.exitCode === null && w.kill("SIGKILL"))))
-      const doomed = spawnScript(script, { ...env, MODE: "run", LEASE_MS: "1000" })
-      yield* Effect.promise(() => Promise.all([waitForOutput(doomed, "between"), ...workers.map((w) => waitForOutput(w, "ready"))]))
+      yield* Effect.promise(() => Promise.all(workers.map((w) => waitForOutput(w, "ready"))))
 
       // the sagas are claimed by the doomed process, steps 1 and 2 done, step 3 running
       const before = yield* sql<{ id: string; status: string; claimed_by: string | null }>`
