@@ -7,7 +7,7 @@
  * the demo command itself, on its embedded defaults and on RabbitMQ, and its settings errors.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { ConfigProvider, Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -16,8 +16,7 @@ import * as Settings from "../examples/orders/settings.ts"
 import * as Transport from "../examples/orders/transport.ts"
 import { amqpUrl, rawChannel } from "../packages/rabbitmq/test/helpers.ts"
 import { pgClientLayer, pgUrl, schemaName } from "./support/pg.ts"
-import { currentRuntime, defaultStallMs, exited, spawnOn, stopChild, waitForOutput, watchProgress } from "./support/processes.ts"
-import { waitFor } from "./support/progress.ts"
+import { currentRuntime, exited, spawnOn, stopChild, waitForOutput } from "./support/processes.ts"
 import * as Prometheus from "./support/prometheus.ts"
 import { send } from "./support/rawHttp.ts"
 
@@ -52,12 +51,16 @@ const request = async (base: string, method: string, route: string, options: { r
   return { status: response.status, headers: response.headers, text, json }
 }
 
-/**
- * Polls `read` until `done` holds; fails with the last value when the value stops changing for
- * `stallMs` (no cap on the total time: a loaded machine is slower, not failing).
- */
-const until = <A>(what: string, read: () => Promise<A>, done: (a: A) => boolean, stallMs = 30_000): Promise<A> =>
-  waitFor({ what, read, done, stallMs })
+/** Polls `read` until `done` holds, at most `timeoutMs`; fails with the last value. */
+const until = async <A>(what: string, read: () => Promise<A>, done: (a: A) => boolean, timeoutMs = 30_000): Promise<A> => {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = await read()
+    if (done(value)) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; last value: ${JSON.stringify(value)}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
 
 const dropSchema = (schema: string) =>
   Effect.runPromise(
@@ -84,11 +87,11 @@ const startService = async (broker: Broker) => {
     TIDINGS_AMQP_URL: broker === "rabbitmq" ? amqpUrl() : "",
     TIDINGS_SCHEMA: schema,
     TIDINGS_ADMIN_TOKEN: token,
-    TIDINGS_PORT: "0",
+    TIDINGS_HTTP_PORT: "0",
     TIDINGS_LOG_LEVEL: "Error"
   })
   try {
-    await waitForOutput(child, "serving; Ctrl-C stops")
+    await waitForOutput(child, "serving; Ctrl-C stops", 60_000)
   } catch (error) {
     child.kill("SIGKILL")
     throw error
@@ -116,14 +119,14 @@ const serviceSuite = (broker: Broker) =>
 
     beforeAll(async () => {
       service = await startService(broker)
-    })
+    }, 90_000)
 
     afterAll(async () => {
       if (service === undefined) return
       await stopChild(service.child)
       await dropSchema(service.schema)
       if (broker === "rabbitmq") await deleteRabbitEntities(`tidings.${service.schema}`)
-    })
+    }, 60_000)
 
     it("places orders; the sagas complete, or compensate when the payment fails or the stock is short", async () => {
       const place = (n: number, customer: string, sku: string, quantity: number, amountCents: number) =>
@@ -158,7 +161,7 @@ const serviceSuite = (broker: Broker) =>
       assert.deepStrictEqual(view.json.steps.map((s: { status: string }) => s.status), ["compensated", "failed"])
       const stock = await http("GET", "/stock")
       assert.deepStrictEqual(stock.json.stock, [{ sku: "book", available: 98 }, { sku: "lamp", available: 5 }, { sku: "mug", available: 49 }])
-    })
+    }, 60_000)
 
     it("keeps the order list (the projection) in step with the orders, per customer", async () => {
       const rows = await until("the projection to apply every outcome", () => http("GET", "/orders").then((r) => (r.json.orders as Array<Record<string, any>>).filter((o) => String(o["order_id"]).startsWith(run))), (rows) =>
@@ -171,7 +174,7 @@ const serviceSuite = (broker: Broker) =>
       ])
       assert.deepStrictEqual((await listed("mallory")).map((r) => r["order_id"]), [id(2)])
       assert.match(String((await listed("mallory"))[0]!["reason"]), /payment declined/)
-    })
+    }, 60_000)
 
     it("answers bad input with typed errors: 400 with issues, 404, 409, and 200 for a safe retry", async () => {
       const bad = await http("POST", "/orders", { body: { customer: "", sku: "book", quantity: 0, amountCents: 1.5 } })
@@ -190,7 +193,7 @@ const serviceSuite = (broker: Broker) =>
       const conflict = await http("POST", "/orders", { body: { orderId: id(1), customer: "ada", sku: "book", quantity: 3, amountCents: 2_598 } })
       assert.strictEqual(conflict.status, 409, conflict.text)
       assert.strictEqual(conflict.json.error.tag, "OrderIdConflict")
-    })
+    }, 30_000)
 
     it("refuses the admin routes without the token or with a wrong one; health and readiness are open", async () => {
       for (const [method, route] of [["GET", "/admin/outbox/failed"], ["GET", "/admin/outbox/stats"], ["GET", "/admin/inbox"], ["POST", "/admin/faults/publish"], ["GET", "/admin/broker"]] as const) {
@@ -210,7 +213,7 @@ const serviceSuite = (broker: Broker) =>
       const ready = await http("GET", "/ready")
       assert.strictEqual(ready.status, 200, ready.text)
       assert.deepStrictEqual(ready.json.checks.map((c: { name: string; status: string }) => `${c.name}=${c.status}`).sort(), ["broker=up", "postgres=up", "relay=up"])
-    })
+    }, 30_000)
 
     it("has safe HTTP defaults: 413 before reading a huge body, 415, 400 without an error log, 404/405, /ready details with the token", async () => {
       const port = Number(new URL(service.url).port)
@@ -273,7 +276,7 @@ const serviceSuite = (broker: Broker) =>
       for (const check of ready.json.checks) assert.deepStrictEqual(Object.keys(check).sort(), ["name", "status"])
       const detailed = await http("GET", "/ready", { token })
       for (const check of detailed.json.checks) assert.isNumber(check.durationMs)
-    })
+    }, 120_000)
 
     it("shows a failed outbox event in the admin view, and a retry through the admin route publishes it", async () => {
       const target = id(5)
@@ -304,7 +307,7 @@ const serviceSuite = (broker: Broker) =>
       const inbox = await http("GET", `/admin/inbox/${Domain.consumers.projection}/${failed!["id"]}`, { token })
       assert.strictEqual(inbox.status, 200, inbox.text)
       assert.strictEqual(inbox.json.status, "processed")
-    })
+    }, 60_000)
 
     it("serves /metrics as Prometheus text with the outbox, saga, inbox and consumer metrics", async () => {
       const res = await http("GET", "/metrics")
@@ -329,7 +332,7 @@ const serviceSuite = (broker: Broker) =>
       assert.strictEqual(buckets.find((b) => b.labels["le"] === "+Inf")?.value, count)
       const values = buckets.map((b) => b.value)
       assert.deepStrictEqual(values, [...values].sort((x, y) => x - y), "cumulative")
-    })
+    }, 30_000)
 
     it("stops cleanly on SIGTERM", async () => {
       const code = await stopChild(service.child)
@@ -340,7 +343,7 @@ const serviceSuite = (broker: Broker) =>
       // Deno's node:child_process reports a child that handled SIGTERM and exited 0 as killed by
       // SIGTERM; Node reports the real exit code.
       assert.strictEqual(code, runtime === "deno" ? "SIGTERM" : 0, service.child.output())
-    })
+    }, 30_000)
 
   })
 
@@ -353,14 +356,13 @@ describe(`the demo command on ${runtime}`, () => {
     assert.strictEqual(pkg.scripts["tidings:demo"], "node examples/orders/main.ts")
   })
 
-  // A demo that stops making progress (no output, no CPU) is killed; a slow one is waited for.
-  const runDemo = async (env: Record<string, string>) => {
+  const runDemo = async (env: Record<string, string>, timeoutMs = 120_000) => {
     const child = spawnOn(runtime, script, [], env)
-    const stopWatching = watchProgress(child, defaultStallMs, () => child.kill("SIGKILL"))
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
     try {
       return { code: await exited(child), output: child.output() }
     } finally {
-      stopWatching()
+      clearTimeout(timer)
     }
   }
 
@@ -387,7 +389,7 @@ describe(`the demo command on ${runtime}`, () => {
 
   it("runs on the embedded defaults (embedded PostgreSQL, in-memory broker), shows progress and a summary, exits 0", async () => {
     const started = Date.now()
-    const { code, output } = await runDemo({ TIDINGS_PG_URL: "", TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: "", TIDINGS_ADMIN_TOKEN: "", TIDINGS_PORT: "" })
+    const { code, output } = await runDemo({ TIDINGS_PG_URL: "", TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: "", TIDINGS_ADMIN_TOKEN: "", TIDINGS_HTTP_PORT: "" })
     assert.strictEqual(code, 0, output)
     const lines = checkSummary(output)
     assert.match(lines[1] ?? "", /^PostgreSQL ready in \d+ ms \(embedded, 127\.0\.0\.1:\d+/)
@@ -397,18 +399,18 @@ describe(`the demo command on ${runtime}`, () => {
     const progress = lines.slice(0, lines.indexOf("— summary —"))
     assert.isTrue(progress.some((l) => / saga (completed|compensat)/.test(l)), output)
     assert.isBelow(Date.now() - started, 120_000)
-  })
+  }, 150_000)
 
   it("uses RabbitMQ when TIDINGS_AMQP_URL is set, and runs again on the same database", async () => {
     const schema = schemaName("ordersdemo")
     try {
-      const { code, output } = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: amqpUrl(), TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_PORT: "" })
+      const { code, output } = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: amqpUrl(), TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_HTTP_PORT: "" })
       assert.strictEqual(code, 0, output)
       const lines = checkSummary(output)
       assert.match(lines.find((l) => l.startsWith("broker:")) ?? "", /^broker: amqp:\/\/127\.0\.0\.1:\d+/)
       assert.notInclude(output, "guest:guest", "no credentials in the output")
       // Again, on the in-memory broker, over the first run's tables: restocked, new order ids.
-      const again = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_PORT: "" })
+      const again = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_HTTP_PORT: "" })
       assert.strictEqual(again.code, 0, again.output)
       assert.include(again.output, "stock: book 97, lamp 5, mug 49")
       assert.match(again.output, /done in [\d.]+ s: 5 orders, 3 confirmed, 2 cancelled by compensation/)
@@ -416,39 +418,53 @@ describe(`the demo command on ${runtime}`, () => {
       await dropSchema(schema)
       await deleteRabbitEntities(`tidings.${schema}`)
     }
-  })
+  }, 150_000)
 
-  it("refuses bad settings with a typed SettingsError and exit code 2", async () => {
-    const cases: Array<[ReadonlyArray<string>, Record<string, string>, string]> = [
-      [["--port", "99999"], {}, "--port"],
-      [["--bogus"], {}, "--bogus"],
-      [[], { TIDINGS_SCHEMA: "Bad-Name" }, "TIDINGS_SCHEMA"],
-      [[], { TIDINGS_PG_URL: "mysql://x" }, "TIDINGS_PG_URL"],
-      [[], { TIDINGS_AMQP_URL: "not a url" }, "TIDINGS_AMQP_URL"],
-      [[], { TIDINGS_ADMIN_TOKEN: "short" }, "TIDINGS_ADMIN_TOKEN"],
-      [[], { TIDINGS_LOG_LEVEL: "loud" }, "TIDINGS_LOG_LEVEL"]
-    ]
-    for (const [args, env, setting] of cases) {
-      try {
-        Settings.parse(args, env)
-        assert.fail(`${setting} was accepted`)
-      } catch (error) {
-        assert.instanceOf(error, Settings.SettingsError)
-        assert.strictEqual((error as Settings.SettingsError).setting, setting)
-      }
+  it("reads the components' TIDINGS_* variables in one go: one error naming every wrong variable, exit code 2", async () => {
+    const load = (args: ReadonlyArray<string>, env: Record<string, string>) =>
+      Effect.runPromise(Effect.result(Settings.load(args).pipe(Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env }))))))
+    for (const [args, setting] of [[["--port", "99999"], "--port"], [["--bogus"], "--bogus"]] as const) {
+      const r = await load(args, {})
+      assert.isTrue(r._tag === "Failure" && r.failure._tag === "UsageError" && r.failure.setting === setting, setting)
     }
-    const ok = Settings.parse(["--serve", "--port=8080"], { TIDINGS_PG_URL: "postgres://u:secret@h/db", TIDINGS_ADMIN_TOKEN: "long-enough-token-0123456789abcdef" })
-    assert.notStrictEqual(ok, "help")
-    if (ok !== "help") {
-      assert.isTrue(ok.serve)
-      assert.strictEqual(ok.port, 8080)
-      assert.isFalse(ok.tokenGenerated)
-      assert.notInclude(String(ok.pgUrl), "secret")
+    const bad = await load([], {
+      TIDINGS_SCHEMA: "Bad-Name",
+      TIDINGS_PG_URL: "mysql://u:Pa55word@x",
+      TIDINGS_AMQP_URL: "not a url",
+      TIDINGS_ADMIN_TOKEN: "short",
+      TIDINGS_LOG_LEVEL: "loud",
+      TIDINGS_RELAY_CONCURRENCY: "four",
+      TIDINGS_HTTP_PORT: "99999"
+    })
+    assert.strictEqual(bad._tag, "Failure")
+    const error = bad._tag === "Failure" ? bad.failure : undefined
+    assert.strictEqual(error?._tag, "InvalidConfig")
+    assert.deepStrictEqual(error?._tag === "InvalidConfig" ? error.issues?.map((i) => i.path) : [], [
+      "TIDINGS_PG_URL",
+      "TIDINGS_AMQP_URL",
+      "TIDINGS_SCHEMA",
+      "TIDINGS_RELAY_CONCURRENCY",
+      "TIDINGS_HTTP_PORT",
+      "TIDINGS_ADMIN_TOKEN",
+      "TIDINGS_LOG_LEVEL"
+    ])
+    assert.notInclude(error?.message ?? "", "Pa55word")
+    const ok = await load(["--serve", "--port=8080"], { TIDINGS_PG_URL: "postgres://u:secret@h/db", TIDINGS_ADMIN_TOKEN: "long-enough-token-0123456789abcdef", TIDINGS_HTTP_PORT: "9090", TIDINGS_RELAY_CONCURRENCY: "3" })
+    assert.strictEqual(ok._tag, "Success")
+    if (ok._tag === "Success" && ok.success !== "help") {
+      assert.isTrue(ok.success.serve)
+      assert.strictEqual(ok.success.http.port, 8080, "--port wins over TIDINGS_HTTP_PORT")
+      assert.strictEqual(ok.success.relay.concurrency, 3, "the variable wins over the demo's default")
+      assert.strictEqual(ok.success.relay.maxAttempts, 5, "the demo's default")
+      assert.strictEqual(ok.success.schema, "orders")
+      assert.isFalse(ok.success.tokenGenerated)
+      assert.notInclude(String(ok.success.pg?.url), "secret")
     }
     // and the process says so and exits 2, before starting anything
-    const { code, output } = await runDemo({ TIDINGS_SCHEMA: "Bad-Name" })
+    const { code, output } = await runDemo({ TIDINGS_SCHEMA: "Bad-Name", TIDINGS_RELAY_LEASE: "soon" }, 30_000)
     assert.strictEqual(code, 2, output)
-    assert.include(output, "TIDINGS_SCHEMA must be a lower-case SQL identifier")
+    assert.include(output, "invalid settings: TIDINGS_SCHEMA: must be 1-63 characters")
+    assert.include(output, "TIDINGS_RELAY_LEASE: Expected a duration")
     assert.notInclude(output, "starting PostgreSQL")
-  })
+  }, 60_000)
 })
