@@ -19,12 +19,16 @@ import * as PgClient from "@tidings/postgres/PgClient"
 import * as PgInboxStore from "@tidings/postgres/PgInboxStore"
 import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import * as PgSagaStore from "@tidings/postgres/PgSagaStore"
-import { ConfigProvider, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
+import { type Cause, ConfigProvider, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
 import type { SqlClient, SqlError } from "effect/sql"
 
+const SettingErrorBase: Schema.Class<SettingError, Schema.TaggedStruct<"SettingError", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<SettingError>()("SettingError", { message: Schema.String })
+
 /** A setting the command needs is missing or unusable; the message says which and how to give it. */
-export class SettingError extends Schema.TaggedError<SettingError>()("SettingError", { message: Schema.String }) {}
+export class SettingError extends SettingErrorBase {}
 
 /** `tidings`, with the flags every subcommand accepts (before or after its name). */
 export const root = Command.make("tidings").pipe(
