@@ -25,7 +25,12 @@ export const connect = (url: string): Sql =>
   })
 
 /** Runs `query`, retrying every 250 ms while it fails (the server restarting), at most `patienceMs`. */
-export const retrying = async <A>(what: string, query: () => Promise<A>, signal: AbortSignal, patienceMs = 120_000): Promise<A> => {
+export const retrying = async <A>(
+  what: string,
+  query: () => Promise<A>,
+  signal: AbortSignal,
+  patienceMs = 120_000
+): Promise<A> => {
   const deadline = Date.now() + patienceMs
   let logged = 0
   for (;;) {
@@ -45,7 +50,9 @@ export const retrying = async <A>(what: string, query: () => Promise<A>, signal:
 /** The Tidings migrations (through the library's own Migrator) and the business tables. */
 export const setUp = async (url: string, sql: Sql): Promise<void> => {
   await Effect.runPromise(
-    Migrator.run({ schema: Tables.tidingsSchema }).pipe(Effect.provide(PgClient.layer({ url, maxConnections: 1, applicationName: "chaos-harness" })))
+    Migrator.run({ schema: Tables.tidingsSchema }).pipe(
+      Effect.provide(PgClient.layer({ url, maxConnections: 1, applicationName: "chaos-harness" }))
+    )
   )
   for (const statement of Tables.ddl) await sql.unsafe(statement)
 }
@@ -55,8 +62,12 @@ export const terminateBackends = async (sql: Sql, worker: string | undefined): P
   // Two statements: in one, the planner may evaluate pg_terminate_backend before the name filter.
   // (The pids travel as text: without the type fetch, postgres.js does not serialize arrays.)
   const rows = worker === undefined
-    ? await sql<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, ${Tables.workerApplicationPrefix})`
-    : await sql<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE application_name = ${Tables.workerApplicationPrefix + worker}`
+    ? await sql<
+      Array<{ pid: number }>
+    >`SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, ${Tables.workerApplicationPrefix})`
+    : await sql<Array<{ pid: number }>>`SELECT pid FROM pg_stat_activity WHERE application_name = ${
+      Tables.workerApplicationPrefix + worker
+    }`
   if (rows.length === 0) return 0
   const [done] = await sql<Array<{ n: number }>>`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS n
     FROM unnest(string_to_array(${rows.map((r) => r.pid).join(",")}, ',')::int[]) AS pid`

@@ -46,24 +46,32 @@ export interface DrainResult {
 
 /** Takes a snapshot. */
 export const snapshot = async (sql: Db.Sql, amqpUrl: string): Promise<Snapshot> => {
-  const [row] = await sql<Array<{
-    committed: number
-    unsettled: number
-    published: number
-    failed: number
-    missing: number
-    effects: number
-    next_due_ms: number | null
-  }>>`SELECT
+  const [row] = await sql<
+    Array<{
+      committed: number
+      unsettled: number
+      published: number
+      failed: number
+      missing: number
+      effects: number
+      next_due_ms: number | null
+    }>
+  >`SELECT
     (SELECT count(*)::int FROM ${sql(Tables.orders)}) AS committed,
-    (SELECT count(*)::int FROM ${sql(`${Tables.tidingsSchema}.outbox`)} WHERE status IN ('pending', 'processing', 'suspect')) AS unsettled,
+    (SELECT count(*)::int FROM ${
+    sql(`${Tables.tidingsSchema}.outbox`)
+  } WHERE status IN ('pending', 'processing', 'suspect')) AS unsettled,
     (SELECT count(*)::int FROM ${sql(`${Tables.tidingsSchema}.outbox`)} WHERE status = 'published') AS published,
     (SELECT count(*)::int FROM ${sql(`${Tables.tidingsSchema}.outbox`)} WHERE status = 'failed') AS failed,
     (SELECT count(*)::int FROM ${sql(Tables.orders)} o
        JOIN ${sql(`${Tables.tidingsSchema}.outbox`)} x ON x.id = o.event_id
-      WHERE x.status <> 'failed' AND NOT EXISTS (SELECT 1 FROM ${sql(Tables.effects)} e WHERE e.message_id = o.event_id::text)) AS missing,
+      WHERE x.status <> 'failed' AND NOT EXISTS (SELECT 1 FROM ${
+    sql(Tables.effects)
+  } e WHERE e.message_id = o.event_id::text)) AS missing,
     (SELECT count(*)::int FROM ${sql(Tables.effects)}) AS effects,
-    (SELECT (extract(epoch FROM min(available_at)) * 1000)::float8 FROM ${sql(`${Tables.tidingsSchema}.outbox`)} WHERE status = 'pending') AS next_due_ms`
+    (SELECT (extract(epoch FROM min(available_at)) * 1000)::float8 FROM ${
+    sql(`${Tables.tidingsSchema}.outbox`)
+  } WHERE status = 'pending') AS next_due_ms`
   const depths = await Amqp.depths(amqpUrl, Topology.inFlightQueues).catch(() => undefined)
   const values = depths === undefined ? [-1] : Object.values(depths)
   const queued = values.some((n) => n < 0) ? -1 : values.reduce((a, b) => a + b, 0)
@@ -85,10 +93,18 @@ const progressKey = (s: Snapshot) => [s.unsettled, s.published, s.failed, s.miss
 
 /** `unsettled 12, missing 40, queued 3, failed 0` */
 export const summary = (s: Snapshot): string =>
-  `committed ${s.committed}, unsettled outbox rows ${s.unsettled}, published ${s.published}, failed ${s.failed}, effects ${s.effects}, committed without effect ${s.missing}, queued ${s.queued < 0 ? "?" : s.queued}`
+  `committed ${s.committed}, unsettled outbox rows ${s.unsettled}, published ${s.published}, failed ${s.failed}, effects ${s.effects}, committed without effect ${s.missing}, queued ${
+    s.queued < 0 ? "?" : s.queued
+  }`
 
 /** Waits for the drain (see the module docs). */
-export const waitForDrain = async (sql: Db.Sql, amqpUrl: string, lastFaultEnd: number, options: Options, signal: AbortSignal): Promise<DrainResult> => {
+export const waitForDrain = async (
+  sql: Db.Sql,
+  amqpUrl: string,
+  lastFaultEnd: number,
+  options: Options,
+  signal: AbortSignal
+): Promise<DrainResult> => {
   const started = Date.now()
   let lastProgress = started
   let key = ""
@@ -98,7 +114,9 @@ export const waitForDrain = async (sql: Db.Sql, amqpUrl: string, lastFaultEnd: n
     const s = await Db.retrying("drain snapshot", () => snapshot(sql, amqpUrl), signal)
     const now = Date.now()
     if (isDrained(s)) {
-      if (drainedAt !== undefined) return { drained: true, drainMs: drainedAt - lastFaultEnd, reason: undefined, last: s }
+      if (drainedAt !== undefined) {
+        return { drained: true, drainMs: drainedAt - lastFaultEnd, reason: undefined, last: s }
+      }
       drainedAt = now
     } else {
       drainedAt = undefined
@@ -113,11 +131,21 @@ export const waitForDrain = async (sql: Db.Sql, amqpUrl: string, lastFaultEnd: n
     }
     const expected = Math.max(lastProgress, s.nextDueAt ?? 0)
     if (now - expected > options.stallSeconds * 1000) {
-      return { drained: false, drainMs: now - lastFaultEnd, reason: `no progress for ${options.stallSeconds} s and no retry scheduled`, last: s }
+      return {
+        drained: false,
+        drainMs: now - lastFaultEnd,
+        reason: `no progress for ${options.stallSeconds} s and no retry scheduled`,
+        last: s
+      }
     }
     if (now - started > options.maxDrainSeconds * 1000) {
       const due = s.nextDueAt === undefined ? "" : ` (next outbox retry due in ${seconds(s.nextDueAt - now)})`
-      return { drained: false, drainMs: now - lastFaultEnd, reason: `still not drained after ${options.maxDrainSeconds} s${due}`, last: s }
+      return {
+        drained: false,
+        drainMs: now - lastFaultEnd,
+        reason: `still not drained after ${options.maxDrainSeconds} s${due}`,
+        last: s
+      }
     }
     await sleep(500, signal)
   }

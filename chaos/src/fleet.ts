@@ -96,7 +96,12 @@ const repoRoot = path.resolve(import.meta.dirname, "..", "..")
 const commandFor = (runtime: "node" | "deno", script: string): [string, Array<string>] =>
   runtime === "node"
     ? [process.execPath, [script]]
-    : [process.env["TIDINGS_DENO"] ?? path.join(repoRoot, "node_modules", ".bin", "deno"), ["run", "-A", "--quiet", script]]
+    : [process.env["TIDINGS_DENO"] ?? path.join(repoRoot, "node_modules", ".bin", "deno"), [
+      "run",
+      "-A",
+      "--quiet",
+      script
+    ]]
 
 /** The supervisor of the run's workers. */
 export class Fleet {
@@ -123,7 +128,13 @@ export class Fleet {
     const out: Record<string, string> = {}
     for (const [id, { name, incarnation }] of this.instances) {
       const exit = this.exits.find((e) => e.name === name && e.incarnation === incarnation)
-      const end = exit === undefined ? "" : exit.crashed ? ` (crashed: ${exit.how} at ${at(exit.at)})` : exit.sent === undefined ? "" : ` (${exit.sent} at ${at(exit.at)})`
+      const end = exit === undefined
+        ? ""
+        : exit.crashed
+        ? ` (crashed: ${exit.how} at ${at(exit.at)})`
+        : exit.sent === undefined
+        ? ""
+        : ` (${exit.sent} at ${at(exit.at)})`
       out[id] = `${name} #${incarnation}${end}`
     }
     return out
@@ -151,7 +162,9 @@ export class Fleet {
 
   /** Whether every worker's current incarnation is up and ready. */
   allReady(): boolean {
-    return [...this.#workers.values()].every((w) => w.current !== undefined && !w.current.exited && w.current.readyAt !== undefined)
+    return [...this.#workers.values()].every((w) =>
+      w.current !== undefined && !w.current.exited && w.current.readyAt !== undefined
+    )
   }
 
   /** Resolves once every worker is ready; rejects when `signal` aborts or after `timeoutMs` (naming who is not). */
@@ -161,7 +174,11 @@ export class Fleet {
       if (signal.aborted) throw new Error("interrupted")
       if (Date.now() > deadline) {
         const late = [...this.#workers.values()].filter((w) => w.current?.readyAt === undefined)
-        throw new Error(`workers not ready after ${seconds(timeoutMs)}: ${late.map((w) => `${w.spec.name}\n  ${(w.current?.tail ?? []).join("\n  ")}`).join("\n")}`)
+        throw new Error(
+          `workers not ready after ${seconds(timeoutMs)}: ${
+            late.map((w) => `${w.spec.name}\n  ${(w.current?.tail ?? []).join("\n  ")}`).join("\n")
+          }`
+        )
       }
       await new Promise((r) => setTimeout(r, 100))
     }
@@ -310,7 +327,9 @@ export class Fleet {
           if (announced !== null) this.instances.set(announced[1]!, { name: spec.name, incarnation: number })
           if (stream === "out" && line === "ready" && incarnation.readyAt === undefined) {
             incarnation.readyAt = Date.now()
-            if (number > 0) log(`${spec.name} #${number} ready after ${seconds(incarnation.readyAt - incarnation.startedAt)}`)
+            if (number > 0) {
+              log(`${spec.name} #${number} ready after ${seconds(incarnation.readyAt - incarnation.startedAt)}`)
+            }
           }
           tail.push(line.length > 400 ? `${line.slice(0, 400)}…` : line)
           if (tail.length > TAIL_LINES) tail.shift()
@@ -330,7 +349,11 @@ export class Fleet {
       const record = this.#classify(spec, incarnation, code, signal)
       this.exits.push(record)
       if (record.crashed) {
-        log(`CRASH: ${spec.name} #${number} (pid ${record.pid}) ${record.how}${record.sent === undefined ? "" : ` after the harness's ${record.sent}`}; output:\n    ${excerpt(tail, 10).join("\n    ")}`)
+        log(
+          `CRASH: ${spec.name} #${number} (pid ${record.pid}) ${record.how}${
+            record.sent === undefined ? "" : ` after the harness's ${record.sent}`
+          }; output:\n    ${excerpt(tail, 10).join("\n    ")}`
+        )
       }
       resolveDone()
       if (!this.#closing) {

@@ -37,7 +37,9 @@ const startServers = async (runDir: string, cleanup: Cleanup) => {
   ])
   if (pg.status === "fulfilled") cleanup.add("stop PostgreSQL", pg.value.stop, pg.value.killNow)
   if (broker.status === "fulfilled") cleanup.add("stop RabbitMQ", broker.value.stop)
-  if (pg.status === "rejected") throw new Error(`PostgreSQL did not start: ${String(pg.reason)}\n${pgLog.slice(-20).join("")}`)
+  if (pg.status === "rejected") {
+    throw new Error(`PostgreSQL did not start: ${String(pg.reason)}\n${pgLog.slice(-20).join("")}`)
+  }
   if (broker.status === "rejected") throw new Error(`RabbitMQ did not start: ${String(broker.reason)}`)
   return { cluster: pg.value, broker: broker.value }
 }
@@ -49,7 +51,12 @@ const progress = (sql: Db.Sql, amqpUrl: string, fleet: Fleet, injector: Injector
     if (busy) return
     busy = true
     Drain.snapshot(sql, amqpUrl).then(
-      (s) => log(`${Drain.summary(s)}; faults ${injector.records.length}, crashes ${fleet.exits.filter((e) => e.crashed).length}`),
+      (s) =>
+        log(
+          `${Drain.summary(s)}; faults ${injector.records.length}, crashes ${
+            fleet.exits.filter((e) => e.crashed).length
+          }`
+        ),
       () => undefined
     ).finally(() => void (busy = false))
   }, 10_000)
@@ -57,7 +64,11 @@ const progress = (sql: Db.Sql, amqpUrl: string, fleet: Fleet, injector: Injector
 }
 
 /** Runs the whole thing; the caller prints the report and runs the cleanup. */
-export const run = async (options: Options, signal: AbortSignal, cleanup: Cleanup): Promise<{ result: Report.RunResult; verdict: Report.Verdict }> => {
+export const run = async (
+  options: Options,
+  signal: AbortSignal,
+  cleanup: Cleanup
+): Promise<{ result: Report.RunResult; verdict: Report.Verdict }> => {
   const started = Date.now()
   const random = Random.make(options.seed)
   const runDir = fs.mkdtempSync(path.join(os.tmpdir(), "tidings-chaos-"))
@@ -68,7 +79,11 @@ export const run = async (options: Options, signal: AbortSignal, cleanup: Cleanu
   fs.mkdirSync(path.join(runDir, "pg"))
   const logDir = options.keepLogs ?? path.join(runDir, "logs")
   fs.mkdirSync(logDir, { recursive: true })
-  log(`${options.quick ? "quick" : "full"} run, seed ${options.seed}: ${options.faultSeconds} s of faults at ${options.rate} transactions/s; run folder ${runDir}`)
+  log(
+    `${
+      options.quick ? "quick" : "full"
+    } run, seed ${options.seed}: ${options.faultSeconds} s of faults at ${options.rate} transactions/s; run folder ${runDir}`
+  )
 
   log("starting PostgreSQL (embedded) and RabbitMQ (private node) ...")
   const { cluster, broker } = await startServers(runDir, cleanup)
@@ -76,11 +91,18 @@ export const run = async (options: Options, signal: AbortSignal, cleanup: Cleanu
   cleanup.add("close the harness's database connections", () => sql.end({ timeout: 5 }))
   await Db.setUp(cluster.url, sql)
   await Amqp.declare(broker.url)
-  log(`PostgreSQL on port ${cluster.port} and RabbitMQ at ${new URL(broker.url).host} ready, tables and topology declared`)
+  log(
+    `PostgreSQL on port ${cluster.port} and RabbitMQ at ${new URL(broker.url).host} ready, tables and topology declared`
+  )
 
   const specs = Roster.make(options, cluster.url, broker.url)
   const plan = Plan.make(options, random, specs)
-  log(`fault plan (seed ${options.seed}):\n${plan.map((f) => `    #${f.index} at +${(f.atMs / 1000).toFixed(1)}s of the fault phase: ${Plan.describe(f)}`).join("\n")}`)
+  log(
+    `fault plan (seed ${options.seed}):\n${
+      plan.map((f) => `    #${f.index} at +${(f.atMs / 1000).toFixed(1)}s of the fault phase: ${Plan.describe(f)}`)
+        .join("\n")
+    }`
+  )
 
   const fleet = new Fleet(specs, { runtime: options.runtime, logDir, restartDelayMs: 1000, termGraceMs: 60_000 })
   cleanup.add("stop the workers", () => fleet.shutdown(), () => fleet.killAllNow())

@@ -60,14 +60,18 @@ let code: number
 try {
   const { result, verdict } = await Harness.run(options, controller.signal, cleanup)
   process.stdout.write(`${Report.text(result, verdict)}\n`)
-  if (options.reportFile !== undefined) fs.writeFileSync(options.reportFile, `${JSON.stringify(Report.json(result, verdict), null, 2)}\n`)
+  if (options.reportFile !== undefined) {
+    fs.writeFileSync(options.reportFile, `${JSON.stringify(Report.json(result, verdict), null, 2)}\n`)
+  }
   code = verdict.passed ? 0 : 1
 } catch (error) {
   if (error instanceof Interrupted || controller.signal.aborted) {
     log("interrupted")
     code = 130
   } else {
-    log(`the harness could not complete the run: ${error instanceof Error ? error.stack ?? error.message : String(error)}`)
+    log(
+      `the harness could not complete the run: ${error instanceof Error ? error.stack ?? error.message : String(error)}`
+    )
     code = 3
   }
 } finally {

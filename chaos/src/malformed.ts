@@ -36,11 +36,26 @@ const message = (kind: Kind, n: number): Amqp.Raw => {
   }
   switch (kind) {
     case "json":
-      return { exchange: "", routingKey: Topology.consumerQueue.queue, content: Buffer.from(`{"orderId": "${id}", `), options: base }
+      return {
+        exchange: "",
+        routingKey: Topology.consumerQueue.queue,
+        content: Buffer.from(`{"orderId": "${id}", `),
+        options: base
+      }
     case "type":
-      return { exchange: "", routingKey: Topology.consumerQueue.queue, content: payload, options: { ...base, type: "chaos.no_such_event" } }
+      return {
+        exchange: "",
+        routingKey: Topology.consumerQueue.queue,
+        content: payload,
+        options: { ...base, type: "chaos.no_such_event" }
+      }
     case "version":
-      return { exchange: "", routingKey: Topology.consumerQueue.queue, content: payload, options: { ...base, headers: { [HeaderNames.version]: "abc" } } }
+      return {
+        exchange: "",
+        routingKey: Topology.consumerQueue.queue,
+        content: payload,
+        options: { ...base, headers: { [HeaderNames.version]: "abc" } }
+      }
   }
 }
 

@@ -28,7 +28,11 @@ export const make = (options: Options, pgUrl: string, amqpUrl: string): Array<Wo
       }
     })
   }
-  for (let i = 1; i <= options.relays; i++) specs.push({ name: `relay-${i}`, role: "relay", script: script("relay"), env: common })
-  for (let i = 1; i <= options.consumers; i++) specs.push({ name: `consumer-${i}`, role: "consumer", script: script("consumer"), env: common })
+  for (let i = 1; i <= options.relays; i++) {
+    specs.push({ name: `relay-${i}`, role: "relay", script: script("relay"), env: common })
+  }
+  for (let i = 1; i <= options.consumers; i++) {
+    specs.push({ name: `consumer-${i}`, role: "consumer", script: script("consumer"), env: common })
+  }
   return specs
 }

@@ -29,4 +29,7 @@ export const topology: Topology.Topology = Topology.merge(
 )
 
 /** Queues whose messages are still on their way to a consumer. */
-export const inFlightQueues: ReadonlyArray<string> = [consumerQueue.queue, ...consumerQueue.retryQueues.map((q) => q.name)]
+export const inFlightQueues: ReadonlyArray<string> = [
+  consumerQueue.queue,
+  ...consumerQueue.retryQueues.map((q) => q.name)
+]

@@ -56,7 +56,9 @@ export interface Phantom {
 export interface Duplicate {
   readonly messageId: string
   readonly orderId: string
-  readonly effects: ReadonlyArray<{ readonly consumer: string; readonly pid: number; readonly attempt: number; readonly at: string }>
+  readonly effects: ReadonlyArray<
+    { readonly consumer: string; readonly pid: number; readonly attempt: number; readonly at: string }
+  >
 }
 
 /** A dead letter that is not one of the malformed messages. */
@@ -76,17 +78,33 @@ export interface Findings {
    * Outbox rows that took more than one publish attempt, by their last error: the evidence that
    * broker and database outages count no attempt (a relay killed or paused past its lease does).
    */
-  readonly retried: { readonly count: number; readonly maxAttempts: number; readonly reasons: ReadonlyArray<{ readonly reason: string; readonly count: number }> }
+  readonly retried: {
+    readonly count: number
+    readonly maxAttempts: number
+    readonly reasons: ReadonlyArray<{ readonly reason: string; readonly count: number }>
+  }
   readonly effects: { readonly rows: number; readonly messages: number }
   /** Committed, no effect, and the outbox does not hold the event as failed: nobody will deliver it. */
   readonly lost: { readonly count: number; readonly events: ReadonlyArray<LostEvent> }
   /** Outbox rows that failed (kept for a manual retry), whether or not their event got through before. */
   readonly failedRows: { readonly count: number; readonly events: ReadonlyArray<LostEvent> }
   readonly phantom: { readonly count: number; readonly events: ReadonlyArray<Phantom> }
-  readonly duplicates: { readonly count: number; readonly extraEffects: number; readonly messages: ReadonlyArray<Duplicate> }
-  readonly inbox: { readonly byStatus: Readonly<Record<string, number>>; readonly failed: ReadonlyArray<{ readonly messageId: string; readonly lastError: string | null }> }
+  readonly duplicates: {
+    readonly count: number
+    readonly extraEffects: number
+    readonly messages: ReadonlyArray<Duplicate>
+  }
+  readonly inbox: {
+    readonly byStatus: Readonly<Record<string, number>>
+    readonly failed: ReadonlyArray<{ readonly messageId: string; readonly lastError: string | null }>
+  }
   /** `auditComplete`: the audit, dead-letter, work and retry queues were read out completely. */
-  readonly published: { readonly copies: number; readonly events: number; readonly republished: number; readonly auditComplete: boolean }
+  readonly published: {
+    readonly copies: number
+    readonly events: number
+    readonly republished: number
+    readonly auditComplete: boolean
+  }
   readonly malformed: {
     readonly published: number
     readonly deadLettered: number
@@ -109,9 +127,12 @@ const header = (m: ConsumeMessage, name: string): string | undefined => {
 /** `rejected from chaos.effects ← expired from chaos.effects.retry.5000 (×2)`, from the `x-death` header (latest first). */
 const deathHistory = (m: ConsumeMessage): string => {
   const deaths = m.properties.headers?.["x-death"]
-  if (!Array.isArray(deaths) || deaths.length === 0) return `${header(m, "x-first-death-reason") ?? "?"} from ${header(m, "x-first-death-queue") ?? "?"}`
+  if (!Array.isArray(deaths) || deaths.length === 0) {
+    return `${header(m, "x-first-death-reason") ?? "?"} from ${header(m, "x-first-death-queue") ?? "?"}`
+  }
   return deaths.map((d: { reason?: unknown; queue?: unknown; count?: unknown }) =>
-    `${String(d.reason)} from ${String(d.queue)}${Number(d.count) > 1 ? ` (×${String(d.count)})` : ""}`).join(" ← ")
+    `${String(d.reason)} from ${String(d.queue)}${Number(d.count) > 1 ? ` (×${String(d.count)})` : ""}`
+  ).join(" ← ")
 }
 
 const orderIdOf = (m: ConsumeMessage): string | undefined => {
@@ -156,12 +177,18 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
     }
   }
 
-  const committedRows = await sql<Array<{ event_id: string; order_id: string }>>`SELECT event_id::text, order_id FROM ${orders}`
+  const committedRows = await sql<
+    Array<{ event_id: string; order_id: string }>
+  >`SELECT event_id::text, order_id FROM ${orders}`
   const committedIds = new Set(committedRows.map((r) => r.event_id))
-  const rolledBackRows = await sql<Array<{ event_id: string; order_id: string }>>`SELECT event_id::text, order_id FROM ${sql(Tables.rollbacks)}`
+  const rolledBackRows = await sql<
+    Array<{ event_id: string; order_id: string }>
+  >`SELECT event_id::text, order_id FROM ${sql(Tables.rollbacks)}`
   const rolledBackIds = new Set(rolledBackRows.map((r) => r.event_id))
 
-  const outboxCounts = await sql<Array<{ status: string; n: number }>>`SELECT status, count(*)::int AS n FROM ${outboxTable} GROUP BY status`
+  const outboxCounts = await sql<
+    Array<{ status: string; n: number }>
+  >`SELECT status, count(*)::int AS n FROM ${outboxTable} GROUP BY status`
   const failedReasons = await sql<Array<{ reason: string; count: number }>>`
     SELECT coalesce(left(last_error, 300), '(none)') AS reason, count(*)::int AS count FROM ${outboxTable}
     WHERE status = 'failed' GROUP BY 1 ORDER BY 2 DESC LIMIT 10`
@@ -173,23 +200,25 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
   const [effectCounts] = await sql<Array<{ rows: number; messages: number }>>`
     SELECT count(*)::int AS rows, count(DISTINCT message_id)::int AS messages FROM ${effects}`
 
-  const lostRows = await sql<Array<{
-    order_id: string
-    event_id: string
-    committed_at: Date
-    status: string | null
-    attempts: number | null
-    finished_attempts: number | null
-    last_error: string | null
-    claimed_by: string | null
-    available_at: Date | null
-    published_at: Date | null
-    inbox_status: string | null
-    inbox_attempts: number | null
-    inbox_crashes: number | null
-    inbox_error: string | null
-    inbox_started_by: string | null
-  }>>`
+  const lostRows = await sql<
+    Array<{
+      order_id: string
+      event_id: string
+      committed_at: Date
+      status: string | null
+      attempts: number | null
+      finished_attempts: number | null
+      last_error: string | null
+      claimed_by: string | null
+      available_at: Date | null
+      published_at: Date | null
+      inbox_status: string | null
+      inbox_attempts: number | null
+      inbox_crashes: number | null
+      inbox_error: string | null
+      inbox_started_by: string | null
+    }>
+  >`
     SELECT o.order_id, o.event_id::text, o.committed_at, x.status, x.attempts, x.finished_attempts, x.last_error,
            x.claimed_by, x.available_at, x.published_at,
            i.status AS inbox_status, i.attempts AS inbox_attempts, i.crashes AS inbox_crashes, i.last_error AS inbox_error,
@@ -200,7 +229,8 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
      WHERE x.status = 'failed' OR NOT EXISTS (SELECT 1 FROM ${effects} e WHERE e.message_id = o.event_id::text)
      ORDER BY o.committed_at`
   const effectedIds = new Set((await sql<Array<{ message_id: string }>>`
-    SELECT DISTINCT e.message_id FROM ${effects} e JOIN ${outboxTable} x ON x.id::text = e.message_id WHERE x.status = 'failed'`).map((r) => r.message_id))
+    SELECT DISTINCT e.message_id FROM ${effects} e JOIN ${outboxTable} x ON x.id::text = e.message_id WHERE x.status = 'failed'`)
+    .map((r) => r.message_id))
   const missing: Array<LostEvent> = lostRows.map((r) => ({
     orderId: r.order_id,
     eventId: r.event_id,
@@ -237,7 +267,9 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
     entry.where.add(where)
     phantoms.set(eventId, entry)
   }
-  const effectIds = await sql<Array<{ message_id: string; order_id: string }>>`SELECT DISTINCT message_id, order_id FROM ${effects}`
+  const effectIds = await sql<
+    Array<{ message_id: string; order_id: string }>
+  >`SELECT DISTINCT message_id, order_id FROM ${effects}`
   const handledMalformed: Array<string> = []
   for (const e of effectIds) {
     if (Malformed.kindOf(e.message_id) !== undefined) handledMalformed.push(e.message_id)
@@ -249,7 +281,9 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
      WHERE NOT EXISTS (SELECT 1 FROM ${orders} o WHERE o.event_id = x.id)`
   for (const r of strayRows) phantom(r.id, r.order_id ?? undefined, "outbox")
 
-  const duplicateRows = await sql<Array<{ message_id: string; order_id: string; n: number; effects: Duplicate["effects"] }>>`
+  const duplicateRows = await sql<
+    Array<{ message_id: string; order_id: string; n: number; effects: Duplicate["effects"] }>
+  >`
     SELECT message_id, order_id, count(*)::int AS n,
            json_agg(json_build_object('consumer', consumer, 'pid', pid, 'attempt', attempt, 'at', at) ORDER BY at) AS effects
       FROM ${effects} GROUP BY message_id, order_id HAVING count(*) > 1 ORDER BY message_id`
@@ -288,7 +322,11 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
     duplicates: {
       count: duplicateRows.length,
       extraEffects: duplicateRows.reduce((n, r) => n + r.n - 1, 0),
-      messages: duplicateRows.slice(0, LIMIT).map((r) => ({ messageId: r.message_id, orderId: r.order_id, effects: r.effects }))
+      messages: duplicateRows.slice(0, LIMIT).map((r) => ({
+        messageId: r.message_id,
+        orderId: r.order_id,
+        effects: r.effects
+      }))
     },
     inbox: {
       byStatus: Object.fromEntries(inboxCounts.map((r) => [r.status, r.n])),
@@ -300,7 +338,12 @@ export const run = async (sql: Db.Sql, amqpUrl: string, malformedIds: ReadonlyAr
       republished: [...copies.values()].filter((c) => c.n > 1).length,
       auditComplete: audit.length >= auditTaken.held && dead.length >= deadTaken.held && queuesComplete
     },
-    malformed: { published: malformedIds.length, deadLettered: malformedDead.length, handled: handledMalformed, vanished },
+    malformed: {
+      published: malformedIds.length,
+      deadLettered: malformedDead.length,
+      handled: handledMalformed,
+      vanished
+    },
     deadLetters: { total: dead.length, unexpected: unexpected.slice(0, LIMIT) }
   }
 }

@@ -9,13 +9,13 @@
  * @module
  */
 import { sleep } from "../abort.ts"
-import type { Broker } from "../servers/broker.ts"
-import type { Cluster } from "../servers/postgres.ts"
 import * as Db from "../db.ts"
 import type { Fleet } from "../fleet.ts"
 import { log, seconds } from "../log.ts"
 import * as Malformed from "../malformed.ts"
 import type { Random } from "../random.ts"
+import type { Broker } from "../servers/broker.ts"
+import type { Cluster } from "../servers/postgres.ts"
 import { describe, type Fault, processKinds } from "./plan.ts"
 
 /** How long a process fault waits for a worker of its role to be up (as long as workers get to start). */
@@ -76,12 +76,28 @@ export class Injector {
   async settle(): Promise<number> {
     while (this.#running.size > 0) await Promise.all([...this.#running])
     const failed = this.records.find((r) => r.outcome === "failed")
-    if (failed !== undefined) throw new Error(`fault #${failed.fault.index} (${describe(failed.fault, failed.target)}) could not be carried out: ${failed.detail}`)
-    return Math.max(0, ...this.records.flatMap((r) => r.endedAt === undefined || r.outcome === "skipped" ? [] : [r.endedAt]))
+    if (failed !== undefined) {
+      throw new Error(
+        `fault #${failed.fault.index} (${
+          describe(failed.fault, failed.target)
+        }) could not be carried out: ${failed.detail}`
+      )
+    }
+    return Math.max(
+      0,
+      ...this.records.flatMap((r) => r.endedAt === undefined || r.outcome === "skipped" ? [] : [r.endedAt])
+    )
   }
 
   async #fire(fault: Fault): Promise<void> {
-    const record: FaultRecord = { fault, target: fault.target, startedAt: Date.now(), endedAt: undefined, outcome: "running", detail: "" }
+    const record: FaultRecord = {
+      fault,
+      target: fault.target,
+      startedAt: Date.now(),
+      endedAt: undefined,
+      outcome: "running",
+      detail: ""
+    }
     this.records.push(record)
     const skip = (why: string) => {
       record.outcome = "skipped"
@@ -98,7 +114,9 @@ export class Injector {
         await sleep(200, this.#signal)
         target = this.#pickWorker(fault.target!)
       }
-      if (target === undefined) return skip(`no ${this.#targets.fleet.role(fault.target!)} was up to take it for ${seconds(WORKER_WAIT_MS)}`)
+      if (target === undefined) {
+        return skip(`no ${this.#targets.fleet.role(fault.target!)} was up to take it for ${seconds(WORKER_WAIT_MS)}`)
+      }
       record.target = target
     }
     log(`fault #${fault.index}: ${describe(fault, record.target)}`)
@@ -108,7 +126,9 @@ export class Injector {
         record.detail = detail
         record.outcome = "done"
         record.endedAt = Date.now()
-        if (fault.durationMs !== undefined || fault.kind === "pg-restart") log(`fault #${fault.index} over: ${record.detail}`)
+        if (fault.durationMs !== undefined || fault.kind === "pg-restart") {
+          log(`fault #${fault.index} over: ${record.detail}`)
+        }
       }
     } catch (error) {
       record.outcome = "failed"

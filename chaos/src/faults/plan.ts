@@ -20,7 +20,16 @@ export type Kind =
   | "pg-restart"
   | "malformed"
 
-export const kinds: ReadonlyArray<Kind> = ["sigkill", "sigterm", "sigstop", "broker-outage", "close-connections", "terminate-backends", "pg-restart", "malformed"]
+export const kinds: ReadonlyArray<Kind> = [
+  "sigkill",
+  "sigterm",
+  "sigstop",
+  "broker-outage",
+  "close-connections",
+  "terminate-backends",
+  "pg-restart",
+  "malformed"
+]
 
 /** Kinds that hit one worker process. */
 export const processKinds: ReadonlySet<Kind> = new Set(["sigkill", "sigterm", "sigstop"])
@@ -62,7 +71,9 @@ export const describe = (fault: Fault, target = fault.target): string => {
     case "close-connections":
       return "rabbitmqctl close_all_connections"
     case "terminate-backends":
-      return `pg_terminate_backend of ${target === undefined ? "every worker's backends" : `${target}'s backends`} every 100 ms for ${seconds(fault.durationMs ?? 0)}`
+      return `pg_terminate_backend of ${
+        target === undefined ? "every worker's backends" : `${target}'s backends`
+      } every 100 ms for ${seconds(fault.durationMs ?? 0)}`
     case "pg-restart":
       return "PostgreSQL restart (fast shutdown, start on the same port and data directory)"
     case "malformed":
@@ -71,10 +82,18 @@ export const describe = (fault: Fault, target = fault.target): string => {
 }
 
 /** Draws the plan. */
-export const make = (options: Options, random: Random, workers: ReadonlyArray<{ readonly name: string; readonly role: Role }>): Array<Fault> => {
+export const make = (
+  options: Options,
+  random: Random,
+  workers: ReadonlyArray<{ readonly name: string; readonly role: Role }>
+): Array<Fault> => {
   const phaseMs = options.faultSeconds * 1000
   const times: Array<number> = []
-  for (let t = random.between(options.faultGap[0], options.faultGap[1]) * 1000; t < phaseMs; t += random.between(options.faultGap[0], options.faultGap[1]) * 1000) {
+  for (
+    let t = random.between(options.faultGap[0], options.faultGap[1]) * 1000;
+    t < phaseMs;
+    t += random.between(options.faultGap[0], options.faultGap[1]) * 1000
+  ) {
     times.push(Math.round(t))
   }
   // Every kind once, in random slots; the rest by weight.
@@ -92,10 +111,15 @@ export const make = (options: Options, random: Random, workers: ReadonlyArray<{ 
     if (processKinds.has(kind)) {
       const role = roles[processFaults++ % roles.length]!
       const target = random.pick(workers.filter((w) => w.role === role)).name
-      const durationMs = kind === "sigstop" ? Math.round((options.leaseSeconds + random.between(options.pastLease[0], options.pastLease[1])) * 1000) : undefined
+      const durationMs = kind === "sigstop"
+        ? Math.round((options.leaseSeconds + random.between(options.pastLease[0], options.pastLease[1])) * 1000)
+        : undefined
       plan.push(durationMs === undefined ? { ...base, target } : { ...base, target, durationMs })
     } else if (kind === "broker-outage") {
-      plan.push({ ...base, durationMs: Math.round(random.between(options.brokerOutage[0], options.brokerOutage[1]) * 1000) })
+      plan.push({
+        ...base,
+        durationMs: Math.round(random.between(options.brokerOutage[0], options.brokerOutage[1]) * 1000)
+      })
     } else if (kind === "terminate-backends") {
       // A burst, so that connections being re-opened are hit too (during connect, as in a failover).
       const burst = { ...base, durationMs: Math.round(random.between(1, 3) * 1000) }

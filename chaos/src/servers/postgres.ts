@@ -36,7 +36,11 @@ const binaries = async (): Promise<{ readonly pg_ctl: string }> => {
 }
 
 /** Runs a command (as the postgres user when we are root); resolves with its output or rejects with it. */
-const runAs = (user: { uid: number; gid: number } | undefined, cmd: string, args: ReadonlyArray<string>): Promise<string> =>
+const runAs = (
+  user: { uid: number; gid: number } | undefined,
+  cmd: string,
+  args: ReadonlyArray<string>
+): Promise<string> =>
   new Promise((resolve, reject) => {
     const [file, argv] = user === undefined
       ? [cmd, [...args]]
@@ -47,7 +51,9 @@ const runAs = (user: { uid: number; gid: number } | undefined, cmd: string, args
     child.stderr.on("data", (d: Buffer) => void (output += d.toString()))
     child.once("error", reject)
     child.once("exit", (code, signal) =>
-      code === 0 ? resolve(output) : reject(new Error(`${path.basename(cmd)} ${args[0]} failed (${code ?? signal}): ${output.trim()}`)))
+      code === 0
+        ? resolve(output)
+        : reject(new Error(`${path.basename(cmd)} ${args[0]} failed (${code ?? signal}): ${output.trim()}`)))
   })
 
 /** Initialises a cluster in `dir` (a fresh folder of the run) and starts it. */
@@ -86,7 +92,8 @@ export const start = async (dir: string, onLog: (line: string) => void): Promise
     "-c fsync=off",
     "-c full_page_writes=off"
   ].join(" ")
-  const pgStart = () => runAs(user, pg_ctl, ["start", "-w", "-t", "120", "-D", dataDir, "-l", logFile, "-o", serverFlags])
+  const pgStart = () =>
+    runAs(user, pg_ctl, ["start", "-w", "-t", "120", "-D", dataDir, "-l", logFile, "-o", serverFlags])
   const pgStop = () => runAs(user, pg_ctl, ["stop", "-w", "-t", "120", "-D", dataDir, "-m", "fast"])
   const postmasterPid = (): number | undefined => {
     try {

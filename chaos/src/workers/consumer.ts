@@ -23,7 +23,9 @@ const effect = (delivery: AmqpConsumer.Delivery<EventRegistry.DecodedOf<typeof O
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     yield* sql`INSERT INTO ${sql(Tables.effects)} (message_id, order_id, consumer, pid, attempt)
-      VALUES (${delivery.messageId ?? ""}, ${delivery.event.payload.orderId}, ${Settings.name}, ${process.pid}, ${delivery.attempt})`
+      VALUES (${
+      delivery.messageId ?? ""
+    }, ${delivery.event.payload.orderId}, ${Settings.name}, ${process.pid}, ${delivery.attempt})`
   })
 
 const program = (control: Control) =>
@@ -45,7 +47,12 @@ const program = (control: Control) =>
     // deliveries) before the connection and the client it uses close: see lifecycle.ts.
     Effect.scoped,
     Effect.provide(Settings.broker),
-    Effect.provide(Layer.mergeAll(PgInboxStore.layer({ schema: Tables.tidingsSchema }), PgOutboxStore.layer({ schema: Tables.tidingsSchema })).pipe(Layer.provideMerge(Settings.database(concurrency + 2))))
+    Effect.provide(
+      Layer.mergeAll(
+        PgInboxStore.layer({ schema: Tables.tidingsSchema }),
+        PgOutboxStore.layer({ schema: Tables.tidingsSchema })
+      ).pipe(Layer.provideMerge(Settings.database(concurrency + 2)))
+    )
   )
 
 run(Settings.name, program)

@@ -20,7 +20,9 @@ import * as Tables from "../tables.ts"
 import { type Control, env, run } from "./lifecycle.ts"
 import * as Settings from "./settings.ts"
 
-class DeliberateRollback extends Data.TaggedError("DeliberateRollback")<{ readonly orderId: string; readonly eventId: string }> {}
+class DeliberateRollback
+  extends Data.TaggedError("DeliberateRollback")<{ readonly orderId: string; readonly eventId: string }>
+{}
 
 const rate = Number(env("CHAOS_RATE"))
 const rollbackRatio = Number(env("CHAOS_ROLLBACK"))
@@ -41,8 +43,13 @@ const transaction = Effect.gen(function*() {
   const orderId = `${Settings.name}.${Settings.incarnation}.${n}`
   const rollback = random.next() < rollbackRatio
   const outcome = yield* sql.withTransaction(Effect.gen(function*() {
-    const message = yield* Outbox.append(OrderPlaced, { aggregateId: orderId, payload: { orderId, producer: Settings.name, seq: n } })
-    yield* sql`INSERT INTO ${sql(Tables.orders)} (order_id, event_id, producer, seq) VALUES (${orderId}, ${message.id}, ${Settings.name}, ${n})`
+    const message = yield* Outbox.append(OrderPlaced, {
+      aggregateId: orderId,
+      payload: { orderId, producer: Settings.name, seq: n }
+    })
+    yield* sql`INSERT INTO ${
+      sql(Tables.orders)
+    } (order_id, event_id, producer, seq) VALUES (${orderId}, ${message.id}, ${Settings.name}, ${n})`
     if (rollback) return yield* new DeliberateRollback({ orderId, eventId: message.id })
   })).pipe(Effect.result)
   if (outcome._tag === "Success") {
@@ -52,13 +59,17 @@ const transaction = Effect.gen(function*() {
   const error = outcome.failure
   if (error instanceof DeliberateRollback) {
     counts.rolledBack++
-    yield* sql`INSERT INTO ${sql(Tables.rollbacks)} (order_id, event_id, producer) VALUES (${error.orderId}, ${error.eventId}, ${Settings.name})`.pipe(Effect.ignore)
+    yield* sql`INSERT INTO ${
+      sql(Tables.rollbacks)
+    } (order_id, event_id, producer) VALUES (${error.orderId}, ${error.eventId}, ${Settings.name})`.pipe(Effect.ignore)
     return
   }
   counts.failed++
   if (Date.now() - lastErrorLog > 1000) {
     lastErrorLog = Date.now()
-    yield* Effect.logWarning(`transaction failed (${counts.failed} so far): ${String((error as { message?: unknown }).message ?? error)}`)
+    yield* Effect.logWarning(
+      `transaction failed (${counts.failed} so far): ${String((error as { message?: unknown }).message ?? error)}`
+    )
   }
 })
 
@@ -78,14 +89,22 @@ const lane = (offsetMs: number) =>
 
 const program = (control: Control) =>
   Effect.gen(function*() {
-    if (eagerRelay) yield* Layer.build(Relay.layer({ name: Settings.name, lease: Settings.lease }).pipe(Layer.provide(Settings.publisher)))
+    if (eagerRelay) {
+      yield* Layer.build(
+        Relay.layer({ name: Settings.name, lease: Settings.lease }).pipe(Layer.provide(Settings.publisher))
+      )
+    }
     yield* control.ready
     const producing = yield* Effect.forEach(
       Array.from({ length: lanes }, (_, i) => i),
       (i) => Effect.forkScoped(lane((i * 1000) / rate))
     )
     yield* Effect.addFinalizer(() =>
-      Effect.sync(() => process.stderr.write(`[${Settings.name}] committed ${counts.committed}, rolled back ${counts.rolledBack}, failed ${counts.failed}\n`))
+      Effect.sync(() =>
+        process.stderr.write(
+          `[${Settings.name}] committed ${counts.committed}, rolled back ${counts.rolledBack}, failed ${counts.failed}\n`
+        )
+      )
     )
     yield* control.command("stop-producing")
     yield* Fiber.interruptAll(producing)
@@ -96,7 +115,9 @@ const program = (control: Control) =>
     // client they use closes: see lifecycle.ts.
     Effect.scoped,
     Effect.provide(
-      PgOutboxStore.layer({ schema: Tables.tidingsSchema, notify: true }).pipe(Layer.provideMerge(Settings.database(lanes + 4)))
+      PgOutboxStore.layer({ schema: Tables.tidingsSchema, notify: true }).pipe(
+        Layer.provideMerge(Settings.database(lanes + 4))
+      )
     )
   )
 

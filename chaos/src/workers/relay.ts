@@ -17,7 +17,9 @@ const program = (control: Control) =>
   Effect.gen(function*() {
     yield* Layer.build(
       Layer.mergeAll(
-        Relay.layer({ name: Settings.name, concurrency, lease: Settings.lease }).pipe(Layer.provide(Settings.publisher)),
+        Relay.layer({ name: Settings.name, concurrency, lease: Settings.lease }).pipe(
+          Layer.provide(Settings.publisher)
+        ),
         PgWakeup.layer({ schema: Tables.tidingsSchema })
       )
     )
@@ -27,7 +29,9 @@ const program = (control: Control) =>
     // Scoped inside the database layer, so that the relay closes (releasing its claims) before the
     // client it settles through: see lifecycle.ts.
     Effect.scoped,
-    Effect.provide(PgOutboxStore.layer({ schema: Tables.tidingsSchema }).pipe(Layer.provideMerge(Settings.database(concurrency + 3))))
+    Effect.provide(
+      PgOutboxStore.layer({ schema: Tables.tidingsSchema }).pipe(Layer.provideMerge(Settings.database(concurrency + 3)))
+    )
   )
 
 run(Settings.name, program)
