@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Entry point of the root `npm run demo|test|bench|check` scripts. Plain JavaScript that runs on the
+// Entry point of the root `npm run demo|test|bench|chaos|check` scripts. Plain JavaScript that runs on the
 // oldest Node a user may have (20), so that a fresh clone with only Node and npm can do everything:
 //   1. install the pinned pnpm (and a Node 24 binary when the system Node is older than 22) into
 //      .tools/node_modules, without root;
@@ -24,6 +24,7 @@ const tasks = {
   release: "tidings:release",
   deno: "tidings:deno",
   bun: "tidings:bun",
+  chaos: "tidings:chaos",
   check: "tidings:check",
   // Formats the TypeScript (dprint.json); `npm run format -- --check` checks it and runs the lint.
   format: "tidings:format",

@@ -20,7 +20,7 @@ import { bunBinary, denoBinary, node20Binary, root } from "./support/runtimes.ts
 
 /** The markdown files whose shell blocks are run. */
 const documents = (): Array<string> => {
-  const out = ["README.md", "CONTRIBUTING.md", "benchmarks/README.md"]
+  const out = ["README.md", "CONTRIBUTING.md", "benchmarks/README.md", "chaos/README.md"]
   for (const dir of ["packages", "examples"]) {
     for (const name of fs.readdirSync(path.join(root, dir))) {
       if (fs.existsSync(path.join(root, dir, name, "README.md"))) out.push(`${dir}/${name}/README.md`)
@@ -84,6 +84,12 @@ const rules: ReadonlyArray<{ readonly match: RegExp; readonly how: "not run" | "
     how: "check arguments",
     reason: "a benchmark runs for minutes: the first such command runs through npm as written with TIDINGS_BENCH_CHECK_ARGS=1 " +
       "(its arguments are parsed, then it exits); the others' arguments are parsed by the same function (benchmarks/src/main.ts command()) in this process"
+  },
+  {
+    match: /^npm run (--silent )?chaos\b/,
+    how: "check arguments",
+    reason: "a chaos run takes minutes (the quick one is test/chaos.test.ts): each such command runs through npm as written with " +
+      "TIDINGS_CHAOS_CHECK_ARGS=1 (its arguments are parsed, then it exits)"
   },
   {
     match: /^npm run release -- --dry-run$/,
@@ -204,6 +210,12 @@ describe("every command in every README", () => {
             const res = await run(substitute(command), app, { ...(newerNode ? { nodeDir: node24Dir } : {}), extraBin })
             assert.strictEqual(res.code, 0, `${where}\n${res.output}`)
             assert.strictEqual(res.output.match(/delivered order\.placed/g)?.length, 2, `${where}\n${res.output}`)
+            continue
+          }
+          if (rule?.how === "check arguments" && /^npm run (--silent )?chaos\b/.test(command)) {
+            const res = await run(substitute(command), root, { env: { TIDINGS_CHAOS_CHECK_ARGS: "1" } })
+            assert.strictEqual(res.code, 0, `${where}\n${res.output}`)
+            assert.match(res.output, /arguments ok|usage: npm run chaos/, `${where}\n${res.output}`)
             continue
           }
           if (rule?.how === "check arguments") {

@@ -103,10 +103,16 @@ export const processBatch = (s: Settings, relayId: string): Effect.Effect<number
 
 const randomId = () => Math.random().toString(36).slice(2, 8)
 
-// After the shutdown deadline: time to interrupt what still runs, release its claims and write the
-// last settlements. Past it, whatever has not ended (a statement to a database that is gone) is
-// left to end on its own, and the layer closes.
+// The end of the shutdown deadline: time to interrupt what still runs, release its claims and write
+// the last settlements. Past it, whatever has not ended (a statement to a database that is gone) is
+// left to end on its own, and the layer closes. It is taken from `shutdownTimeout`, not added to it:
+// the layers closed after the relay (the database client, the broker connection) and the process's
+// exit need the rest of the second an operator's `shutdownTimeout + 1 s` allows.
 const shutdownGrace = Duration.millis(500)
+
+/** How long in-flight batches get on shutdown: `shutdownTimeout` less the grace (never negative). */
+const inFlightDeadline = (shutdownTimeout: Duration.Duration): Duration.Duration =>
+  Duration.millis(Math.max(0, Duration.toMillis(shutdownTimeout) - Duration.toMillis(shutdownGrace)))
 
 /**
  * A background round whose store is unavailable fails every time until it is back: say so once,
@@ -159,8 +165,9 @@ const background = (s: Settings, group: string, store: OutboxStore["Service"], p
  * Starts the relay group: `concurrency` pollers, the eager lane (when the store's `EagerDispatch`
  * registry is provided), and the lease recovery, retention and stats loops. No store or publisher
  * error ends it: it backs off and pauses instead. Closing the layer shuts down gracefully: stop
- * claiming, let in-flight batches finish within `shutdownTimeout` (or interrupt them and release
- * their claims), then stop; it takes at most `shutdownTimeout` plus half a second.
+ * claiming, let in-flight batches finish within `shutdownTimeout` less half a second (or interrupt
+ * them and release their claims in that half second), then stop; it takes at most `shutdownTimeout`
+ * (half a second when that is shorter).
  * @since 0.1.0
  * @category layers
  */
@@ -187,9 +194,10 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
         yield* Deferred.succeed(stop, undefined)
         yield* Workers.interruptNow(workers.running("loop"))
         const inFlight = [...pollers, ...(lane?.workers ?? [])]
-        const finished = yield* Effect.raceFirst(Effect.as(Fiber.awaitAll(inFlight), true), Effect.as(Effect.sleep(s.shutdownTimeout), false))
+        const deadline = inFlightDeadline(s.shutdownTimeout)
+        const finished = yield* Effect.raceFirst(Effect.as(Fiber.awaitAll(inFlight), true), Effect.as(Effect.sleep(deadline), false))
         if (!finished) {
-          yield* Effect.logWarning(`relay shutdown: in-flight batches did not finish within ${Duration.format(s.shutdownTimeout)}; releasing their claims`)
+          yield* Effect.logWarning(`relay shutdown: in-flight batches did not finish within ${Duration.format(deadline)}; releasing their claims`)
           yield* Workers.interruptNow(inFlight)
         }
         const ended = yield* Effect.raceFirst(

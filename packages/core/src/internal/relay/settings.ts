@@ -103,9 +103,10 @@ export interface Config {
   /** How often the pending / failed gauges are refreshed; `false` turns it off (default 10 s). */
   readonly statsInterval?: Duration.Input | false
   /**
-   * How long shutdown waits for in-flight batches before interrupting them and releasing their
-   * claims (default 10 s). Closing the relay's layer takes at most this plus half a second, even
-   * with a publisher that never answers or a database that is gone.
+   * How long closing the relay's layer may take (default 10 s), even with a publisher that never
+   * answers or a database that is gone: in-flight batches get all of it but the last half second,
+   * in which they are interrupted and their claims released. The rest of an operator's
+   * `shutdownTimeout + 1 s` is for the layers closed after it and the process's exit.
    */
   readonly shutdownTimeout?: Duration.Input
 }

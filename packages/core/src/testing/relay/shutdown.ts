@@ -1,7 +1,8 @@
 /**
  * Relay contract, shutdown: in-flight batches finish within the deadline or are interrupted and
- * released; closing takes at most `shutdownTimeout` + 1 s even with a publisher that never
- * answers or a database that is gone.
+ * released; closing takes at most `shutdownTimeout` (half a second when that is shorter) even with a
+ * publisher that never answers or a database that is gone: on simulated time exactly, on real time
+ * within a second more.
  * @internal
  */
 import { assert } from "@effect/vitest"
@@ -85,12 +86,14 @@ export const shutdownTests = ({ run, start, test, time }: Suite) => {
       const store = yield* OutboxStore
       const ids = yield* seed(20)
       const never = Layer.succeed(Publisher, Publisher.of({ publish: () => Effect.uninterruptible(Effect.never) }))
-      const { stop } = yield* start({ ...quiet, concurrency: 2, batchSize: 5, dispatch: "poll", shutdownTimeout: "200 millis", publishTimeout: "20 seconds" }).pipe(
+      const { stop } = yield* start({ ...quiet, concurrency: 2, batchSize: 5, dispatch: "poll", shutdownTimeout: "2 seconds", publishTimeout: "20 seconds" }).pipe(
         Effect.provide(never)
       )
       yield* time.eventually(Effect.map(store.stats, (s) => s.processing === 10), "5 seconds", "two batches being published")
       const { ms: took } = yield* timed(time, stop)
-      assert.isBelow(took, 200 + 1000, `shutdown took ${took} ms`)
+      // The relay's own deadline is shutdownTimeout itself: the layers closed after it need the rest.
+      if (time.mode === "test") assert.isAtMost(took, 2000, `shutdown took ${took} ms`)
+      assert.isBelow(took, 2000 + 1000, `shutdown took ${took} ms`)
       const stats = yield* store.stats
       assert.deepStrictEqual([stats.pending, stats.processing, stats.published], [20, 0, 0], "the claims were released")
       const again = yield* start(quiet)
@@ -104,14 +107,15 @@ export const shutdownTests = ({ run, start, test, time }: Suite) => {
       const inner = yield* OutboxStore
       const ids = yield* seed(10)
       const db = switchableStore(inner)
-      const { stop } = yield* start({ ...quiet, batchSize: 10, dispatch: "poll", lease: "1 second", shutdownTimeout: "100 millis" }).pipe(
+      const { stop } = yield* start({ ...quiet, batchSize: 10, dispatch: "poll", lease: "1 second", shutdownTimeout: "2 seconds" }).pipe(
         Effect.provide(slowPublisher("300 millis")),
         Effect.provideService(OutboxStore, db.store)
       )
       yield* time.eventually(Effect.map(inner.stats, (s) => s.processing === 10), "5 seconds", "the batch being published")
       yield* db.set("gone")
       const { ms: took } = yield* timed(time, stop)
-      assert.isBelow(took, 100 + 1000, `shutdown took ${took} ms`)
+      if (time.mode === "test") assert.isAtMost(took, 2000, `shutdown took ${took} ms`)
+      assert.isBelow(took, 2000 + 1000, `shutdown took ${took} ms`)
       yield* db.set("up")
       const again = yield* start({ ...quiet, lease: "1 second", reclaimInterval: "50 millis" })
       yield* time.eventually(Effect.map(inner.stats, (s) => s.published === 10), "10 seconds", "everything, once the database is back")
