@@ -7,9 +7,7 @@
  *   one per secret (several during a secret rotation).
  *
  * Secrets are `whsec_` followed by 24 to 64 random bytes in base64 (the prefix is optional on input).
- * Everything runs on WebCrypto (`crypto.subtle`), so it works on Node, Deno, Bun and Workers; where the
- * runtime has `node:crypto`, signing uses its HMAC instead (the same bytes, synchronously, at a
- * fraction of the CPU).
+ * Everything runs on WebCrypto (`crypto.subtle`), so it works on Node, Deno, Bun and Workers.
  * @module
  */
 import { Effect, Redacted, Schema } from "effect"
@@ -75,7 +73,6 @@ export const key = (secret: SecretInput): Effect.Effect<Key, InvalidSecret> =>
       try: () => crypto.subtle.importKey("raw", bytes as Uint8Array<ArrayBuffer>, { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]),
       catch: () => new InvalidSecret({ message: "the webhook secret could not be imported as an HMAC key" })
     })
-    Hmac.remember(cryptoKey, bytes)
     return { _tag: "WebhookKey", cryptoKey } as const
   })
 

@@ -6,7 +6,7 @@
  */
 import { HeaderNames, type Message } from "@tidings/core/Message"
 import { Duration } from "effect"
-import { signatureHeader, signatureHeaderNow } from "./hmac.ts"
+import { signatureHeader } from "./hmac.ts"
 import { discard, parseRetryAfter, readBounded } from "./http.ts"
 import type { Limiter } from "./limiter.ts"
 
@@ -82,15 +82,13 @@ export const deliver = (t: Target, shared: Shared, message: Message, body: strin
     if (batch.aborted) return interrupted
     const started = Date.now()
     const timestamp = Math.floor(started / 1000)
-    // Synchronously where the runtime can (node:crypto), else through WebCrypto.
-    const signature = signatureHeaderNow(t.keys, message.id, timestamp, body) ?? await signatureHeader(t.keys, message.id, timestamp, body)
     const headers: Record<string, string> = {
       ...t.headers,
       "content-type": "application/json",
       "user-agent": shared.userAgent,
       "webhook-id": message.id,
       "webhook-timestamp": String(timestamp),
-      "webhook-signature": signature
+      "webhook-signature": await signatureHeader(t.keys, message.id, timestamp, body)
     }
     const traceparent = message.headers[HeaderNames.traceparent]
     if (traceparent !== undefined) headers["traceparent"] = traceparent
