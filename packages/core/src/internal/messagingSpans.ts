@@ -92,24 +92,33 @@ export const settle = (relayId: string, settlement: Settlement) => <A, E, R>(eff
     attributes: { ...Tracing.messagingAttributes({ type: "settle", name: "settle" }, outbox), ...batch(settled(settlement)), "tidings.relay.id": relayId }
   })
 
+const createLink = { "messaging.operation.type": "create" } as const
+
 /**
- * The `send <destination>` span of one event, started now: a child of the event's `create` span
- * (from its `traceparent`) and linked to it.
+ * The `send <destination>` spans of a batch: `sender(...)(message)` starts the span of one event,
+ * a child of the event's `create` span (from its `traceparent`) and linked to it. The name and the
+ * attributes every event of the batch shares are built once per batch, not once per event.
  */
-export const send = (message: Message, relayId: string, destination: Tracing.Destination | undefined, batchSize: number): Effect.Effect<Tracer.Span> => {
-  const created = Tracing.parentFromHeaders(message.headers)
-  return Effect.makeSpan(Tracing.spanName(spanNames.send, destination?.name), {
-    kind: "producer",
-    ...(created === undefined ? { root: true } : { parent: created, links: [{ span: created, attributes: { "messaging.operation.type": "create" } }] }),
-    attributes: {
-      ...Tracing.messagingAttributes({ type: "send", name: "send" }, destination),
-      ...batch(batchSize),
-      "messaging.message.id": message.id,
-      "tidings.event.type": message.type,
-      "tidings.event.version": message.version,
-      "tidings.relay.id": relayId
-    }
-  })
+export const sender = (relayId: string, destination: Tracing.Destination | undefined, batchSize: number) => {
+  const name = Tracing.spanName(spanNames.send, destination?.name)
+  const shared = {
+    ...Tracing.messagingAttributes({ type: "send", name: "send" }, destination),
+    ...batch(batchSize)
+  }
+  return (message: Message): Effect.Effect<Tracer.Span> => {
+    const created = Tracing.parentFromHeaders(message.headers)
+    return Effect.makeSpan(name, {
+      kind: "producer",
+      ...(created === undefined ? { root: true } : { parent: created, links: [{ span: created, attributes: createLink }] }),
+      attributes: {
+        ...shared,
+        "messaging.message.id": message.id,
+        "tidings.event.type": message.type,
+        "tidings.event.version": message.version,
+        "tidings.relay.id": relayId
+      }
+    })
+  }
 }
 
 /** Around an append of `messages`: the `create <event type>` span (the type of the first, when all share it). */

@@ -64,7 +64,8 @@ const batchError = (cause: Cause.Cause<PublishError>): PublishError =>
 /** Publishes one batch; never fails but by interruption: every message gets a result. */
 const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<ClaimedEvent>, relayId: string, timeout: Duration.Duration) =>
   Effect.gen(function*() {
-    const spans = yield* Effect.forEach(claimed, (c) => MessagingSpans.send(c.message, relayId, publisher.destination, claimed.length))
+    const send = MessagingSpans.sender(relayId, publisher.destination, claimed.length)
+    const spans = yield* Effect.forEach(claimed, (c) => send(c.message))
     // The published message carries its send span as its trace parent, so a consumer's span
     // continues append (create) → send → process as one trace.
     const messages = claimed.map((c, i): Message =>
