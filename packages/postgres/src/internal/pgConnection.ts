@@ -110,6 +110,10 @@ const run = <A>(
     })
   })
 
+/** A query cancelled by a cancel request (57014 "due to user request"), not by statement_timeout. */
+const strayCancel = (cause: unknown): boolean =>
+  errorCode(cause) === "57014" && cause instanceof Error && /user request/.test(cause.message)
+
 /** A connection error that is ours rather than postgres.js': the held connection was lost, ... */
 const connectionError = (code: string, message = "the connection was closed") =>
   Object.assign(new Error(`${message} (${code})`), { code })
@@ -217,10 +221,20 @@ export const makeConnection = (access: LinkAccess, options: QueryOptions): PgCon
   ): Effect.Effect<A, SqlError.SqlError> =>
     access.use((link) => {
       const ended = track?.(text)
-      const effect = run<A>(() => {
+      const once = run<A>(() => {
         const query = unsafe(link, text, params, prepare)
         return values ? query.values() : query
       }, operation, options, link)
+      // A cancel request names a connection, not a statement: one sent for an interrupted statement
+      // can land after it finished, on the next statement pipelined on that connection. A pool
+      // statement runs in autocommit, so the cancel rolled it back whole and it runs again (once); a
+      // statement_timeout (same code, another message) and statements on a held connection do not.
+      const effect = held !== undefined ? once : once.pipe(
+        Effect.catchIf((error) => strayCancel(error.reason.cause), () => run<A>(() => {
+          const query = unsafe(link, text, params, prepare)
+          return values ? query.values() : query
+        }, operation, options, link))
+      )
       return ended === undefined ? effect : effect.pipe(
         Effect.tap(() => Effect.sync(ended)),
         Effect.tapError((error) => fromServer(error.reason.cause) ? Effect.sync(ended) : Effect.void)
