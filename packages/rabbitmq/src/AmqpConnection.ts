@@ -55,8 +55,8 @@ export interface Config {
    * before failing (default 30 s), to the end: the last pause is shortened so that an attempt is made
    * at the deadline (and given at most a second more to answer). A connection lost while the
    * topology is declared is retried like a refused one; if that happens on the attempt at the
-   * deadline, it gets one more attempt at once. A non-retryable failure (bad credentials, unknown
-   * vhost, a refused declaration) fails at once.
+   * deadline, it gets one more attempt (after at most a second). A non-retryable failure (bad
+   * credentials, unknown vhost, a refused declaration) fails at once.
    */
   readonly startupTimeout?: Duration.Input
   /** How long closing waits for the broker's close-ok of a channel or the connection before dropping the socket (default 1 s). */

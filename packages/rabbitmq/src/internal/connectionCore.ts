@@ -109,7 +109,8 @@ export const makeCore = (options: CoreOptions) =>
      * startup timeout of 30 s tries for 30 s, not until the next full backoff would pass it. An
      * attempt made by the deadline that reached the broker and then lost its connection or channel
      * while declaring the topology (a forced close, a broker still booting) is a connection failure
-     * like any other: it gets one more attempt at once, even when the deadline has passed meanwhile.
+     * like any other: it gets one more attempt (after the usual pause, at most 1 s), even when the
+     * deadline has passed meanwhile.
      */
     const connectWithRetry = (initialError: AmqpConnectionError | undefined, deadline: number | undefined) =>
       Effect.gen(function*() {
@@ -123,7 +124,13 @@ export const makeCore = (options: CoreOptions) =>
           if (lastError !== undefined && deadline !== undefined && now >= deadline && reachedInTime && !graceUsed) {
             graceUsed = true
             core.reachedInTime = true
-            yield* Effect.logWarning("RabbitMQ connection lost while declaring the topology at the start-up deadline; one more attempt").pipe(annotate)
+            // a broker just back may need a moment before it can declare: the usual pause, at most 1 s
+            const pause = yield* step(now, lastError).pipe(
+              Effect.map(([, d]) => Math.min(Duration.toMillis(d), 1000)),
+              Pull.catchDone(() => Effect.succeed(0))
+            )
+            yield* Effect.logWarning(`RabbitMQ connection lost while declaring the topology at the start-up deadline; one more attempt in ${pause} ms`).pipe(annotate)
+            yield* Effect.sleep(Duration.millis(pause))
           } else if (lastError !== undefined) {
             core.reachedInTime = false
             const next = yield* step(now, lastError).pipe(
