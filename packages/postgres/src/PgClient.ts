@@ -27,13 +27,14 @@
  * @module
  */
 import * as Health from "@tidings/core/Health"
-import { type Cause, Config, Context, type Duration, Effect, Layer, Redacted, Schema, type Stream } from "effect"
+import * as Retry from "@tidings/core/Retry"
+import { Cause, Clock, Config, Context, Duration, Effect, Exit, Layer, Option, Pull, Redacted, Schedule, Schema, type Stream } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient, type SqlConnection, SqlError, Statement } from "effect/sql"
 import postgres from "postgres"
 import { InvalidSetting, resolve, type ResolvedConfig } from "./internal/pgConfig.ts"
 import { heldAccess, makeConnection, type PgConnection, poolAccess, type QueryOptions } from "./internal/pgConnection.ts"
-import { clientSqlError, errorCode, isRetryableCode, scrubString, toSqlError } from "./internal/pgError.ts"
+import { clientSqlError, errorCode, isConnectionCode, isRetryableCode, scrubString, toSqlError } from "./internal/pgError.ts"
 import { makeListener } from "./internal/pgListener.ts"
 import { closeSockets, makePool } from "./internal/pgPool.ts"
 import { connectionError, type SocketRegistry, socketFactory } from "./internal/pgSocket.ts"
@@ -55,6 +56,14 @@ export interface PgClientConfig {
   readonly idleTimeout?: Duration.Input | undefined
   /** Give up opening a connection after this long. Default 10 seconds. */
   readonly connectTimeout?: Duration.Input | undefined
+  /**
+   * How long building the layer keeps retrying its first query while the server cannot be reached
+   * (refused, connection closed, backend terminated, server starting or shutting down), with a
+   * backoff of 100 ms doubling to 5 s, to the end: the last pause is shortened so that an attempt is
+   * made at the deadline. Bad credentials or an unknown database fail at once. Default 30 seconds
+   * (as `AmqpConnection`'s); 0 tries once.
+   */
+  readonly startupTimeout?: Duration.Input | undefined
   /**
    * When the layer is released, statements still running get this long before their connections are
    * closed (idle connections close at once). Default 500 milliseconds.
@@ -183,6 +192,33 @@ const commit = (conn: SqlConnection.Connection): Effect.Effect<void, SqlError.Sq
       ? Effect.fail(clientSqlError("COMMIT rolled back an aborted transaction", "commit"))
       : Effect.void)
 
+/** Whether the server could not be reached (as opposed to refusing us): worth another try at start-up. */
+const isUnreachable = (error: SqlError.SqlError): boolean =>
+  error.reason._tag === "ConnectionError" || isConnectionCode(errorCode(error.reason.cause))
+
+const startupBackoff = Retry.exponentialBackoff({ base: "100 millis", max: "5 seconds" })
+
+/**
+ * Runs `effect` until it succeeds, fails with an error that is not {@link isUnreachable}, or
+ * `timeoutMillis` have passed; near the deadline the last pause is shortened so that an attempt is
+ * made at it.
+ */
+const retryUntil = <A>(effect: Effect.Effect<A, SqlError.SqlError>, timeoutMillis: number) =>
+  Effect.gen(function*() {
+    const deadline = (yield* Clock.currentTimeMillis) + timeoutMillis
+    const step = yield* Schedule.toStep(startupBackoff)
+    for (let attempt = 1;; attempt++) {
+      const exit = yield* Effect.exit(effect)
+      if (Exit.isSuccess(exit)) return exit.value
+      const error = Option.getOrUndefined(Cause.findErrorOption(exit.cause))
+      const now = yield* Clock.currentTimeMillis
+      if (error === undefined || !isUnreachable(error) || now >= deadline) return yield* Effect.failCause(exit.cause)
+      const [, delay] = yield* step(now, error).pipe(Pull.catchDone(() => Effect.succeed([undefined, Duration.seconds(5)] as const)))
+      yield* Effect.logWarning(`PgClient: start-up attempt ${attempt} failed, retrying: ${error.message}`)
+      yield* Effect.sleep(Duration.millis(Math.min(Duration.toMillis(delay), deadline - now)))
+    }
+  })
+
 /** Builds both services; every connection is closed when the scope closes. */
 const make = Effect.fnUntraced(function*(config: PgClientConfig) {
   const resolved = yield* resolveConfig(config)
@@ -293,16 +329,20 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
   })
 
   // Fail the layer now rather than at the first query: bad host, bad password, server down. The
-  // query reads the array types the database defines itself (enums, domains, ...), once.
-  const userArrays = yield* poolConnection.executeUnprepared(userArrayTypesQuery, [], undefined).pipe(
+  // query reads the array types the database defines itself (enums, domains, ...), once. A server
+  // that cannot be reached (or is restarting, or terminates the backend) is retried until
+  // `startupTimeout`: a worker started during an outage waits for the database instead of exiting.
+  const firstQuery = poolConnection.executeUnprepared(userArrayTypesQuery, [], undefined).pipe(
     Effect.mapError((error) =>
-      error.reason._tag === "UnknownError"
+      // a failure without a SQLSTATE (postgres.js' own, at connect) is the connection's
+      error.reason._tag === "UnknownError" && errorCode(error.reason.cause) === undefined
         ? new SqlError.SqlError({
           reason: new SqlError.ConnectionError({ cause: error.reason.cause, message: error.reason.message, operation: "connect" })
         })
         : error
     )
   )
+  const userArrays = yield* retryUntil(firstQuery, resolved.startupTimeoutMillis)
   arrayTypes.push(...(userArrays as ReadonlyArray<ArrayType>))
   // connections opened before this (the one that ran the query) learn them as well
   yield* pool.withLink((link) => Effect.sync(() => registerArrayTypes(link.sql, arrayTypes)))
@@ -348,7 +388,7 @@ export const ConfigSchema = Environment.ClientSchema
 
 /**
  * The client's environment variables: `TIDINGS_PG_URL` (a secret), `TIDINGS_PG_MAX_CONNECTIONS`,
- * `TIDINGS_PG_IDLE_TIMEOUT`, `TIDINGS_PG_CONNECT_TIMEOUT`, `TIDINGS_PG_END_TIMEOUT`,
+ * `TIDINGS_PG_IDLE_TIMEOUT`, `TIDINGS_PG_CONNECT_TIMEOUT`, `TIDINGS_PG_STARTUP_TIMEOUT`, `TIDINGS_PG_END_TIMEOUT`,
  * `TIDINGS_PG_APPLICATION_NAME`, `TIDINGS_PG_PREPARE`.
  * @since 0.1.0
  * @category settings

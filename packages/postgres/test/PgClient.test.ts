@@ -360,11 +360,11 @@ describe("PgClient layer construction", () => {
       }
     }))
 
-  it.live("an unreachable server fails with a retryable SqlError that does not leak the password", () =>
+  it.live("an unreachable server (startupTimeout 0: one attempt) fails with a retryable SqlError that does not leak the password", () =>
     Effect.gen(function*() {
       const port = yield* freePort()
       const started = Date.now()
-      const exit = yield* build(pgLayer({ url: Redacted.make(`postgres://tidings:Sup3r-S3cret-Pw@127.0.0.1:${port}/tidings`) }))
+      const exit = yield* build(pgLayer({ url: Redacted.make(`postgres://tidings:Sup3r-S3cret-Pw@127.0.0.1:${port}/tidings`), startupTimeout: 0 }))
       const error = failureOf(exit)
       assert.instanceOf(error, SqlError.SqlError)
       assert.strictEqual((error as SqlError.SqlError).reason._tag, "ConnectionError")

@@ -53,8 +53,10 @@ export interface Config {
   /**
    * How long building the layer keeps retrying a retryable first connection (refused, reset)
    * before failing (default 30 s), to the end: the last pause is shortened so that an attempt is made
-   * at the deadline (and given at most a second more to answer). A non-retryable failure (bad
-   * credentials, unknown vhost) fails at once.
+   * at the deadline (and given at most a second more to answer). A connection lost while the
+   * topology is declared is retried like a refused one; if that happens on the attempt at the
+   * deadline, it gets one more attempt (after at most a second). A non-retryable failure (bad
+   * credentials, unknown vhost, a refused declaration) fails at once.
    */
   readonly startupTimeout?: Duration.Input
   /** How long closing waits for the broker's close-ok of a channel or the connection before dropping the socket (default 1 s). */
@@ -171,13 +173,19 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
     const started = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
     const startupMs = Duration.toMillis(s.startupTimeout)
     const lastError = () => "lastError" in core.state ? core.state.lastError : undefined
+    const notConnected = () =>
+      Effect.fail(lastError() ?? new AmqpConnectionError({ operation: "connect", message: `not connected within ${Duration.format(s.startupTimeout)}`, retryable: true }))
     const first = yield* c.connectWithRetry(undefined, started + startupMs).pipe(
       // The last attempt is made at the deadline; it may take a moment (at most a second) to answer.
-      startupMs === 0 ? (effect) => effect : Effect.timeoutOrElse({
-        duration: Duration.sum(s.startupTimeout, Duration.min(s.connectTimeout, Duration.seconds(1))),
-        orElse: () =>
-          Effect.fail(lastError() ?? new AmqpConnectionError({ operation: "connect", message: `not connected within ${Duration.format(s.startupTimeout)}`, retryable: true }))
-      }),
+      // One that reached the broker in time is not cut off: its declaration (and, if the broker
+      // closed the connection under it, its one reconnect) finishes.
+      startupMs === 0 ? (effect) => effect : (effect) =>
+        Effect.raceFirst(
+          effect,
+          Effect.sleep(Duration.sum(s.startupTimeout, Duration.min(s.connectTimeout, Duration.seconds(1)))).pipe(
+            Effect.andThen(Effect.suspend(() => core.reachedInTime ? Effect.never : notConnected()))
+          )
+        ),
       Effect.tapError((error) => Effect.sync(() => c.setState({ _tag: "Closed", ...(error._tag === "AmqpConnectionError" ? { lastError: error } : {}) })))
     )
     yield* Effect.logDebug("RabbitMQ connected").pipe(core.annotate)

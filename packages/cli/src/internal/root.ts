@@ -85,8 +85,8 @@ export const read = <A, R>(
 const required = (variable: string, message: string) => (error: InvalidConfig): InvalidConfig | SettingError =>
   error.issues?.some((i) => i.path.endsWith(variable) && i.message === "is required but not set") === true ? new SettingError({ message }) : error
 
-/** The database client's settings: two connections at most (a short-lived command). */
-const database = read(Settings.read(PgClient.environment, { defaults: { maxConnections: 2, applicationName: "tidings-cli" } })).pipe(
+/** The database client's settings: two connections at most, and (as the broker's) 10 s to reach the server (a CLI must not hang). */
+const database = read(Settings.read(PgClient.environment, { defaults: { maxConnections: 2, applicationName: "tidings-cli", startupTimeout: "10 seconds" } })).pipe(
   Effect.mapError(required("TIDINGS_PG_URL", "no database: pass --database-url or set TIDINGS_PG_URL"))
 )
 

@@ -30,6 +30,7 @@ export const ClientSchema: Schema.Struct<{
   readonly maxConnections: Defaulted<Schema.Codec<number>>
   readonly idleTimeout: Schema.optional<Schema.Codec<Duration.Duration, Duration.Input>>
   readonly connectTimeout: Defaulted<Schema.Codec<Duration.Duration, Duration.Input>>
+  readonly startupTimeout: Defaulted<Schema.Codec<Duration.Duration, Duration.Input>>
   readonly endTimeout: Defaulted<Schema.Codec<Duration.Duration, Duration.Input>>
   readonly applicationName: Defaulted<Schema.String>
   readonly prepare: Defaulted<Schema.Boolean>
@@ -38,6 +39,7 @@ export const ClientSchema: Schema.Struct<{
   maxConnections: withDefault(Settings.int(1, 10_000), 10),
   idleTimeout: Schema.optional(Settings.duration()),
   connectTimeout: withDefault(Settings.duration(), "10 seconds"),
+  startupTimeout: withDefault(Settings.duration({ allowZero: true }), "30 seconds"),
   endTimeout: withDefault(Settings.duration({ allowZero: true }), "500 millis"),
   applicationName: withDefault(Schema.String, "tidings"),
   prepare: withDefault(Schema.Boolean, true)

@@ -11,6 +11,7 @@ export interface RawConfig {
   readonly maxConnections?: number | undefined
   readonly idleTimeout?: Duration.Input | undefined
   readonly connectTimeout?: Duration.Input | undefined
+  readonly startupTimeout?: Duration.Input | undefined
   readonly endTimeout?: Duration.Input | undefined
   readonly applicationName?: string | undefined
   readonly prepare?: boolean | undefined
@@ -28,6 +29,7 @@ export interface ResolvedConfig {
   readonly maxConnections: number
   readonly idleTimeoutSeconds: number | undefined
   readonly connectTimeoutSeconds: number
+  readonly startupTimeoutMillis: number
   readonly endTimeoutMillis: number
   readonly applicationName: string
   readonly prepare: boolean
@@ -78,6 +80,7 @@ export const resolve = (config: RawConfig, env: Record<string, string | undefine
   if (typeof prepare !== "boolean") throw new InvalidSetting("prepare must be a boolean")
   const idleTimeoutSeconds = config.idleTimeout === undefined ? undefined : seconds("idleTimeout", config.idleTimeout, 0, 0)
   const connectTimeoutSeconds = seconds("connectTimeout", config.connectTimeout, 10, 0.001)
+  const startupTimeoutMillis = seconds("startupTimeout", config.startupTimeout, 30, 0) * 1000
   const endTimeoutMillis = seconds("endTimeout", config.endTimeout, 0.5, 0) * 1000
   let tls: SocketTarget["tls"]
   try {
@@ -112,6 +115,7 @@ export const resolve = (config: RawConfig, env: Record<string, string | undefine
     maxConnections,
     idleTimeoutSeconds,
     connectTimeoutSeconds,
+    startupTimeoutMillis,
     endTimeoutMillis,
     applicationName,
     prepare

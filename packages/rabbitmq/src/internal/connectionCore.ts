@@ -37,6 +37,9 @@ export const makeCore = (options: CoreOptions) =>
       current: undefined as Live | undefined,
       liveSignal: Deferred.makeUnsafe<Live>(),
       closing: false,
+      // Set while a start-up attempt made by the deadline has reached the broker (and while its
+      // one reconnect runs): the start-up timer lets it finish rather than cutting it off.
+      reachedInTime: false,
       shutdown: Deferred.makeUnsafe<void>(),
       // Every connection not yet closed, including one opened by an attempt interrupted half way.
       openModels: new Set<ChannelModel>(),
@@ -79,9 +82,10 @@ export const makeCore = (options: CoreOptions) =>
         )
 
     /** Connects and declares the topology; the connection is closed again if the topology fails. */
-    const connectOnce = (attempt: number): Effect.Effect<Live, AmqpConnectionError | TopologyError> =>
+    const connectOnce = (attempt: number, onReached: () => void = () => {}): Effect.Effect<Live, AmqpConnectionError | TopologyError> =>
       Effect.gen(function*() {
         const [model, closed] = yield* openModel(open, attempt, options.description)
+        onReached()
         const live: Live = { model, closed, generation: core.generation + 1, blocked: false }
         yield* declareOn(live, Topology.merge(...options.topologies)).pipe(
           Effect.onError(() => Effect.promise(() => model.close().catch(() => undefined)).pipe(Effect.timeoutOption(options.closeTimeout)))
@@ -102,15 +106,33 @@ export const makeCore = (options: CoreOptions) =>
     /**
      * Retries `connectOnce` per the schedule until it succeeds, the schedule ends or `deadline`
      * passes. Near the deadline the last pause is shortened so that an attempt is made at it: a
-     * startup timeout of 30 s tries for 30 s, not until the next full backoff would pass it.
+     * startup timeout of 30 s tries for 30 s, not until the next full backoff would pass it. An
+     * attempt made by the deadline that reached the broker and then lost its connection or channel
+     * while declaring the topology (a forced close, a broker still booting) is a connection failure
+     * like any other: it gets one more attempt (after the usual pause, at most 1 s), even when the
+     * deadline has passed meanwhile.
      */
     const connectWithRetry = (initialError: AmqpConnectionError | undefined, deadline: number | undefined) =>
       Effect.gen(function*() {
         const step = yield* Schedule.toStep(options.reconnect)
         let lastError = initialError
+        // the attempt that reached the broker by the deadline and then lost the connection while declaring
+        let reachedInTime = false
+        let graceUsed = false
         for (let attempt = 1;; attempt++) {
-          if (lastError !== undefined) {
-            const now = yield* Clock.currentTimeMillis
+          const now = yield* Clock.currentTimeMillis
+          if (lastError !== undefined && deadline !== undefined && now >= deadline && reachedInTime && !graceUsed) {
+            graceUsed = true
+            core.reachedInTime = true
+            // a broker just back may need a moment before it can declare: the usual pause, at most 1 s
+            const pause = yield* step(now, lastError).pipe(
+              Effect.map(([, d]) => Math.min(Duration.toMillis(d), 1000)),
+              Pull.catchDone(() => Effect.succeed(0))
+            )
+            yield* Effect.logWarning(`RabbitMQ connection lost while declaring the topology at the start-up deadline; one more attempt in ${pause} ms`).pipe(annotate)
+            yield* Effect.sleep(Duration.millis(pause))
+          } else if (lastError !== undefined) {
+            core.reachedInTime = false
             const next = yield* step(now, lastError).pipe(
               Effect.map(([, d]) => Duration.toMillis(d)),
               Pull.catchDone(() => Effect.succeed(undefined))
@@ -122,15 +144,22 @@ export const makeCore = (options: CoreOptions) =>
               : { _tag: "Reconnecting", attempt, lastError, retryInMs: delay })
             yield* Effect.sleep(Duration.millis(delay))
           }
-          const exit = yield* Effect.exit(connectOnce(attempt))
+          // every attempt of the loop is made by the deadline (the loop fails instead once it passed)
+          let reached = false
+          const exit = yield* Effect.exit(connectOnce(attempt, () => {
+            reached = true
+            if (deadline !== undefined) core.reachedInTime = true
+          }))
           if (Exit.isSuccess(exit)) {
             if (yield* publishLive(exit.value)) return exit.value
             lastError = yield* Deferred.await(exit.value.closed)
+            reachedInTime = deadline !== undefined
             continue
           }
           const error = Option.getOrUndefined(Cause.findErrorOption(exit.cause))
           if (error === undefined) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
           if (!error.isRetryable && core.generation === 0) return yield* Effect.fail(error)
+          reachedInTime = deadline !== undefined && reached
           const asConnection = error._tag === "AmqpConnectionError"
             ? error
             : new AmqpConnectionError({ operation: "topology", message: `${error.entity}: ${error.message}`, retryable: true, ...(error.code === undefined ? {} : { code: error.code }) })
