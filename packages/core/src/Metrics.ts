@@ -97,3 +97,30 @@ export const inbox = {
   /** Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`). */
   handled: Metric.counter("tidings_inbox_handled_total", { description: "Inbox handling outcomes", incremental: true })
 } as const
+
+/**
+ * Log mode metrics (`LogRelay`, `LogConsumer`): publish and consume counts use the outbox and
+ * consumer series above; these are about partitions, leases and the log itself. Series carry a
+ * `group` attribute where it applies.
+ * @since 0.1.0
+ */
+export const log = {
+  /** Partitions this instance holds, by `group`. */
+  partitions: Metric.gauge("tidings_log_partitions_owned", { description: "Log partitions held by this instance" }),
+  /** Lease changes, by `group` and `change` (`acquired`, `released`, `lost`). */
+  rebalances: Metric.counter("tidings_log_lease_changes_total", { description: "Log partition leases acquired, released or lost", incremental: true }),
+  /** Writes refused because another instance took the lease over (fencing), by `group`. */
+  fenced: Metric.counter("tidings_log_fenced_total", { description: "Log writes refused by the lease fence", incremental: true }),
+  /** Partitions taken over from an owner that died with a batch in flight, by `group`. */
+  crashes: Metric.counter("tidings_log_crashes_total", { description: "Log partitions taken over after their owner died mid-batch", incremental: true }),
+  /** Reads that found committed events they could not read yet (an older transaction is open), by `group`. */
+  heldBack: Metric.counter("tidings_log_held_back_total", { description: "Log reads held back by an open transaction", incremental: true }),
+  /** Age of the oldest open transaction: log reads wait for it (the trade-off of never skipping an event). */
+  oldestOpenTransactionAge: Metric.gauge("tidings_log_oldest_open_transaction_age_seconds", {
+    description: "Age of the oldest open transaction, which holds log reads back"
+  }),
+  /** Events not yet behind a group's cursors, by `group`. */
+  lag: Metric.gauge("tidings_log_lag", { description: "Log events a group has not passed yet" }),
+  /** Events deleted by log retention. */
+  pruned: Metric.counter("tidings_log_pruned_total", { description: "Log events deleted by retention", incremental: true })
+} as const

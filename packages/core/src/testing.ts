@@ -6,3 +6,5 @@
  * @module
  */
 export * from "./testing/SagaStoreContract.ts"
+export * from "./testing/LogConsumerContract.ts"
+export * from "./testing/LogRelayContract.ts"
