@@ -28,6 +28,7 @@ import { Effect, Layer, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import type { Reader } from "./lib/cli.ts"
 import * as Pg from "./lib/postgres.ts"
+import * as LogMode from "./logMode.ts"
 import { counting, memoryPublisher, Tally } from "./lib/publishers.ts"
 import { int, log, secs, table } from "./lib/report.ts"
 import * as Seed from "./lib/seed.ts"
@@ -147,7 +148,9 @@ const drivers = {
   "per-key": relayDriver({ ordering: "per-key" }),
   "sql-loop": () => sqlLoop,
   "unordered-sync": relayDriver({}),
-  "unordered-no-coalesce": relayDriver({ coalesceClaims: false })
+  "unordered-no-coalesce": relayDriver({ coalesceClaims: false }),
+  // Log mode drains a log, not the outbox table: `measure` hands it to `LogMode.measure`.
+  log: () => () => Effect.die(new Error("log mode runs through LogMode.measure"))
 } satisfies Record<string, (driver: RelayDriver) => Driver>
 
 /** A measured way of draining the outbox. */
@@ -266,7 +269,7 @@ export const counts = (schema: string) =>
 
 /** One drain with its own pool (relays + 2 connections) and schema. */
 export const measure = (url: string, plan: Plan, msgs: ReadonlyArray<Message>, capSeconds: number, driver: RelayDriver): Effect.Effect<Run> =>
-  Effect.scoped(Effect.gen(function*() {
+  plan.ordering === "log" ? Effect.map(LogMode.measure(url, plan, msgs, capSeconds), (r) => ({ ...r, ordering: plan.ordering, table: plan.table, relays: plan.relays, batch: plan.batch })) : Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(url, plan.relays + 2)
     return yield* Effect.gen(function*() {
       const { schema, store } = yield* prepare(plan.table, msgs, plan.ordering)

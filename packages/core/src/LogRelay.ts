@@ -5,8 +5,9 @@
  * order, and one write per partition and batch moves the cursor.
  *
  * - **Order.** Events of a partition are published in order (writing transaction, then append
- *   order): in waves of `inFlightPerPartition` events per partition (default 1), so that when one
- *   fails, the later ones of its partition are not sent; partitions go in parallel.
+ *   order), partitions in parallel. A partition's batch goes out in waves in which no ordering key
+ *   repeats, so that when an event fails, no later event of its key has been sent: it is retried
+ *   first, and the events of other keys sent with it are published again after it.
  * - **Nothing skipped.** Reads stop before the oldest transaction still open: an event whose
  *   transaction commits late is published in its place. The price: a long transaction anywhere in
  *   the database holds the log back (`tidings_log_oldest_open_transaction_age_seconds` and
@@ -51,12 +52,6 @@ export const ConfigSchema = Schema.Struct({
   ...groupFields,
   /** Events read per partition and batch. */
   batchSize: Decode.int(1, 10_000).pipe(Schema.withDecodingDefault(Effect.succeed(500))),
-  /**
-   * Events of one partition published at once. 1 (default): strictly in order, a failed event holds
-   * back the rest of its partition. More: fewer round trips to a slow broker, but when an event
-   * fails, later ones of its partition may already be out and are published again after it.
-   */
-  inFlightPerPartition: Decode.int(1, 10_000).pipe(Schema.withDecodingDefault(Effect.succeed(1))),
   /** A slower publish fails (retryably); default half the lease, at most 30 s. */
   publishTimeout: Schema.optional(Decode.duration()),
   /** Deleting events every group has passed; `false` turns it off. */
@@ -156,7 +151,6 @@ export const layer = (config: Config = {}): Layer.Layer<LogRelay, InvalidConfig,
       Effect.gen(function*() {
         const outcomes = yield* restore(publishInOrder(publisher, batches.map((b) => b.events), {
           group: s.group,
-          perPartition: s.inFlightPerPartition,
           timeout: s.publishTimeout,
           kindOf
         }))

@@ -253,7 +253,8 @@ export interface Service {
   readonly release: (group: string, member: string, leases: ReadonlyArray<Lease>) => Effect.Effect<void, StoreError>
   /**
    * Reads events after each request's position, readable ones only (written by transactions older
-   * than every running one), in order, and marks each partition's batch as in flight.
+   * than every running one), in order, and marks each partition's batch as in flight. The messages
+   * returned are fresh objects, the caller's own (a relay sets their `traceparent` in place).
    */
   readonly read: (group: string, member: string, requests: ReadonlyArray<ReadRequest>) => Effect.Effect<ReadResult, StoreError>
   /**

@@ -213,7 +213,7 @@ export const make = (config: Config = {}) =>
               }
               last = row.position
               if (row.onlyGroups !== null && !row.onlyGroups.includes(group)) continue
-              events.push({ partition: row.partition, position: row.position, message: row.message })
+              events.push({ partition: row.partition, position: row.position, message: { ...row.message, headers: row.message.headers } })
               taken++
             }
             if (last !== undefined) c.inflight = last

@@ -175,13 +175,19 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
             const events: Array<LogStore.LogEvent> = []
             const lost: Array<number> = []
             const heldBack: Array<number> = []
+            let sorted = true
             for (const r of rows) {
-              if (r.kind === "e") events.push(Sql.toEvent(r))
-              else (r.kind === "lost" ? lost : heldBack).push(Number(r.partition))
+              if (r.tx_id === null) {
+                ;(Number(r.seq) === 0 ? lost : heldBack).push(Number(r.partition))
+                continue
+              }
+              const e = Sql.toEvent(r)
+              const last = events[events.length - 1]
+              if (last !== undefined && last.partition === e.partition && LogStore.compare(last.position, e.position) > 0) sorted = false
+              events.push(e)
             }
-            // Each partition's events in (tx_id, seq) order (the statement produces them so; a sort of
-            // sorted input is nearly free).
-            events.sort((a, b) => a.partition - b.partition || LogStore.compare(a.position, b.position))
+            // Each partition's events in (tx_id, seq) order: the statement produces them so; checked.
+            if (!sorted) events.sort((a, b) => a.partition - b.partition || LogStore.compare(a.position, b.position))
             return { events, lost, heldBack }
           }),
           mapSqlError("read")

@@ -1,39 +1,59 @@
-import { Cause, Clock, Duration, Effect, Exit, Option } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Exit, Option, References, type Tracer } from "effect"
 import * as Errors from "../Errors.ts"
 import { PublishError, Timeout, Unknown } from "../Errors.ts"
 import type * as LogStore from "../LogStore.ts"
-import { HeaderNames, type Message, withHeaders } from "../Message.ts"
+import { HeaderNames, type Message } from "../Message.ts"
 import type { Publisher } from "../Publisher.ts"
 import * as Tracing from "../Tracing.ts"
 import type { Outcome } from "./logPlan.ts"
 
-const spanOf = (message: Message, group: string, partition: number) => {
-  const parent = Tracing.parseTraceparent(message.headers[HeaderNames.traceparent])
-  return Effect.makeSpan("tidings.relay.publish", {
-    kind: "producer",
-    ...(parent !== undefined ? { parent } : {}),
-    attributes: {
-      "messaging.message.id": message.id,
-      "tidings.event.type": message.type,
-      "tidings.event.version": message.version,
-      "tidings.log.group": group,
-      "tidings.log.partition": partition
-    },
-    ...Tracing.noStack
+/**
+ * Opens the publish span of each event (a child of its append's trace) and gives the message the
+ * span's context as its `traceparent`, so that a consumer continues the trace. Spans are made with
+ * the current tracer directly, in one loop: `Effect.makeSpan` per event was most of the relay's own
+ * time per event. Messages read from a log store are the reader's own, so the header is set in
+ * place instead of copying the message. With tracing disabled, the messages go as they are.
+ */
+const openSpans = (events: ReadonlyArray<LogStore.LogEvent>, group: string) =>
+  Effect.gen(function*() {
+    if (!(yield* References.TracerEnabled)) return { spans: undefined, messages: events.map((e) => e.message) }
+    const tracer = yield* Effect.tracer
+    const start = yield* Clock.currentTimeNanos
+    const annotations = Context.empty()
+    const spans: Array<Tracer.Span> = []
+    const messages: Array<Message> = []
+    for (const e of events) {
+      const m = e.message
+      const parent = Tracing.parseTraceparent(m.headers[HeaderNames.traceparent])
+      const span = tracer.span({
+        name: "tidings.relay.publish",
+        parent: parent === undefined ? Option.none() : Option.some(parent),
+        annotations,
+        links: [],
+        startTime: start,
+        kind: "producer",
+        root: false,
+        sampled: parent?.sampled ?? true
+      })
+      span.attribute("messaging.message.id", m.id)
+      span.attribute("tidings.event.type", m.type)
+      span.attribute("tidings.event.version", m.version)
+      span.attribute("tidings.log.group", group)
+      span.attribute("tidings.log.partition", e.partition)
+      ;(m as { headers: Message["headers"] }).headers = { ...m.headers, [HeaderNames.traceparent]: Tracing.formatTraceparent(span) }
+      spans.push(span)
+      messages.push(m)
+    }
+    return { spans, messages }
   })
-}
 
 /**
- * Publishes one wave (events of several partitions) in one call, each under its own publish span
- * whose context the published message carries as its trace parent. Returns, per event, `undefined`
- * when published or the error; fails only by interruption.
+ * Publishes one wave (events of several partitions) in one call, each under its own publish span.
+ * Returns, per event, `undefined` when published or the error; fails only by interruption.
  */
 const publishWave = (publisher: Publisher["Service"], events: ReadonlyArray<LogStore.LogEvent>, group: string, timeout: Duration.Duration) =>
   Effect.gen(function*() {
-    const spans = yield* Effect.forEach(events, (e) => spanOf(e.message, group, e.partition))
-    const messages = events.map((e, i) =>
-      withHeaders(e.message, { ...e.message.headers, [HeaderNames.traceparent]: Tracing.formatTraceparent(spans[i]!) })
-    )
+    const { messages, spans } = yield* openSpans(events, group)
     const exit = yield* publisher.publish(messages).pipe(
       Effect.timeoutOrElse({
         duration: timeout,
@@ -46,45 +66,83 @@ const publishWave = (publisher: Publisher["Service"], events: ReadonlyArray<LogS
     )
     const end = yield* Clock.currentTimeNanos
     if (Exit.isFailure(exit) && Cause.hasInterrupts(exit.cause)) {
-      spans.forEach((span) => span.end(end, exit))
+      spans?.forEach((span) => span.end(end, exit))
       return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
     }
-    const byId = new Map<string, PublishError | undefined>()
-    if (Exit.isSuccess(exit)) for (const r of exit.value) byId.set(r.id, r._tag === "Published" ? undefined : r.error)
     const batchError = Exit.isFailure(exit)
       ? Option.getOrElse(Cause.findErrorOption(exit.cause), () => new PublishError({ message: Errors.describeCause(exit.cause), reason: new Unknown({ retryable: true }) }))
       : undefined
+    const results = Exit.isSuccess(exit) ? exit.value : []
+    // Publishers answer in order as a rule; look ids up only when they did not.
+    const inOrder = results.length === messages.length && results.every((r, i) => r.id === messages[i]!.id)
+    const byId = inOrder ? undefined : new Map(results.map((r) => [r.id, r]))
     return messages.map((m, i) => {
-      const error = byId.has(m.id)
-        ? byId.get(m.id)
-        : batchError ?? new PublishError({ message: "the publisher returned no result for this message", reason: new Unknown({ retryable: true }) })
-      spans[i]!.end(end, error === undefined ? Exit.void : Exit.fail(error))
+      const r = inOrder ? results[i] : byId!.get(m.id)
+      const error = r === undefined
+        ? batchError ?? new PublishError({ message: "the publisher returned no result for this message", reason: new Unknown({ retryable: true }) })
+        : r._tag === "Published" ? undefined : r.error
+      spans?.[i]!.end(end, error === undefined ? Exit.void : Exit.fail(error))
       return error
     })
   })
 
 /**
- * Publishes the batches of several partitions, each in order: in waves of up to `perPartition`
- * events of every partition, so that when an event fails, the later events of its partition are not
- * sent at all (they wait behind it). Returns each partition's outcome, in the order given.
+ * Splits a partition's events, in order, into waves in which no ordering key appears twice: a wave
+ * ends where an event's key already is in it. Concatenated, the waves are the partition's order.
+ */
+export const waves = (events: ReadonlyArray<LogStore.LogEvent>): Array<ReadonlyArray<LogStore.LogEvent>> => {
+  const out: Array<Array<LogStore.LogEvent>> = []
+  let wave: Array<LogStore.LogEvent> = []
+  let keys = new Set<string>()
+  for (const e of events) {
+    if (keys.has(e.message.orderingKey)) {
+      out.push(wave)
+      wave = []
+      keys = new Set()
+    }
+    wave.push(e)
+    keys.add(e.message.orderingKey)
+  }
+  if (wave.length > 0) out.push(wave)
+  return out
+}
+
+/**
+ * Publishes the batches of several partitions, each in its order: wave by wave (see {@link waves}),
+ * the i-th waves of all partitions in one call. Without failures the broker receives every
+ * partition's events in log order. When an event fails, its partition stops after that wave: no
+ * later event of its key has been sent (the next one is in a later wave), so per key the order holds
+ * under failures too; events of other keys sent in the same wave are published again after it.
+ * Returns each partition's outcome, in the order given.
  */
 export const publishInOrder = (
   publisher: Publisher["Service"],
   batches: ReadonlyArray<ReadonlyArray<LogStore.LogEvent>>,
-  options: { readonly group: string; readonly perPartition: number; readonly timeout: Duration.Duration; readonly kindOf: (e: unknown) => "unavailable" | "retry" | "fail" }
+  options: { readonly group: string; readonly timeout: Duration.Duration; readonly kindOf: (e: unknown) => "unavailable" | "retry" | "fail" }
 ): Effect.Effect<ReadonlyArray<Outcome>> =>
   Effect.gen(function*() {
     const outcomes: Array<Outcome> = batches.map(() => ({ _tag: "Done" }))
-    let active = batches.map((_, i) => i).filter((i) => batches[i]!.length > 0)
-    for (let offset = 0; active.length > 0; offset += options.perPartition) {
+    const planned = batches.map(waves)
+    // Where each event sits in its partition's batch.
+    const offsets = planned.map((ws) => {
+      let at = 0
+      return ws.map((w) => {
+        const start = at
+        at += w.length
+        return start
+      })
+    })
+    let active = batches.map((_, i) => i).filter((i) => planned[i]!.length > 0)
+    for (let w = 0; active.length > 0; w++) {
       const wave: Array<LogStore.LogEvent> = []
       const owners: Array<{ readonly batch: number; readonly index: number }> = []
       for (const b of active) {
-        const events = batches[b]!
-        for (let i = offset; i < Math.min(events.length, offset + options.perPartition); i++) {
-          wave.push(events[i]!)
-          owners.push({ batch: b, index: i })
-        }
+        const events = planned[b]![w]!
+        const start = offsets[b]![w]!
+        events.forEach((e, i) => {
+          wave.push(e)
+          owners.push({ batch: b, index: start + i })
+        })
       }
       const errors = yield* publishWave(publisher, wave, options.group, options.timeout)
       const stopped = new Set<number>()
@@ -94,7 +152,7 @@ export const publishInOrder = (
         stopped.add(batch)
         outcomes[batch] = { _tag: "Stopped", index, error, kind: options.kindOf(error) }
       })
-      active = active.filter((b) => !stopped.has(b) && batches[b]!.length > offset + options.perPartition)
+      active = active.filter((b) => !stopped.has(b) && planned[b]!.length > w + 1)
     }
     return outcomes
   })

@@ -1,7 +1,8 @@
 import type * as LogStore from "@tidings/core/LogStore"
 import { Duration } from "effect"
 import type { SqlClient, Statement } from "effect/sql"
-import { type OutboxRow, toMessage } from "./outboxRow.ts"
+import { fromStoredJson } from "@tidings/core/Message"
+import type { OutboxRow } from "./outboxRow.ts"
 
 /** The log tables of a schema, as identifiers. */
 export interface Tables {
@@ -27,9 +28,9 @@ export interface StateRow {
 
 /** An event row as reads return it. */
 export interface EventRow extends OutboxRow {
-  readonly kind: "e" | "lost" | "held"
   readonly partition: number
-  readonly tx_id: string
+  /** NULL on the rows that report a partition instead of an event: then `seq` is 0 (lost) or 1 (held back). */
+  readonly tx_id: string | null
   readonly seq: number | string
 }
 
@@ -50,10 +51,23 @@ export const toState = (r: StateRow): LogStore.PartitionState => ({
   lastError: r.last_error
 })
 
+const noHeaders: Readonly<Record<string, string>> = Object.freeze({})
+
 export const toEvent = (r: EventRow): LogStore.LogEvent => ({
   partition: Number(r.partition),
-  position: { tx: r.tx_id, seq: Number(r.seq) },
-  message: toMessage(r)
+  position: { tx: r.tx_id!, seq: Number(r.seq) },
+  // Payloads stay JSON text until read (`fromStoredJson`); events appended without headers share one
+  // empty object (a relay replaces, never mutates, a message's headers).
+  message: fromStoredJson({
+    id: r.id,
+    type: r.event_type,
+    version: Number(r.event_version),
+    aggregateType: r.aggregate_type,
+    aggregateId: r.aggregate_id,
+    orderingKey: r.ordering_key,
+    headers: r.headers === "{}" ? noHeaders : JSON.parse(r.headers) as Record<string, string>,
+    occurredAt: new Date(Number(r.occurred_at_ms))
+  }, r.payload)
 })
 
 /** `{1,2,3}`: an int array literal passed as one text parameter (no driver-specific array binding). */
@@ -105,22 +119,23 @@ export const read = (sql: SqlClient.SqlClient, t: Tables, commitMode: ReturnType
         ORDER BY l.tx_id, l.seq LIMIT r.lim
       ) e
     ),
-    ends AS (SELECT DISTINCT ON (partition) partition, tx_id, seq FROM rows ORDER BY partition, tx_id DESC, seq DESC),
+    last_tx AS (SELECT partition, max(tx_id) AS tx_id FROM rows GROUP BY partition),
+    ends AS (SELECT r.partition, r.tx_id, max(r.seq) AS seq FROM rows r JOIN last_tx t ON t.partition = r.partition AND t.tx_id = r.tx_id GROUP BY 1, 2),
     marked AS (
       UPDATE ${t.cursor} c SET inflight_tx = e.tx_id, inflight_seq = e.seq
       FROM ends e, owned o, commit_mode
       WHERE c.group_name = ${group} AND c.partition = e.partition AND o.partition = e.partition AND c.owner = ${member} AND c.epoch = o.epoch
       RETURNING 1
     )
-    SELECT 'e' AS kind, rows.partition, rows.tx_id::text AS tx_id, rows.seq, rows.id, rows.event_type, rows.event_version, rows.aggregate_type,
+    SELECT rows.partition, rows.tx_id::text AS tx_id, rows.seq, rows.id, rows.event_type, rows.event_version, rows.aggregate_type,
       rows.aggregate_id, rows.ordering_key, rows.payload::text AS payload, rows.headers::text AS headers,
-      (extract(epoch FROM rows.occurred_at) * 1000)::float8 AS occurred_at_ms
+      date_part('epoch', rows.occurred_at) * 1000 AS occurred_at_ms
     FROM rows WHERE (rows.only_groups IS NULL OR ${group} = ANY(rows.only_groups))
     UNION ALL
-    SELECT 'lost', r.partition, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    SELECT r.partition, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
     FROM req r WHERE NOT EXISTS (SELECT 1 FROM owned o WHERE o.partition = r.partition)
     UNION ALL
-    SELECT 'held', o.partition, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    SELECT o.partition, NULL, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
     FROM owned o WHERE EXISTS (
       SELECT 1 FROM ${t.log} l WHERE l.partition = o.partition AND l.tx_id >= (SELECT xmin FROM horizon)
     )`
@@ -148,6 +163,21 @@ export const settle = (
     (s.failed ?? []).map((f) => ({ partition: s.partition, tx: f.event.position.tx, seq: f.event.position.seq, attempts: f.attempts, error: f.error }))
   ))
   const mode = commitMode === undefined ? sql`` : sql`${commitMode},`
+  // Only when there are failed events: joined with nothing, the planner may still scan the log.
+  const failedCte = failed === "[]" ? sql`` : sql`,
+    failed AS (
+      INSERT INTO ${t.outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at,
+        status, attempts, finished_attempts, last_error, log_groups)
+      SELECT l.id, l.aggregate_type, l.aggregate_id, l.ordering_key, l.event_type, l.event_version, l.payload, l.headers, l.occurred_at,
+        'failed', f.attempts, f.attempts, f.error, ARRAY[${group}]::text[]
+      FROM json_to_recordset(${failed}::json) AS f(partition int, tx text, seq bigint, attempts int, error text)
+      JOIN ${t.log} l ON l.partition = f.partition AND l.tx_id = f.tx::xid8 AND l.seq = f.seq
+      WHERE f.partition IN (SELECT partition FROM settled)
+      ON CONFLICT (id) DO UPDATE SET status = 'failed', attempts = excluded.attempts, finished_attempts = excluded.finished_attempts,
+        last_error = excluded.last_error, claimed_by = NULL, claimed_until = NULL,
+        log_groups = ARRAY(SELECT DISTINCT g FROM unnest(coalesce(${t.outbox}.log_groups, '{}'::text[]) || excluded.log_groups) AS g)
+      RETURNING 1
+    )`
   const modeJoin = commitMode === undefined ? sql`` : sql`, commit_mode`
   return sql<StateRow>`WITH ${mode}
     s AS MATERIALIZED (
@@ -174,19 +204,6 @@ export const settle = (
       FROM moves m ${modeJoin}
       WHERE c.group_name = ${group} AND c.partition = m.partition AND c.owner = ${member} AND c.epoch = m.epoch
       RETURNING ${sql.literal(stateColumns)}
-    ),
-    failed AS (
-      INSERT INTO ${t.outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at,
-        status, attempts, finished_attempts, last_error, log_groups)
-      SELECT l.id, l.aggregate_type, l.aggregate_id, l.ordering_key, l.event_type, l.event_version, l.payload, l.headers, l.occurred_at,
-        'failed', f.attempts, f.attempts, f.error, ARRAY[${group}]::text[]
-      FROM json_to_recordset(${failed}::json) AS f(partition int, tx text, seq bigint, attempts int, error text)
-      JOIN ${t.log} l ON l.partition = f.partition AND l.tx_id = f.tx::xid8 AND l.seq = f.seq
-      WHERE f.partition IN (SELECT partition FROM settled)
-      ON CONFLICT (id) DO UPDATE SET status = 'failed', attempts = excluded.attempts, finished_attempts = excluded.finished_attempts,
-        last_error = excluded.last_error, claimed_by = NULL, claimed_until = NULL,
-        log_groups = ARRAY(SELECT DISTINCT g FROM unnest(coalesce(${t.outbox}.log_groups, '{}'::text[]) || excluded.log_groups) AS g)
-      RETURNING 1
-    )
-    SELECT c.* FROM settled c WHERE (SELECT count(*) FROM failed) >= 0`
+    )${failedCte}
+    SELECT c.* FROM settled c`
 }
