@@ -1,6 +1,6 @@
 import { Deferred, Effect, Exit } from "effect"
 import type * as LogStore from "../LogStore.ts"
-import { fromState, type Held, single } from "./logPlan.ts"
+import { fromState, type Held, single, suspect } from "./logPlan.ts"
 
 /**
  * Which partitions a member is assigned: the live members, sorted, take partitions round-robin
@@ -49,14 +49,27 @@ export class Ownership {
     return [...this.held.values()].filter((h) => !h.releasing).map((h) => ({ partition: h.partition, epoch: h.epoch }))
   }
 
-  /** Marks busy and returns up to `max` partitions a worker may read now, fairly rotated. */
+  /**
+   * Marks busy and returns up to `max` partitions a worker may read now, fairly rotated. A suspect
+   * partition (its previous owner died with a batch in flight) goes alone, and only one at a time in
+   * this instance: when the next death comes, the event in flight alone is the one that caused it,
+   * and no innocent head of another suspect partition is charged a crash.
+   */
   take(now: number, max: number): Array<Held> {
     if (now >= this.deadline) return []
     const all = [...this.held.values()]
+    const ready = (h: Held) => !h.busy && !h.releasing && h.retryAt <= now
+    if (!all.some((h) => h.busy && suspect(h))) {
+      const alone = all.find((h) => ready(h) && suspect(h))
+      if (alone !== undefined) {
+        alone.busy = true
+        return [alone]
+      }
+    }
     const out: Array<Held> = []
     for (let k = 0; k < all.length && out.length < max; k++) {
       const h = all[(this.#offset + k) % all.length]!
-      if (h.busy || h.releasing || h.retryAt > now) continue
+      if (!ready(h) || suspect(h)) continue
       h.busy = true
       out.push(h)
     }

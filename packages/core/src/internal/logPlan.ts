@@ -49,8 +49,11 @@ export interface Plan {
   readonly paused: boolean
 }
 
-/** Whether the head goes alone: it is retrying, or it belonged to a batch whose owner died. */
-export const single = (h: Held): boolean => h.headAttempts > 0 || h.suspectUntil !== null || h.crashes > 0
+/** Whether the partition's head belonged to a batch whose owner died (or hung) working on it. */
+export const suspect = (h: Held): boolean => h.suspectUntil !== null || h.crashes > 0
+
+/** Whether the head goes alone: it is retrying, or it is suspect. */
+export const single = (h: Held): boolean => h.headAttempts > 0 || suspect(h)
 
 /** Classifies an error by the one retryability rule, outages apart. */
 export const kindOf = (error: unknown): "unavailable" | "retry" | "fail" =>
