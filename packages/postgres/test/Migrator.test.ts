@@ -26,7 +26,7 @@ describe("Migrator", () => {
       const recorded = yield* sql<{ version: number }>`SELECT version FROM ${sql(`${schema}.tidings_migrations`)} ORDER BY version`
       assert.deepStrictEqual(recorded.map((r) => Number(r.version)), Migrator.all.map((m) => m.version))
       const tables = yield* sql<{ table_name: string }>`SELECT table_name FROM information_schema.tables WHERE table_schema = ${schema} ORDER BY 1`
-      assert.deepStrictEqual(tables.map((t) => t.table_name), ["inbox", "outbox", "projection_position", "saga", "saga_step", "tidings_migrations"])
+      assert.deepStrictEqual(tables.map((t) => t.table_name), ["inbox", "log", "log_cursor", "log_member", "log_stream", "outbox", "projection_position", "saga", "saga_step", "tidings_migrations"])
     })))
 
   it.live("concurrent migrators serialize on the advisory lock: one applies, the others see it done", () =>

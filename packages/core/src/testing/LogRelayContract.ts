@@ -11,7 +11,7 @@
  * @module
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Exit, Fiber, Layer, type Scope } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, type Scope } from "effect"
 import { PublishError, Refused, Unavailable } from "../Errors.ts"
 import {
   appendOne,
@@ -26,6 +26,7 @@ import {
   Tick,
   withLog
 } from "../internal/logContractSupport.ts"
+import * as LogRelay from "../LogRelay.ts"
 import * as LogStore from "../LogStore.ts"
 import * as MemoryBroker from "../MemoryBroker.ts"
 import * as Metrics from "../Metrics.ts"
@@ -114,6 +115,33 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
         yield* waitFor("both published", Effect.map(delivered, (d) => d.filter((m) => m.orderingKey === "late-key").length === 2))
         yield* stop
         assert.deepStrictEqual((yield* delivered).filter((m) => m.orderingKey === "late-key").map(nOf), [1, 2])
+      })), 60_000)
+
+    test("an open transaction that holds the log back shows in the gauge and the readiness check, with its age", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const release = yield* Deferred.make<void>()
+        const opened = yield* Deferred.make<void>()
+        const open = yield* Effect.forkChild(store.withTransaction(Effect.gen(function*() {
+          yield* Outbox.append(Tick, { aggregateId: "slow", payload: { n: 1 } })
+          yield* Deferred.succeed(opened, undefined)
+          yield* Deferred.await(release)
+        })))
+        yield* Deferred.await(opened)
+        const { relay, stop } = yield* startRelay({ group: "horizon", statsInterval: "50 millis" })
+        yield* waitFor("the relay runs", relay.isRunning)
+        const check = LogRelay.readiness({ maxHeldBack: "300 millis" }).run.pipe(Effect.provideService(LogRelay.LogRelay, relay), Effect.exit)
+        yield* waitFor("the readiness check to report it", Effect.map(check, Exit.isFailure))
+        const down = yield* check
+        assert.isTrue(Exit.isFailure(down))
+        assert.match(String(down), /held back by a transaction open for \d+\.\d s/)
+        yield* waitFor("the gauge", Effect.map(Metric.value(Metrics.log.oldestOpenTransactionAge), (g) => g.value >= 0.3))
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(open)
+        yield* waitFor("published once it committed", Effect.map(delivered, (d) => d.length === 1))
+        const up = LogRelay.readiness({ maxHeldBack: "1 minute" }).run.pipe(Effect.provideService(LogRelay.LogRelay, relay), Effect.exit)
+        assert.isTrue(Exit.isSuccess(yield* up))
+        yield* stop
       })), 60_000)
 
     test("a failing head is retried in order; a refused event goes to the failed table; the cursor moves on", () =>
