@@ -44,7 +44,7 @@ const fixture = (overrides: Partial<SuiteResult> = {}): Omit<SuiteResult, "targe
       { system: "graphile-worker", config: "concurrency 24", eventsPerSecond: s(10_000), capped: false, duplicates: 0, lost: 0 },
       { system: "pg-boss", config: "fetch+complete, 4 loops, batch 1000", eventsPerSecond: s(12_000), capped: false, duplicates: 0, lost: 0 }
     ],
-    best: { "tidings-unordered": 30_000, "tidings-per-key": 0, ceiling: 50_000, "sql-loop": 0, "graphile-worker": 10_000, "pg-boss": 12_000 },
+    best: { "tidings-unordered": 30_000, "tidings-per-key": 0, "tidings-log": 0, ceiling: 50_000, "sql-loop": 0, "graphile-worker": 10_000, "pg-boss": 12_000 },
     bestOf: {
       "tidings-unordered": { config: "relays 4, batch 100", min: 28_000, max: 31_000 },
       "graphile-worker": { config: "concurrency 24", min: 10_000, max: 10_000 },

@@ -19,11 +19,14 @@ const usage = `usage: pnpm bench [suite|claim|latency|publish] [--json] [--quick
             every figure the median of 3 runs, Tidings beside graphile-worker and pg-boss; writes
             benchmarks/results/<date>.json, latest.json, <date>.md + SVG charts, and (full runs) the
             results section of benchmarks/README.md. Full ~15 min on 2 cores; --quick < 3 min.
-            --phase claim,latency,bloat,scale  --runs 3  --events N (claim rows; 40000, quick 5000)
+            --phase claim,latency,bloat,scale,consumer,e2e  --runs 3  --events N (claim rows; 40000, quick 5000)
+            (log mode runs in claim, latency and scale; consumer: PgLogConsumer vs the inbox over RabbitMQ;
+            e2e: a backlog into RabbitMQ by Tidings, graphile-worker and pg-boss, then paced log-mode runs)
             --bloat-rows N (1000000, quick 50000)  --rabbit auto|off  --dry-run (write nothing)
 
   claim     events claimed + marked published per second (ceiling, Tidings relay, hand-written SQL loop)
-            --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,per-key,sql-loop[,unordered-sync,unordered-no-coalesce]  --table clean,dirty
+            --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,per-key,sql-loop[,unordered-sync,unordered-no-coalesce,log]  --table clean,dirty
+            (log: LogRelay on a log of 16 partitions; relays = its workers, batch = events per partition and read)
             --events N (pending rows per run; 50000, quick 10000)  --cap S (seconds per run; 15, quick 2)
             --driver process-batch|layer (how the relay runs: Relay.processBatch loops, or Relay.layer's pollers)
   latency   append-commit → publish latency under paced load, wake-ups by NOTIFY vs polling only;

@@ -64,21 +64,22 @@ export const pgBossLabel = (c: PgBossConfig): string =>
   c.mode === "fetch" ? `fetch+complete, ${c.fetchers} loop${c.fetchers === 1 ? "" : "s"}, batch ${c.batch}` : `work(), localConcurrency ${c.fetchers}, batch ${c.batch}`
 
 let schemas = 0
-const schemaName = (prefix: string) => `bench_${prefix}_${process.pid}_${(schemas++).toString(36)}`
+/** A unique schema name for a peer's run. */
+export const schemaName = (prefix: string) => `bench_${prefix}_${process.pid}_${(schemas++).toString(36)}`
 
 /** graphile-worker's logger, silenced below warnings. */
-const quietLogger = new Logger(() => (level, message) => {
+export const quietLogger = new Logger(() => (level, message) => {
   if (level === "error" || level === "warning") log(`  graphile-worker ${level}: ${message}`)
 })
 
 /** Error handlers on the pool and its clients, as graphile-worker asks (a server going away must not crash us). */
-const quiet = (pool: pg.Pool) => {
+export const quiet = (pool: pg.Pool) => {
   pool.on("error", () => undefined)
   pool.on("connect", (client) => void client.on("error", () => undefined))
 }
 
 /** Opens all `size` connections of `pool` now, so that connecting is not measured. */
-const warm = async (pool: pg.Pool, size: number) => {
+export const warm = async (pool: pg.Pool, size: number) => {
   const clients = await Promise.all(Array.from({ length: size }, () => pool.connect()))
   for (const c of clients) c.release()
 }
@@ -90,7 +91,7 @@ const payload = (i: number) => Seed.input(i).payload
  * Resolves once `n()` reaches `target` (true), or at `deadline` (`performance.now()` time), or after
  * `idleMs` without progress (false).
  */
-const progress = (n: () => number, target: number, deadline: number, idleMs = 20_000): Promise<boolean> =>
+export const progress = (n: () => number, target: number, deadline: number, idleMs = 20_000): Promise<boolean> =>
   new Promise((resolve) => {
     let last = n()
     let lastChange = performance.now()
@@ -152,7 +153,7 @@ const graphileRunner = (pool: pg.Pool, schema: string, c: GraphileConfig, task: 
   })
 
 /** Pool size graphile-worker's docs recommend: 10 or concurrency + 2, whichever is larger. */
-const graphilePoolSize = (concurrency: number) => Math.max(10, concurrency + 2)
+export const graphilePoolSize = (concurrency: number) => Math.max(10, concurrency + 2)
 
 /**
  * One graphile-worker drain: a fresh schema (`runMigrations`), `events` jobs added with `addJobs`
@@ -201,7 +202,7 @@ export const graphileDrain = async (url: string, events: number, c: GraphileConf
  * (`ResolvedConstructorOptions` is referenced but not exported, and this repository checks library
  * types), so the module is loaded through a specifier TypeScript does not follow, typed by this.
  */
-interface PgBoss {
+export interface PgBoss {
   on(event: "error", listener: (error: unknown) => void): unknown
   start(): Promise<unknown>
   stop(options: { readonly graceful?: boolean; readonly close?: boolean; readonly timeout?: number }): Promise<void>
@@ -230,7 +231,7 @@ const loadPgBoss = async (): Promise<PgBossConstructor> =>
   (PgBossClass ??= ((await import(pgBossModule)) as { readonly PgBoss: PgBossConstructor }).PgBoss)
 
 /** A pg-boss instance on a fresh schema, with all pool connections open, and its queue created. */
-const startBoss = async (url: string, max: number) => {
+export const startBoss = async (url: string, max: number) => {
   const schema = schemaName("boss")
   const PgBoss = await loadPgBoss()
   const boss = new PgBoss({ connectionString: url, schema, max, application_name: "bench-pgboss", schedule: false })
@@ -242,7 +243,7 @@ const startBoss = async (url: string, max: number) => {
   return { boss, schema, queue }
 }
 
-const stopBoss = async (boss: PgBoss, schema: string) => {
+export const stopBoss = async (boss: PgBoss, schema: string) => {
   await boss.stop({ graceful: false, close: false, timeout: 1_000 }).catch(() => undefined)
   await boss.getDb().executeSql(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
   await boss.stop({ graceful: false, close: true, timeout: 1_000 }).catch(() => undefined)

@@ -48,10 +48,11 @@ import {
   type Variant
 } from "./lib/suiteReport.ts"
 import * as Latency from "./latency.ts"
+import * as LogSuite from "./logSuite.ts"
 import * as Peers from "./peers.ts"
 import * as ScaleOut from "./scaleOut.ts"
 
-const phases = ["claim", "latency", "bloat", "scale"] as const
+const phases = ["claim", "latency", "bloat", "scale", "consumer", "e2e"] as const
 export type Phase = (typeof phases)[number]
 
 /** Settings of the suite. */
@@ -100,6 +101,8 @@ export interface Options {
     readonly batch: number
     readonly events: number
   }
+  /** Log mode's runs in the latency and scale phases, and the consumer and e2e phases. */
+  readonly log: LogSuite.LogOptions
 }
 
 /** Reads the suite's flags: `--quick`, `--runs`, `--phase`, `--rabbit`, `--events`, `--bloat-rows`, `--dry-run`. */
@@ -172,12 +175,13 @@ export const options = (args: Reader, argv: ReadonlyArray<string>): Options => {
       pruneBatch: 10_000
     },
     // --quick: batch 100, so that 4 processes × 2 relays still share the few events.
-    scale: { processes: [1, 2, 4], relays: 2, batch: quick ? 100 : 500, events: quick ? 5_000 : 40_000 }
+    scale: { processes: [1, 2, 4], relays: 2, batch: quick ? 100 : 500, events: quick ? 5_000 : 40_000 },
+    log: LogSuite.options(quick)
   }
 }
 
 /** A step of the suite: what it does, a guess of its seconds (for the progress display), and the work. */
-interface Step {
+export interface Step {
   readonly label: string
   readonly estimate: number
   readonly run: Effect.Effect<void, never, Scope.Scope>
@@ -230,7 +234,7 @@ const claimPhase = (url: () => string, opts: Options, problems: Array<string>) =
     if (r.duplicates > 0 || (r.lost ?? 0) > 0) problems.push(`claim ${e.system} (${e.config}): ${r.duplicates} duplicates, ${r.lost ?? 0} lost`)
     log(`    ${e.system} ${e.config}: ${int(r.eventsPerSecond)} events/s${r.capped ? " (capped)" : ""}`)
   }
-  const tidingsOrderings = [["tidings-unordered", "unordered"], ["tidings-per-key", "per-key"], ["sql-loop", "sql-loop"]] as const
+  const tidingsOrderings = [["tidings-unordered", "unordered"], ["tidings-per-key", "per-key"], ["tidings-log", "log"], ["sql-loop", "sql-loop"]] as const
   const perRun = (eventsPerSecond: number) => Math.min(o.capSeconds, o.events / eventsPerSecond) + 0.6
   const seed = o.events / 20_000
   const steps: Array<Step> = []
@@ -240,7 +244,7 @@ const claimPhase = (url: () => string, opts: Options, problems: Array<string>) =
     run: Effect.gen(function*() {
       msgs = yield* Seed.messages(o.events)
       const warm = msgs.slice(0, Math.min(5_000, msgs.length))
-      for (const ordering of ["unordered", "per-key", "sql-loop"] as const) {
+      for (const ordering of ["unordered", "per-key", "log", "sql-loop"] as const) {
         yield* Claim.measure(url(), { ordering, table: "clean", relays: 4, batch: 100 }, warm, o.capSeconds, "layer")
       }
       yield* Effect.promise(() => Peers.graphileDrain(url(), 2_000, { concurrency: 8 }, o.capSeconds))
@@ -675,7 +679,7 @@ export const run = (opts: Options): Effect.Effect<SuiteResult, never, Scope.Scop
     const loadStart = loadAverage()
     const host = machine()
     log(`suite${opts.quick ? " (--quick)" : ""}: ${opts.phases.join(", ")}; every figure the median of ${opts.runs} runs; ${host.cpus} cores, ${host.memoryGiB} GiB, load average ${loadStart.join(" / ")}`)
-    const wantRabbit = opts.phases.includes("latency") && opts.rabbit === "auto" && opts.latency.rabbitRates.length > 0
+    const wantRabbit = (opts.phases.includes("latency") || opts.phases.includes("consumer") || opts.phases.includes("e2e")) && opts.rabbit === "auto" && opts.latency.rabbitRates.length > 0
     const rabbitAvailable = wantRabbit && (Boolean(process.env["TIDINGS_AMQP_URL"]) || (yield* Effect.promise(() => fs.access("/usr/sbin/rabbitmq-server").then(() => true, () => false))))
     let rabbitNote: string | undefined = opts.rabbit === "off" ? "skipped (--rabbit off)" : wantRabbit && !rabbitAvailable ? "skipped: no broker (set TIDINGS_AMQP_URL, or install rabbitmq-server)" : undefined
     const [server, broker] = yield* Effect.all([
@@ -695,7 +699,21 @@ export const run = (opts: Options): Effect.Effect<SuiteResult, never, Scope.Scop
     const latency = opts.phases.includes("latency") ? latencyPhase(url, () => broker?.url, base, opts, problems) : undefined
     const bloat = opts.phases.includes("bloat") ? bloatPhase(url, base, opts, problems) : undefined
     const scale = opts.phases.includes("scale") ? scalePhase(url, opts, problems) : undefined
-    const steps = [...(claim?.steps ?? []), ...(latency?.steps ?? []), ...(bloat?.steps ?? []), ...(scale?.steps ?? [])]
+    const rabbitUrl = () => broker?.url
+    const logLatency = opts.phases.includes("latency") ? LogSuite.latencySteps(url, rabbitUrl, base, opts.log, opts.runs, problems) : undefined
+    const logScale = opts.phases.includes("scale") ? LogSuite.scaleSteps(url, opts.log, opts.runs, problems) : undefined
+    const consumer = opts.phases.includes("consumer") ? LogSuite.consumerSteps(url, rabbitUrl, opts.log, opts.runs, problems) : undefined
+    const e2e = opts.phases.includes("e2e") ? LogSuite.e2eSteps(url, rabbitUrl, opts.log, opts.runs, problems) : undefined
+    const steps = [
+      ...(claim?.steps ?? []),
+      ...(latency?.steps ?? []),
+      ...(logLatency?.steps ?? []),
+      ...(bloat?.steps ?? []),
+      ...(scale?.steps ?? []),
+      ...(logScale?.steps ?? []),
+      ...(consumer?.steps ?? []),
+      ...(e2e?.steps ?? [])
+    ]
       .filter((s) => broker !== undefined || !s.label.includes("RabbitMQ"))
     yield* runSteps(steps, problems)
     const partial = {
@@ -717,6 +735,15 @@ export const run = (opts: Options): Effect.Effect<SuiteResult, never, Scope.Scop
       ...(latency === undefined ? {} : { latency: latency.result(rabbitNote) }),
       ...(bloat === undefined ? {} : { bloat: bloat.result() }),
       ...(scale === undefined ? {} : { scaleOut: scale.result() }),
+      ...(() => {
+        const section = LogSuite.section({
+          ...(logLatency === undefined ? {} : { latency: logLatency.result() }),
+          ...(logScale === undefined ? {} : { scale: logScale.result() }),
+          ...(consumer?.result() === undefined ? {} : { consumer: consumer.result()! }),
+          ...(e2e?.result() === undefined ? {} : { e2e: e2e.result()! })
+        })
+        return section === undefined ? {} : { log: section }
+      })(),
       problems
     }
     const result: SuiteResult = { ...partial, targets: targets(partial) }

@@ -4,12 +4,13 @@
  * report can be regenerated from a JSON file and tested without a database.
  * @module
  */
+import { type LogSection, logMarkdown, logTargets } from "./logReport.ts"
 import type { Machine } from "./machine.ts"
 import type { Summary } from "./stats.ts"
 import { barChart, lineChart, type Series } from "./svg.ts"
 
 /** The systems of the claim comparison, as keys of `claim.best`. */
-export const systems = ["tidings-unordered", "tidings-per-key", "ceiling", "sql-loop", "graphile-worker", "pg-boss"] as const
+export const systems = ["tidings-unordered", "tidings-per-key", "tidings-log", "ceiling", "sql-loop", "graphile-worker", "pg-boss"] as const
 export type System = (typeof systems)[number]
 /** Measured beside them, outside `claim.best`: the Tidings relay with synchronous bookkeeping commits. */
 export type Variant = "tidings-unordered-sync"
@@ -140,6 +141,8 @@ export interface SuiteResult {
   readonly latency?: LatencySection
   readonly bloat?: BloatSection
   readonly scaleOut?: ScaleSection
+  /** Log mode: latency, scale-out, consumers, retention, end to end (its claim runs are in `claim`). */
+  readonly log?: LogSection
   readonly targets: ReadonlyArray<Target>
   /** Verification failures (lost or duplicated events, failed runs); empty when all was well. */
   readonly problems: ReadonlyArray<string>
@@ -215,6 +218,7 @@ export const targets = (r: Omit<SuiteResult, "targets">): Array<Target> => {
     actual: s === undefined ? "not measured" : `${pct(held - 1)} vs 1 process, ${dupes} duplicates or lost`,
     met: s === undefined ? null : held >= 0.8 && dupes === 0
   })
+  out.push(...logTargets({ ...(r.claim === undefined ? {} : { best: r.claim.best }), ...(r.log === undefined ? {} : { log: r.log }) }))
   if (r.quick) {
     out.push({
       id: "quick-duration",
@@ -242,7 +246,7 @@ export const charts = (r: SuiteResult): Record<string, string> => {
   const out: Record<string, string> = {}
   const c = r.claim
   if (c !== undefined) {
-    for (const system of ["tidings-unordered", "tidings-per-key", "sql-loop"] as const) {
+    for (const system of ["tidings-unordered", "tidings-per-key", "tidings-log", "sql-loop"] as const) {
       const rows = c.rows.filter((row) => row.system === system && row.relays !== undefined && row.batch !== undefined)
       if (rows.length === 0) continue
       const batches = [...new Set(rows.map((row) => row.batch!))].sort((a, b) => a - b)
@@ -406,7 +410,7 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
         .concat(Object.entries(c.variants).map(([v, n]) => [`${v} (variant)`, c.bestOf[v]?.config ?? "—", fmtInt(n!), bestRange(v), tidings > 0 ? `${(n! / tidings).toFixed(2)}×` : "—"])), 2))
     out.push("")
     out.push(img("claim-best", "best claim throughput per system"))
-    for (const system of ["tidings-unordered", "tidings-per-key", "sql-loop"]) out.push(img(`claim-${system}`, `${system} throughput vs relays per batch size`))
+    for (const system of ["tidings-unordered", "tidings-per-key", "tidings-log", "sql-loop"]) out.push(img(`claim-${system}`, `${system} throughput vs relays per batch size`))
     out.push("<details><summary>Every configuration</summary>")
     out.push("")
     out.push(mdTable(["system", "configuration", "events/s (median)", "min–max", "dup", "lost"],
@@ -472,6 +476,7 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
     out.push("")
     out.push(img("scale-out", "scale-out throughput"))
   }
+  out.push(logMarkdown(r.log, r.runs))
   return `${out.join("\n").replace(/\n{3,}/g, "\n\n")}\n`
 }
 
