@@ -168,8 +168,9 @@ export const layer = (config: Config = {}): Layer.Layer<LogRelay, InvalidConfig,
           published += p.done
           retried += p.retried
           failed += p.failed
-          for (const e of batches[i]!.events.slice(0, p.done)) {
-            Metrics.publishLatency.updateUnsafe(Math.max(0, now - e.message.occurredAt.getTime()) / 1000, context)
+          const events = batches[i]!.events
+          for (let k = 0; k < p.done; k++) {
+            Metrics.publishLatency.updateUnsafe(Math.max(0, now - events[k]!.message.occurredAt.getTime()) / 1000, context)
           }
         })
         yield* Metric.update(Metrics.published, published)

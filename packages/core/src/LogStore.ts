@@ -26,7 +26,7 @@
  * @module
  */
 import { Context, type Duration, type Effect } from "effect"
-import type { NotInTransaction, StoreError } from "./Errors.ts"
+import type { StoreError } from "./Errors.ts"
 import type { Message } from "./Message.ts"
 
 /**
@@ -282,10 +282,3 @@ export interface Service {
  * @category services
  */
 export class LogStore extends Context.Service<LogStore, Service>()("@tidings/core/LogStore") {}
-
-/**
- * What an append can fail with (the `OutboxStore` facade of a log store).
- * @since 0.1.0
- * @category models
- */
-export type AppendError = StoreError | NotInTransaction

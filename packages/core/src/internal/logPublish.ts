@@ -135,23 +135,27 @@ export const publishInOrder = (
     let active = batches.map((_, i) => i).filter((i) => planned[i]!.length > 0)
     for (let w = 0; active.length > 0; w++) {
       const wave: Array<LogStore.LogEvent> = []
-      const owners: Array<{ readonly batch: number; readonly index: number }> = []
+      // Which batch, and where in it, each event of the wave comes from (parallel arrays: no object per event).
+      const batchOf: Array<number> = []
+      const indexOf: Array<number> = []
       for (const b of active) {
         const events = planned[b]![w]!
         const start = offsets[b]![w]!
-        events.forEach((e, i) => {
-          wave.push(e)
-          owners.push({ batch: b, index: start + i })
-        })
+        for (let i = 0; i < events.length; i++) {
+          wave.push(events[i]!)
+          batchOf.push(b)
+          indexOf.push(start + i)
+        }
       }
       const errors = yield* publishWave(publisher, wave, options.group, options.timeout)
       const stopped = new Set<number>()
-      errors.forEach((error, k) => {
-        const { batch, index } = owners[k]!
-        if (error === undefined || stopped.has(batch)) return
+      for (let k = 0; k < errors.length; k++) {
+        const error = errors[k]
+        const batch = batchOf[k]!
+        if (error === undefined || stopped.has(batch)) continue
         stopped.add(batch)
-        outcomes[batch] = { _tag: "Stopped", index, error, kind: options.kindOf(error) }
-      })
+        outcomes[batch] = { _tag: "Stopped", index: indexOf[k]!, error, kind: options.kindOf(error) }
+      }
       active = active.filter((b) => !stopped.has(b) && planned[b]!.length > w + 1)
     }
     return outcomes
