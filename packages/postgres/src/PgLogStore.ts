@@ -24,7 +24,7 @@ import type { Message } from "@tidings/core/Message"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import type * as OutboxStorePort from "@tidings/core/OutboxStore"
 import * as Settings from "@tidings/core/Settings"
-import { Context, Effect, Layer, Option, type Scope } from "effect"
+import { Context, Duration, Effect, Layer, Option, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import * as Sql from "./internal/logSql.ts"
@@ -103,7 +103,9 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
       }])
     }
     const inner = yield* PgOutboxStore.make({ schema, ...(options.bookkeepingCommit === undefined ? {} : { bookkeepingCommit: options.bookkeepingCommit }) })
-    const notifier = options.notify === true ? yield* coalescedNotifier(sql, PgOutboxStore.channel(schema)) : undefined
+    // At most one NOTIFY per millisecond: a relay elsewhere hears a commit about a millisecond
+    // later at worst, while a busy producer process still sends far fewer NOTIFYs than commits.
+    const notifier = options.notify === true ? yield* coalescedNotifier(sql, PgOutboxStore.channel(schema), Duration.millis(1)) : undefined
     const inTransaction = Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
     const commitMode = options.bookkeepingCommit === "sync"
       ? sql.literal("commit_mode AS MATERIALIZED (SELECT 1 AS on)")
