@@ -149,6 +149,61 @@ describe("suite report", () => {
     for (const system of systems) assert.include(md, `| ${system} |`)
   })
 
+  it("checks log mode's targets and reports its section", () => {
+    const base = fixture()
+    const partial = fixture({
+      claim: { ...base.claim!, best: { ...base.claim!.best, "tidings-log": 130_000, "tidings-per-key": 25_000 } },
+      log: {
+        partitions: 16,
+        latency: [
+          { system: "tidings-log", transport: "memory", target: "publish", rate: 1_000, p50: s(1), p99: s(4.5), achievedRate: s(1_000), lost: 0, duplicates: 0 },
+          { system: "tidings-log", transport: "rabbitmq", target: "confirm", rate: 500, p50: s(2), p99: s(9), achievedRate: s(500), lost: 0, duplicates: 0 },
+          { system: "direct", transport: "rabbitmq", target: "confirm", rate: 500, p50: s(1), p99: s(8), achievedRate: s(500), lost: 0, duplicates: 0 },
+          { system: "tidings-log", transport: "rabbitmq", target: "confirm", rate: 1_000, p50: s(3), p99: s(20), achievedRate: s(1_000), lost: 0, duplicates: 0 },
+          { system: "direct", transport: "rabbitmq", target: "confirm", rate: 1_000, p50: s(1), p99: s(10), achievedRate: s(1_000), lost: 0, duplicates: 0 }
+        ],
+        scale: {
+          workersPerProcess: 2,
+          batch: 1_000,
+          events: 40_000,
+          rows: [
+            { processes: 1, eventsPerSecond: s(50_000), duplicates: 0, lost: 0, perProcess: [40_000] },
+            { processes: 4, eventsPerSecond: s(46_000), duplicates: 0, lost: 0, perProcess: [10_000, 10_000, 10_000, 10_000] }
+          ]
+        },
+        consumer: { events: 20_000, log: s(6_000), inbox: s(2_000), inboxConfig: "concurrency 64, prefetch 512", lost: 0, duplicates: 0 },
+        retention: { rows: 40_000, seconds: 0.5, batch: 10_000 },
+        e2e: {
+          events: 20_000,
+          rows: [
+            { system: "tidings-log", config: "LogRelay: defaults", eventsPerSecond: s(9_000), lost: 0, duplicates: 0 },
+            { system: "pg-boss", config: "work()", eventsPerSecond: s(5_000), lost: 0, duplicates: 0 }
+          ],
+          paced: [{ rate: 4_000, achievedRate: s(4_000), p50: s(5), p99: s(30) }, { rate: 8_000, achievedRate: s(7_500), p50: s(20), p99: s(80) }],
+          producerLimit: s(12_000),
+          txEvents: 10
+        }
+      }
+    })
+    const t = Object.fromEntries(targets(partial).map((x) => [x.id, x]))
+    assert.strictEqual(t["log-claim-vs-ceiling"]!.met, true, "130,000 vs 50,000")
+    assert.strictEqual(t["log-claim-vs-graphile-worker"]!.met, true)
+    assert.strictEqual(t["log-ordered-vs-per-key"]!.met, true)
+    assert.strictEqual(t["log-latency-other-process"]!.met, true)
+    assert.strictEqual(t["log-rabbit-confirm-500"]!.met, true)
+    assert.strictEqual(t["log-rabbit-confirm-1000"]!.met, false, "2× the floor")
+    assert.strictEqual(t["log-scale-out"]!.met, true)
+    assert.strictEqual(t["e2e-vs-peers"]!.met, true)
+    assert.strictEqual(t["e2e-sustained"]!.met, false, "4,000 of 9,000")
+    const missing = Object.fromEntries(targets(fixture()).map((x) => [x.id, x]))
+    assert.strictEqual(missing["log-claim-vs-ceiling"]!.met, null)
+    assert.strictEqual(missing["log-scale-out"]!.met, null)
+    const md = markdown({ ...partial, targets: targets(partial) }, (name) => name)
+    assert.include(md, "### Log mode")
+    assert.include(md, "**3.00×**")
+    assert.include(md, "| pg-boss | work() | 5,000 |")
+  })
+
   it("replaces the generated part of a page", () => {
     assert.strictEqual(replaceBetween("a\n<s>\nold\n<e>\nb\n", "<s>", "<e>", "new\n"), "a\n<s>\nnew\n<e>\nb\n")
     assert.strictEqual(replaceBetween("a\n", "<s>", "<e>", "new\n"), "a\n\n<s>\nnew\n<e>\n")
