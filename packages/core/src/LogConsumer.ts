@@ -298,7 +298,7 @@ export const layer = <E, R>(config: Config<E, R>): Layer.Layer<LogConsumer, Inva
       ...s,
       ...planSettings,
       member,
-      margin: Duration.min(timeout, Duration.millis(Duration.toMillis(s.lease) / 2)),
+      margin: Duration.min(timeout, Duration.millis(Duration.toMillis(s.lease) / 4)),
       pollMin: s.pollInterval.min,
       pollBase: s.pollInterval.base,
       pollMax: s.pollInterval.max

@@ -187,7 +187,7 @@ export const layer = (config: Config = {}): Layer.Layer<LogRelay, InvalidConfig,
     const group: LogGroup.GroupSettings = {
       ...s,
       member,
-      margin: Duration.min(s.publishTimeout, Duration.millis(Duration.toMillis(s.lease) / 2)),
+      margin: Duration.min(s.publishTimeout, Duration.millis(Duration.toMillis(s.lease) / 4)),
       pollMin: s.pollInterval.min,
       pollBase: s.pollInterval.base,
       pollMax: s.pollInterval.max

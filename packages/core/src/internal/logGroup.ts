@@ -14,7 +14,7 @@ export interface GroupSettings extends PlanSettings {
   readonly concurrency: number
   readonly batchSize: number
   readonly lease: Duration.Duration
-  /** A worker only starts a batch while the leases hold for at least this long (the work's own timeout). */
+  /** A worker only starts a batch while the last renewal holds the leases for at least this long (the work's own timeout, at most a quarter of the lease, so that a renewal late by a little does not stall the workers). */
   readonly margin: Duration.Duration
   readonly pollMin: Duration.Duration
   readonly pollBase: Duration.Duration
@@ -152,6 +152,7 @@ export const run = (
       const mailbox = yield* wakeups.subscribe
       running++
       let delay = s.pollBase
+      let heldDelay: Duration.Duration | undefined
       const wait = (until: number | undefined) =>
         Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
@@ -179,6 +180,7 @@ export const run = (
             return releaseNow(own.releasable())
           }))
         )
+        if (outcome !== "held-back") heldDelay = undefined
         if (outcome === "paused") {
           // An outage (broker or database away): wait until it is back, then a growing pause, so that
           // a dependency that says it is back but is not yet costs no busy loop.
@@ -188,9 +190,12 @@ export const run = (
           delay = min(Duration.max(Duration.times(delay, 2), s.pollBase), s.pollMax)
           yield* wait(undefined)
         } else if (outcome === "held-back") {
-          // Committed events wait behind an older open transaction: look again soon.
-          delay = Duration.max(s.pollMin, Duration.millis(2))
+          // Committed events wait behind an older open transaction: look again soon, then less and
+          // less often while it stays open (its commit usually wakes the worker first).
+          heldDelay = heldDelay === undefined ? Duration.max(s.pollMin, Duration.millis(2)) : min(Duration.times(heldDelay, 2), s.pollBase)
+          delay = heldDelay
           yield* wait(undefined)
+          continue
         } else if (outcome === "empty") {
           delay = Duration.isLessThan(delay, s.pollBase) ? s.pollBase : min(Duration.times(delay, 2), s.pollMax)
           yield* wait(own.nextDue(yield* Clock.currentTimeMillis))
