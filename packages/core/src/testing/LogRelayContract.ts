@@ -12,7 +12,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, type Scope } from "effect"
-import { PublishError, Refused, Unavailable } from "../Errors.ts"
+import { PublishError, Refused, StoreError, Unavailable } from "../Errors.ts"
 import {
   appendOne,
   clockOps,
@@ -232,6 +232,33 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
         yield* stop
         assert.deepStrictEqual((yield* delivered).map(nOf), [1, 2, 3])
         assert.strictEqual((yield* (yield* OutboxStore).listFailed({ limit: 10 })).length, 0)
+      })), 60_000)
+
+    test("an unavailable database pauses the relay without counting attempts", () =>
+      run(Effect.gen(function*() {
+        const log = yield* LogStore.LogStore
+        let down = true
+        let refused = 0
+        const away = <A>(effect: Effect.Effect<A, StoreError>) =>
+          Effect.suspend(() => {
+            if (!down) return effect
+            refused++
+            return Effect.fail(new StoreError({ operation: "read", message: "connection refused", reason: new Unavailable() }))
+          })
+        const flaky: LogStore.Service = {
+          ...log,
+          read: (g, m, r) => away(log.read(g, m, r)),
+          settle: (g, m, st) => away(log.settle(g, m, st))
+        }
+        for (let n = 1; n <= 3; n++) yield* appendOne("k", n)
+        const { stop } = yield* startRelay({ group: "db-outage", maxAttempts: 1 }).pipe(Effect.provide(Layer.succeed(LogStore.LogStore, flaky)))
+        yield* waitFor("refused reads", Effect.sync(() => refused >= 2))
+        down = false
+        yield* waitFor("published after the outage", Effect.map(delivered, (d) => d.length === 3))
+        yield* stop
+        assert.deepStrictEqual((yield* delivered).map(nOf), [1, 2, 3])
+        assert.strictEqual((yield* (yield* OutboxStore).listFailed({ limit: 10 })).length, 0, "nothing failed")
+        assert.deepStrictEqual((yield* log.groups).find((g) => g.group === "db-outage")?.retrying, 0, "no attempt counted")
       })), 60_000)
 
     test("crash loop: an event whose owners died with it in flight maxCrashes times is failed; the rest of its batch goes one by one", () =>
