@@ -44,9 +44,12 @@ export class Ownership {
     this.held.delete(partition)
   }
 
-  /** Leases of the held partitions not marked for release. */
+  /**
+   * Leases of the held partitions, those marked for release included: one still busy must keep its
+   * lease until its batch is settled and it is released.
+   */
   leases(): Array<LogStore.Lease> {
-    return [...this.held.values()].filter((h) => !h.releasing).map((h) => ({ partition: h.partition, epoch: h.epoch }))
+    return [...this.held.values()].map((h) => ({ partition: h.partition, epoch: h.epoch }))
   }
 
   /**
