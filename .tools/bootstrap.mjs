@@ -16,9 +16,17 @@ const NODE_VERSION = "24.21.0"
 const tasks = {
   // Each task is a pnpm script of the root package (see package.json "tidings:*").
   demo: "tidings:demo",
+  edge: "tidings:edge",
   test: "tidings:test",
+  example: "tidings:example",
   bench: "tidings:bench",
-  check: "tidings:check"
+  pack: "tidings:pack",
+  release: "tidings:release",
+  deno: "tidings:deno",
+  bun: "tidings:bun",
+  check: "tidings:check",
+  // The tidings CLI from the workspace's sources: npm run tidings -- doctor
+  tidings: "tidings:cli"
 }
 
 const log = (msg) => process.stderr.write(`[tidings] ${msg}\n`)

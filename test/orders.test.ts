@@ -18,10 +18,11 @@ import { amqpUrl, rawChannel } from "../packages/rabbitmq/test/helpers.ts"
 import { pgClientLayer, pgUrl, schemaName } from "./support/pg.ts"
 import { currentRuntime, exited, spawnOn, stopChild, waitForOutput } from "./support/processes.ts"
 import * as Prometheus from "./support/prometheus.ts"
+import { send } from "./support/rawHttp.ts"
 
 const script = path.join(import.meta.dirname, "../examples/orders/main.ts")
 const runtime = currentRuntime()
-const token = `test-token-${Math.random().toString(36).slice(2)}`
+const token = `test-token-${crypto.randomUUID()}`
 
 interface Reply {
   readonly status: number
@@ -214,6 +215,69 @@ const serviceSuite = (broker: Broker) =>
       assert.deepStrictEqual(ready.json.checks.map((c: { name: string; status: string }) => `${c.name}=${c.status}`).sort(), ["broker=up", "postgres=up", "relay=up"])
     }, 30_000)
 
+    it("has safe HTTP defaults: 413 before reading a huge body, 415, 400 without an error log, 404/405, /ready details with the token", async () => {
+      const port = Number(new URL(service.url).port)
+      const MB = 1024 * 1024
+      // The child's peak resident memory (Linux): buffering a 200 MB body would show here.
+      const peak = () => Number(/VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${service.child.pid}/status`, "utf8"))?.[1]) * 1024
+      const peakBefore = peak()
+      for (const chunked of [false, true]) {
+        const reply = await send(port, { target: "/orders", headers: { "content-type": "application/json" }, size: 200 * MB, chunked })
+        assert.strictEqual(reply.status, 413, `chunked=${chunked}: ${reply.body}`)
+        assert.strictEqual(reply.json.error.tag, "PayloadTooLarge")
+        assert.isBelow(reply.sent, 40 * MB, "the server stopped reading")
+      }
+      assert.isBelow(peak() - peakBefore, 100 * MB, "the body was not buffered")
+      // 10 MB of nested [ while /health is probed: refused at the limit, /health keeps answering.
+      let uploading = true
+      let healthy = 0
+      const upload = send(port, { target: "/orders", headers: { "content-type": "application/json" }, size: 10 * MB, fill: "[", chunked: true }).finally(() => void (uploading = false))
+      const probes = (async () => {
+        do if ((await http("GET", "/health")).status === 200) healthy++
+        while (uploading)
+      })()
+      const [nested] = await Promise.all([upload, probes])
+      assert.strictEqual(nested.status, 413)
+      assert.isAbove(healthy, 0)
+
+      // A cross-site form post of a valid order: 415, nothing placed.
+      const formId = id(90)
+      const form = await fetch(`${service.url}/orders`, {
+        method: "POST",
+        headers: { "content-type": "text/plain" },
+        body: JSON.stringify({ orderId: formId, customer: "eve", sku: "book", quantity: 1, amountCents: 100 })
+      })
+      assert.strictEqual(form.status, 415)
+      assert.strictEqual(((await form.json()) as { error: { tag: string } }).error.tag, "UnsupportedMediaType")
+      assert.strictEqual((await http("GET", `/orders/${formId}`)).status, 404)
+
+      // NUL bytes and invalid UTF-8 in paths and queries: 400, and nothing in the service's log.
+      const logBefore = service.child.output().length
+      for (const target of ["/orders/%00", "/orders/a%00", "/orders?customer=%00", "/orders/%ff", "/orders?customer=%c3%28", "/stock?x=%"]) {
+        const reply = await send(port, { method: "GET", target })
+        assert.strictEqual(reply.status, 400, target)
+        assert.strictEqual(reply.json.error.tag, "BadRequest", target)
+      }
+      // Nothing about these requests in the log (other tests' sagas may log meanwhile).
+      assert.notMatch(service.child.output().slice(logBefore), /request failed|defect|SqlError|invalid byte sequence|\\u0000|%00/i, "no error log")
+
+      // Unknown routes and methods, in the JSON error shape.
+      const missing = await http("GET", "/nothing")
+      assert.strictEqual(missing.status, 404)
+      assert.deepStrictEqual(missing.json, { error: { tag: "NotFound", message: "no route for GET /nothing" } })
+      const wrong = await http("DELETE", "/orders")
+      assert.strictEqual(wrong.status, 405)
+      assert.strictEqual(wrong.headers.get("allow"), "GET, HEAD, POST")
+      assert.strictEqual(wrong.json.error.tag, "MethodNotAllowed")
+
+      // /ready: names and states for anyone; durations (and reasons, when down) with the token.
+      const ready = await http("GET", "/ready")
+      assert.strictEqual(ready.status, 200)
+      for (const check of ready.json.checks) assert.deepStrictEqual(Object.keys(check).sort(), ["name", "status"])
+      const detailed = await http("GET", "/ready", { token })
+      for (const check of detailed.json.checks) assert.isNumber(check.durationMs)
+    }, 120_000)
+
     it("shows a failed outbox event in the admin view, and a retry through the admin route publishes it", async () => {
       const target = id(5)
       const armed = await http("POST", "/admin/faults/publish", { token, body: { type: "order.confirmed", aggregateId: target } })
@@ -273,7 +337,7 @@ const serviceSuite = (broker: Broker) =>
     it("stops cleanly on SIGTERM", async () => {
       const code = await stopChild(service.child)
       const lines = service.child.output().trim().split("\n")
-      assert.include(lines, "[orders] stopping (SIGTERM)")
+      assert.include(lines, "[orders] stopping")
       // Printed after the HTTP server, the runtime and the database pool were closed.
       assert.strictEqual(lines.at(-1), "[orders] stopped", service.child.output())
       // Deno's node:child_process reports a child that handled SIGTERM and exited 0 as killed by
@@ -375,7 +439,7 @@ describe(`the demo command on ${runtime}`, () => {
         assert.strictEqual((error as Settings.SettingsError).setting, setting)
       }
     }
-    const ok = Settings.parse(["--serve", "--port=8080"], { TIDINGS_PG_URL: "postgres://u:secret@h/db", TIDINGS_ADMIN_TOKEN: "long-enough-token" })
+    const ok = Settings.parse(["--serve", "--port=8080"], { TIDINGS_PG_URL: "postgres://u:secret@h/db", TIDINGS_ADMIN_TOKEN: "long-enough-token-0123456789abcdef" })
     assert.notStrictEqual(ok, "help")
     if (ok !== "help") {
       assert.isTrue(ok.serve)

@@ -1,5 +1,5 @@
 /**
- * `pnpm bench claim`: how many outbox events per second get claimed and marked published.
+ * `npm run bench -- claim`: how many outbox events per second get claimed and marked published.
  *
  * Every run gets a fresh schema holding the same pending rows, then drains it:
  * - `ceiling`: the database's own limit, one statement claiming every row and one marking them all;

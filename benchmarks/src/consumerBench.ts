@@ -11,9 +11,11 @@
  */
 import * as Inbox from "@tidings/core/Inbox"
 import type { Message } from "@tidings/core/Message"
+import { OutboxStore } from "@tidings/core/OutboxStore"
 import * as PgInboxStore from "@tidings/postgres/PgInboxStore"
 import * as PgLogConsumer from "@tidings/postgres/PgLogConsumer"
 import * as PgLogStore from "@tidings/postgres/PgLogStore"
+import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
 import * as AmqpConsumer from "@tidings/rabbitmq/AmqpConsumer"
 import * as EventRegistry from "@tidings/rabbitmq/EventRegistry"
@@ -103,6 +105,7 @@ export const inboxRun = (url: string, rabbitUrl: string, msgs: ReadonlyArray<Mes
         await channel.waitForConfirms()
       })
       const inbox = yield* PgInboxStore.make({ schema }).pipe(Effect.orDie)
+      const outbox = yield* PgOutboxStore.make({ schema }).pipe(Effect.orDie)
       const connection = yield* Rabbit.connection(rabbitUrl, "bench-inbox")
       let committed = 0
       const handler = Inbox.wrap("bench", (d: AmqpConsumer.Delivery<EventRegistry.Decoded>) =>
@@ -116,6 +119,7 @@ export const inboxRun = (url: string, rabbitUrl: string, msgs: ReadonlyArray<Mes
         yield* AmqpConsumer.make({ name: "bench-inbox", queue, registry, concurrency, prefetch, handler }).pipe(
           Effect.provideService(AmqpConnection.AmqpConnection, connection),
           Effect.provideService(InboxStore, inbox),
+          Effect.provideService(OutboxStore, outbox),
           Effect.orDie
         )
         if (!(yield* waitFor(() => committed >= msgs.length, 120_000))) log(`  ! inbox consumer: ${committed} of ${msgs.length} handled`)

@@ -1,5 +1,5 @@
 /**
- * `pnpm bench latency`: how long an event waits between its producer's COMMIT and the broker's
+ * `npm run bench -- latency`: how long an event waits between its producer's COMMIT and the broker's
  * receipt, under a paced load, with two ways for relays to learn about new events:
  * - `notify`: the store sends `pg_notify` for appends (`notify: true`, coalesced after commit, or
  *   `--notify in-transaction`) and `PgWakeup` LISTENs and turns notifications into wake-ups; relays
@@ -33,7 +33,7 @@ import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import * as PgWakeup from "@tidings/postgres/PgWakeup"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
 import * as AmqpConsumer from "@tidings/rabbitmq/AmqpConsumer"
-import * as EventRegistry from "@tidings/rabbitmq/EventRegistry"
+import * as EventRegistry from "@tidings/core/EventRegistry"
 import { Duration, Effect, Layer, type Scope } from "effect"
 import * as os from "node:os"
 import { monitorEventLoopDelay } from "node:perf_hooks"

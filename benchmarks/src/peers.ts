@@ -1,6 +1,6 @@
 /**
  * The Postgres job queues people use today, driven the way their documentation describes, for the
- * suite's comparison (`pnpm bench` / `pnpm bench suite`):
+ * suite's comparison (`npm run bench` / `npm run bench -- suite`):
  *
  * - `graphile-worker` (`run()` with a task list, a pre-opened `pg.Pool`): default settings with a
  *   `concurrency`, or with its local queue and batched completions (`preset.worker.localQueue`,

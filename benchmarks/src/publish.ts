@@ -1,5 +1,5 @@
 /**
- * `pnpm bench publish`: sustained outbox → RabbitMQ throughput, beside raw amqplib.
+ * `npm run bench -- publish`: sustained outbox → RabbitMQ throughput, beside raw amqplib.
  *
  * - `tidings`: pending events pre-inserted in a fresh outbox (as the claim benchmark does), then
  *   `Relay.layer` with `relays` pollers and `AmqpPublisher` (`channels` confirm channels) drains them
@@ -30,6 +30,7 @@ import { Duration, Effect, Layer, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as os from "node:os"
 import { type Reader, UsageError } from "./lib/cli.ts"
+import * as PublishWebhooks from "./publishWebhooks.ts"
 import * as Pg from "./lib/postgres.ts"
 import { counting, Tally, timing } from "./lib/publishers.ts"
 import * as Rabbit from "./lib/rabbit.ts"
@@ -78,10 +79,14 @@ export interface Options {
 const tuned: Setting = { relays: 4, batch: 1_000, channels: 1 }
 
 /**
- * Reads the `publish` flags: `--quick`, `--phase`, `--events`, `--relays`, `--batch`, `--channels`,
- * `--rounds`, `--seconds`, `--loaded-rate`, `--producers`, `--tx-events`.
+ * Reads the `publish` flags: `--transport rabbitmq|webhooks` (webhooks: see `publishWebhooks.ts`),
+ * `--quick`, `--phase`, `--events`, `--relays`, `--batch`, `--channels`, `--rounds`, `--seconds`,
+ * `--loaded-rate`, `--producers`, `--tx-events`.
  */
-export const options = (args: Reader): Options => {
+export const options = (args: Reader): Options | PublishWebhooks.Options => {
+  const transport = args.choices("transport", ["rabbitmq", "webhooks"] as const)
+  if (transport !== undefined && transport.length !== 1) throw new UsageError("--transport takes one of rabbitmq, webhooks")
+  if (transport?.[0] === "webhooks") return PublishWebhooks.options(args)
   const quick = args.bool("quick")
   const relays = args.integers("relays") ?? [tuned.relays]
   const batch = args.integers("batch") ?? [tuned.batch]
@@ -489,8 +494,12 @@ const underLoad = (pgUrl: string, amqpUrl: string, setting: Setting, opts: Optio
 
 const describe = (s: Setting) => `relays=${s.relays} batch=${s.batch} channels=${s.channels}`
 
+/** Runs the publish benchmark: into RabbitMQ (the default) or, with `--transport webhooks`, into a webhook receiver. */
+export const run = (opts: Options | PublishWebhooks.Options): Effect.Effect<Result | PublishWebhooks.Result, never, Scope.Scope> =>
+  "transport" in opts ? PublishWebhooks.run(opts) : runRabbitmq(opts)
+
 /** Runs the publish benchmark against a fresh durable PostgreSQL and RabbitMQ broker. */
-export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
+const runRabbitmq = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
   Effect.gen(function*() {
     // Both servers start at once: RabbitMQ takes ~10 s to boot.
     const [server, broker] = yield* Effect.all([Pg.server, Rabbit.broker], { concurrency: 2 })

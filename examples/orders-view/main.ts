@@ -4,11 +4,11 @@
  * view up to date with a projection fed by the relay through the in-memory broker — every message
  * delivered twice, several at once — then reads its own writes, and rebuilds the view from the outbox.
  */
-import { MemoryBroker, Projection, Relay } from "@tidings/core"
+import { Main, MemoryBroker, Projection, Relay } from "@tidings/core"
 import { Migrator, PgClient, PgInboxStore, PgOutboxStore, PgProjection } from "@tidings/postgres"
 import { Effect, Layer, Schedule, Stream } from "effect"
 import { SqlClient } from "effect/sql"
-import { startPostgres } from "../../test/support/embeddedPostgres.ts"
+import { scopedPostgres } from "../../test/support/embeddedPostgres.ts"
 import { cancelOrder, createTables, isOrderEvent, listOrders, type OrderRow, orderList, payOrder, placeOrder, shipOrder } from "./orders.ts"
 
 const say = (line: string) => Effect.sync(() => console.log(`[orders-view] ${line}`))
@@ -69,24 +69,14 @@ const program = Effect.gen(function*() {
   yield* say(`bob: ${show(yield* listOrders(bob))}`)
 })
 
-const main = async () => {
-  console.log("[orders-view] starting PostgreSQL (embedded unless TIDINGS_PG_URL is set) ...")
-  const pg = await startPostgres()
-  try {
-    const Database = PgClient.layer({ url: pg.url })
-    const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema }), PgInboxStore.layer({ schema }), MemoryBroker.layer()).pipe(
-      Layer.provideMerge(Database)
-    )
-    await Effect.runPromise(Effect.scoped(program).pipe(Effect.provide(AppLayer)))
-  } finally {
-    await pg.stop()
-  }
-}
+const main = Effect.gen(function*() {
+  yield* Effect.sync(() => console.log("[orders-view] starting PostgreSQL (embedded unless TIDINGS_PG_URL is set) ..."))
+  const pg = yield* scopedPostgres()
+  const Database = PgClient.layer({ url: pg.url })
+  const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema }), PgInboxStore.layer({ schema }), MemoryBroker.layer()).pipe(
+    Layer.provideMerge(Database)
+  )
+  yield* Effect.scoped(program).pipe(Effect.provide(AppLayer))
+})
 
-main().then(
-  () => process.exit(0),
-  (error) => {
-    console.error("[orders-view] failed:", error)
-    process.exit(1)
-  }
-)
+Main.runMain(Effect.scoped(main))

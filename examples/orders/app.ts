@@ -9,12 +9,13 @@
  * | `GET /orders?customer=` | the order list (the projection) |
  * | `GET /orders/:id` | one order as written, with its saga's status and steps |
  * | `GET /stock` | stock by SKU |
- * | `GET /health`, `GET /ready`, `GET /metrics` | liveness, readiness (Postgres, broker, relay), Prometheus |
+ * | `GET /health`, `GET /ready`, `GET /metrics` | liveness, readiness (Postgres, broker, relay; details with the token), Prometheus |
  * | `/admin/sagas/:id`, `/admin/outbox/...`, `/admin/inbox/...`, `/admin/dead-letters` | Tidings' admin views (bearer token) |
+ * | `GET /admin/console` | the operator console (a web page; asks for the admin token) |
  * | `POST /admin/faults/publish`, `GET /admin/broker` | the demo's fault switch; the broker and its dead letters (bearer token) |
  */
 import { Health, Relay, Retry, Saga } from "@tidings/core"
-import { Auth, Command, Input, Routes, Runtime } from "@tidings/hono"
+import { Auth, Command, Console, Input, Routes, Runtime, Safety } from "@tidings/hono"
 import { Migrator, PgClient, PgInboxStore, PgOutboxStore, PgSagaStore } from "@tidings/postgres"
 import { Effect, Layer, Redacted, Schema } from "effect"
 import { Hono } from "hono"
@@ -77,7 +78,9 @@ const OrderId = Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(64
 export const routes = (rt: Runtime.Runtime<Services>, options: { readonly schema: string; readonly adminToken: Redacted.Redacted<string> }) => {
   const orders = Domain.make(options.schema)
   const auth = options.adminToken
-  const app = new Hono()
+  // Safe defaults first: 1 MiB bodies (413), JSON only (415), clean paths and queries (400), 404 / 405
+  // and thrown errors in the JSON error shape.
+  const app = Safety.app()
 
   app.post("/orders", rt.handler((c) =>
     Effect.gen(function*() {
@@ -106,12 +109,21 @@ export const routes = (rt: Runtime.Runtime<Services>, options: { readonly schema
     Health.make("broker", Transport.Broker.use((b) => b.isReady), "the broker connection is down"),
     Health.relay
   ]
-  app.route("/", Routes.health(rt, { checks }))
+  // Anonymous probes see names and up / down; the admin token also gets why a check is down.
+  app.route("/", Routes.health(rt, { checks, auth }))
   app.route("/", Routes.metrics(rt))
   app.route("/admin/sagas", Routes.sagas(rt, { auth }))
   app.route("/admin/outbox", Routes.outbox(rt, { auth }))
   app.route("/admin/inbox", Routes.inbox(rt, { auth }))
   app.route("/admin/dead-letters", Routes.deadLetters(rt, { auth }))
+  // The operator console: same token, same checks; RabbitMQ's dead-letter queues when on RabbitMQ.
+  const onRabbit = rt.managed.runSync(Transport.Broker.use((b) => Effect.succeed(b.deadLetterQueues !== undefined)))
+  const deadLetterQueues: Console.DeadLetterQueues<Transport.Broker> = {
+    list: Transport.Broker.use((b) => b.deadLetterQueues!.list),
+    peek: (queue, limit) => Transport.Broker.use((b) => b.deadLetterQueues!.peek(queue, limit)),
+    replay: (queue, options) => Transport.Broker.use((b) => b.deadLetterQueues!.replay(queue, options))
+  }
+  app.route("/admin/console", Console.routes(rt, { auth, checks, ...(onRabbit ? { deadLetterQueues } : {}) }))
 
   const admin = new Hono()
   admin.use("*", Auth.bearer(auth))

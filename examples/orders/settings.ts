@@ -96,8 +96,8 @@ export const parse = (args: ReadonlyArray<string>, env: Readonly<Record<string, 
   const pg = nonEmpty(env["TIDINGS_PG_URL"])
   const amqp = nonEmpty(env["TIDINGS_AMQP_URL"])
   const token = nonEmpty(env["TIDINGS_ADMIN_TOKEN"])
-  if (token !== undefined && (token.length < 8 || /\s/.test(token))) {
-    throw new SettingsError({ setting: "TIDINGS_ADMIN_TOKEN", message: "must be at least 8 characters without spaces" })
+  if (token !== undefined && (token.length < 32 || /\s/.test(token))) {
+    throw new SettingsError({ setting: "TIDINGS_ADMIN_TOKEN", message: "must be at least 32 characters without spaces (e.g. openssl rand -base64 24)" })
   }
   const level = nonEmpty(env["TIDINGS_LOG_LEVEL"]) ?? "Warn"
   const logLevel = logLevels.find((l) => l.toLowerCase() === level.toLowerCase())

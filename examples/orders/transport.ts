@@ -5,9 +5,10 @@
  * bound to its event types; a failed handler is redelivered after a delay, up to a delivery limit,
  * then dead-lettered; a non-retryable error dead-letters at once.
  */
-import { type Event, MemoryBroker, Publisher } from "@tidings/core"
+import { type Event, EventRegistry, MemoryBroker, Publisher } from "@tidings/core"
 import { InvalidConfig } from "@tidings/core/Errors"
-import { AmqpConnection, AmqpConsumer, type AmqpErrors, AmqpPublisher, EventRegistry, Topology } from "@tidings/rabbitmq"
+import { AmqpConnection, AmqpConsumer, type AmqpErrors, AmqpPublisher, Topology } from "@tidings/rabbitmq"
+import * as DeadLetters from "@tidings/rabbitmq/DeadLetters"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { type Incoming, UnprocessableMessage } from "./domain.ts"
 
@@ -47,6 +48,8 @@ export interface Service {
   readonly isReady: Effect.Effect<boolean>
   /** Messages dead-lettered by the consumers (memory); RabbitMQ keeps them in each queue's `.dlq` instead. */
   readonly deadLetters: Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly type: string; readonly id: string; readonly reason: string }>>
+  /** RabbitMQ: the consumers' dead-letter queues (list, peek, replay), for the console. */
+  readonly deadLetterQueues: DeadLetters.Service | undefined
 }
 
 /** The broker of the app. */
@@ -54,10 +57,10 @@ export class Broker extends Context.Service<Broker, Service>()("orders/Broker") 
 
 // The same registry decoding as the RabbitMQ consumers (versions, upcasting), on the memory broker.
 const decodeMemory = (registry: EventRegistry.EventRegistry<EventRegistry.Decoded>, d: MemoryBroker.ConsumerDelivery): Effect.Effect<Incoming, UnprocessableMessage> => {
-  const decoded = registry.decode(d.message.type, d.message.version, d.message.payload)
-  if (decoded._tag === "UnknownType") return Effect.fail(new UnprocessableMessage({ messageId: d.messageId, reason: `unexpected type ${decoded.type}` }))
-  if (decoded._tag === "Invalid") return Effect.fail(new UnprocessableMessage({ messageId: d.messageId, reason: decoded.error.message }))
-  return Effect.succeed({ id: d.messageId, type: decoded.event.type, payload: decoded.event.payload, headers: d.message.headers, attempt: d.attempt })
+  const decoded = registry.decode(d.event.type, d.event.version, d.event.payload)
+  if (decoded._tag === "UnknownType") return Effect.fail(new UnprocessableMessage({ messageId: d.event.id, reason: `unexpected type ${decoded.type}` }))
+  if (decoded._tag === "Invalid") return Effect.fail(new UnprocessableMessage({ messageId: d.event.id, reason: decoded.error.message }))
+  return Effect.succeed({ id: d.event.id, type: decoded.event.type, payload: decoded.event.payload, headers: d.event.headers, attempt: d.attempt })
 }
 
 const memory = <R>(specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<Broker, InvalidConfig, R> => {
@@ -85,6 +88,7 @@ const memory = <R>(specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<
         description: "in-memory",
         publisher,
         isReady: Effect.succeed(true),
+        deadLetterQueues: undefined,
         deadLetters: Effect.map(mb.deadLetters, (xs) => xs.map((l) => ({ queue: l.queue, type: l.message.type, id: l.message.id, reason: `${l.reason}: ${l.error}` })))
       })
     })
@@ -141,12 +145,14 @@ const rabbitmq = <R>(
     Effect.gen(function*() {
       const connection = yield* AmqpConnection.AmqpConnection
       const publisher = yield* AmqpPublisher.make({ exchange })
+      const deadLetterQueues = yield* DeadLetters.make({ queues: queues.map((q) => q.queue) })
       return Broker.of({
         kind: "rabbitmq",
         description: connection.description,
         publisher,
         isReady: connection.isReady,
-        deadLetters: Effect.succeed([])
+        deadLetters: Effect.succeed([]),
+        deadLetterQueues
       })
     })
   )
@@ -154,7 +160,7 @@ const rabbitmq = <R>(
 }
 
 /** What building the broker can fail with. */
-export type BrokerError = InvalidConfig | AmqpErrors.AmqpConfigError | AmqpErrors.AmqpConnectionError | AmqpErrors.TopologyError
+export type BrokerError = InvalidConfig | AmqpErrors.AmqpConnectionError | AmqpErrors.TopologyError
 
 /** The broker and the consumers of `specs`, running while the layer lives. */
 export const layer = <R>(transport: Transport, specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<Broker, BrokerError, R> =>

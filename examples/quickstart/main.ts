@@ -4,11 +4,11 @@
  * happened: deliveries with their commit → publish latency, a rolled-back order that published
  * nothing, a publish the broker refused once and the relay retried.
  */
-import { Errors, Event, MemoryBroker, Outbox, OutboxStore, Relay } from "@tidings/core"
+import { Errors, Event, Main, MemoryBroker, Outbox, OutboxStore, Relay } from "@tidings/core"
 import { Migrator, PgClient, PgOutboxStore } from "@tidings/postgres"
 import { Duration, Effect, Layer, Schedule, Schema, Stream } from "effect"
 import { SqlClient } from "effect/sql"
-import { startPostgres } from "../../test/support/embeddedPostgres.ts"
+import { scopedPostgres } from "../../test/support/embeddedPostgres.ts"
 
 const say = (line: string) => Effect.sync(() => console.log(`[demo] ${line}`))
 
@@ -94,24 +94,14 @@ const program = Effect.gen(function*() {
   yield* say(`orders table: ${rows[0]?.n ?? 0} rows (the rejected order left no row and no event)`)
 })
 
-const main = async () => {
+const main = Effect.gen(function*() {
   const started = Date.now()
-  console.log("[demo] starting PostgreSQL (embedded unless TIDINGS_PG_URL is set) ...")
-  const pg = await startPostgres()
-  console.log(`[demo] PostgreSQL ready in ${Date.now() - started} ms${pg.external ? " (TIDINGS_PG_URL)" : " (embedded, 127.0.0.1)"}`)
-  try {
-    const Database = PgClient.layer({ url: pg.url })
-    const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema: "tidings" }), MemoryBroker.layer()).pipe(Layer.provideMerge(Database))
-    await Effect.runPromise(Effect.scoped(program).pipe(Effect.provide(AppLayer)))
-  } finally {
-    await pg.stop()
-  }
-}
+  yield* say("starting PostgreSQL (embedded unless TIDINGS_PG_URL is set) ...")
+  const pg = yield* scopedPostgres()
+  yield* say(`PostgreSQL ready in ${Date.now() - started} ms${pg.external ? " (TIDINGS_PG_URL)" : " (embedded, 127.0.0.1)"}`)
+  const Database = PgClient.layer({ url: pg.url })
+  const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema: "tidings" }), MemoryBroker.layer()).pipe(Layer.provideMerge(Database))
+  yield* Effect.scoped(program).pipe(Effect.provide(AppLayer))
+})
 
-main().then(
-  () => process.exit(0),
-  (error) => {
-    console.error("[demo] failed:", error)
-    process.exit(1)
-  }
-)
+Main.runMain(Effect.scoped(main))

@@ -1,4 +1,4 @@
-import { Event, MemoryBroker, Outbox, Relay } from "@tidings/core"
+import { Event, Main, MemoryBroker, Outbox, Relay } from "@tidings/core"
 import { Migrator, PgClient, PgOutboxStore } from "@tidings/postgres"
 import { Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql"
@@ -39,10 +39,5 @@ const program = Effect.gen(function*() {
 const Database = PgClient.layer({ url: process.env["DATABASE_URL"] ?? "postgres://postgres:postgres@127.0.0.1:5432/postgres" })
 const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema: "tidings" }), MemoryBroker.layer()).pipe(Layer.provideMerge(Database))
 
-Effect.runPromise(program.pipe(Effect.provide(AppLayer))).then(
-  () => process.exit(0),
-  (error) => {
-    console.error(error)
-    process.exit(1)
-  }
-)
+// 5. Run it: Ctrl-C (SIGINT) or SIGTERM interrupts it and closes everything; a failure exits with 1.
+Main.runMain(program.pipe(Effect.provide(AppLayer)))

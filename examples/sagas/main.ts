@@ -4,11 +4,11 @@
  * payment, confirm — first synchronously (`Saga.run`), then asynchronously over the outbox and the
  * in-memory broker (`Saga.start` + `Saga.handleReply`), printing what each saga did and the stock.
  */
-import { MemoryBroker, Relay, Saga } from "@tidings/core"
+import { Main, MemoryBroker, Relay, Saga } from "@tidings/core"
 import { Migrator, PgClient, PgOutboxStore, PgSagaStore } from "@tidings/postgres"
 import { Effect, Layer, Option, Stream } from "effect"
 import { SqlClient } from "effect/sql"
-import { startPostgres } from "../../test/support/embeddedPostgres.ts"
+import { scopedPostgres } from "../../test/support/embeddedPostgres.ts"
 import { CreateOrder, CreateOrderAsync, createTables, type OrderInput, participant } from "./createOrder.ts"
 
 const say = (line: string) => Effect.sync(() => console.log(`[sagas] ${line}`))
@@ -92,24 +92,14 @@ const program = Effect.gen(function*() {
   yield* Effect.scoped(asynchronous)
 })
 
-const main = async () => {
-  console.log("[sagas] starting PostgreSQL (embedded unless TIDINGS_PG_URL is set) ...")
-  const pg = await startPostgres()
-  try {
-    const Database = PgClient.layer({ url: pg.url })
-    const AppLayer = Layer.mergeAll(PgSagaStore.layer({ schema }), PgOutboxStore.layer({ schema }), MemoryBroker.layer()).pipe(
-      Layer.provideMerge(Database)
-    )
-    await Effect.runPromise(program.pipe(Effect.provide(AppLayer)))
-  } finally {
-    await pg.stop()
-  }
-}
+const main = Effect.gen(function*() {
+  yield* Effect.sync(() => console.log("[sagas] starting PostgreSQL (embedded unless TIDINGS_PG_URL is set) ..."))
+  const pg = yield* scopedPostgres()
+  const Database = PgClient.layer({ url: pg.url })
+  const AppLayer = Layer.mergeAll(PgSagaStore.layer({ schema }), PgOutboxStore.layer({ schema }), MemoryBroker.layer()).pipe(
+    Layer.provideMerge(Database)
+  )
+  yield* program.pipe(Effect.provide(AppLayer))
+})
 
-main().then(
-  () => process.exit(0),
-  (error) => {
-    console.error("[sagas] failed:", error)
-    process.exit(1)
-  }
-)
+Main.runMain(Effect.scoped(main))

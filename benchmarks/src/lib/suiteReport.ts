@@ -222,7 +222,7 @@ export const targets = (r: Omit<SuiteResult, "targets">): Array<Target> => {
   if (r.quick) {
     out.push({
       id: "quick-duration",
-      description: "`pnpm bench --quick` wall time",
+      description: "`npm run bench -- --quick` wall time",
       goal: "< 3 min",
       actual: `${(r.durationSeconds / 60).toFixed(1)} min`,
       met: r.durationSeconds < 180

@@ -8,8 +8,11 @@
  * - a handler failure rolls back the handler's writes and the inbox mark together, so the message
  *   can be retried;
  * - outbox events the handler appends (`Outbox.append`) commit in that same transaction, so
- *   consume → write → publish has no gap (with the Postgres stores everything shares the app's
- *   `SqlClient` transaction; with the memory stores the outbox transaction is nested in the inbox one).
+ *   consume → write → publish has no gap. The types say so: `handle` requires the `InboxStore` and
+ *   the `OutboxStore` whose transactions it opens around the handler (the outbox's joins the inbox's:
+ *   with the Postgres stores both are the app's `SqlClient` transaction; with the memory stores the
+ *   outbox transaction is nested in the inbox one), and the handler's own requirements (`R`) are
+ *   what its writes need.
  *
  * Crash-loop guard: the start of each attempt is counted in its own short committed write before the
  * transaction, and the finish inside it (or, for a failure, right after the rollback). When a start
@@ -28,14 +31,20 @@
  * @module
  */
 import { Duration, Effect, Exit, Layer, Metric, Schema } from "effect"
-import { describeCause, type NotInTransaction, type StoreError } from "./Errors.ts"
-import { InboxStore } from "./InboxStore.ts"
+import type { Delivery } from "./Consumer.ts"
+import { describeCause, type InvalidConfig, type NotInTransaction, type StoreError } from "./Errors.ts"
+import { InboxStore, type Service as InboxStoreService } from "./InboxStore.ts"
 import { every } from "./internal/periodic.ts"
 import * as Metrics from "./Metrics.ts"
 import { OutboxStore } from "./OutboxStore.ts"
+import * as Settings from "./Settings.ts"
 import { noStack } from "./Tracing.ts"
 
-/** A message whose handling kept killing the process (or one dead-lettered that way before). Never retried. */
+/**
+ * A message whose handling kept killing the process (or one dead-lettered that way before). Never retried.
+ * @since 0.1.0
+ * @category errors
+ */
 export class InboxCrashLoop extends Schema.TaggedError<InboxCrashLoop>()("InboxCrashLoop", {
   messageId: Schema.String,
   consumer: Schema.String,
@@ -46,7 +55,11 @@ export class InboxCrashLoop extends Schema.TaggedError<InboxCrashLoop>()("InboxC
   }
 }
 
-/** A delivery without a message id cannot be deduplicated. Never retried. */
+/**
+ * A delivery without a message id cannot be deduplicated. Never retried.
+ * @since 0.1.0
+ * @category errors
+ */
 export class MissingMessageId extends Schema.TaggedError<MissingMessageId>()("MissingMessageId", {
   consumer: Schema.String
 }) {
@@ -55,12 +68,20 @@ export class MissingMessageId extends Schema.TaggedError<MissingMessageId>()("Mi
   }
 }
 
-/** What `handle` did. */
+/**
+ * What `handle` did.
+ * @since 0.1.0
+ * @category models
+ */
 export type Result<A> =
   | { readonly _tag: "Processed"; readonly value: A }
   | { readonly _tag: "Duplicate" }
 
-/** Options of {@link handle}. */
+/**
+ * Options of {@link handle}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Options {
   /** Attempts that started and never finished (the process died) before the message is dead-lettered. Default 3. */
   readonly maxCrashes?: number
@@ -71,30 +92,63 @@ export interface Options {
 /**
  * Identifies this process (random per start). An unfinished attempt started by another instance
  * means that process died while handling; a concurrent duplicate in this process is not a crash.
+ * @since 0.1.0
+ * @category combinators
  */
 export const instanceId: string = crypto.randomUUID()
 
-/** What `handle` can fail with besides the handler's own errors. */
+/**
+ * What `handle` can fail with besides the handler's own errors.
+ * @since 0.1.0
+ * @category models
+ */
 export type HandleError = StoreError | NotInTransaction | InboxCrashLoop
 
-/** Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`). */
+/**
+ * Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`).
+ * @since 0.1.0
+ * @category metrics
+ */
 export const handled = Metrics.inbox.handled
 
 const count = (consumer: string, outcome: string) => Metric.update(Metric.withAttributes(handled, { consumer, outcome }), 1)
 
-
 /**
  * Runs `handler` for `messageId` at most once per `consumer` (see the module docs). Returns
- * `Duplicate` without running it when the message was handled already.
+ * `Duplicate` without running it when the message was handled already. The handler's writes, the
+ * outbox events it appends and the inbox row commit in one transaction: the `InboxStore`'s, joined
+ * by the `OutboxStore`'s (both required).
+ * @since 0.1.0
+ * @category combinators
  */
 export const handle = <A, E, R>(
   consumer: string,
   messageId: string,
   handler: Effect.Effect<A, E, R>,
   options: Options = {}
-): Effect.Effect<Result<A>, E | HandleError, R | InboxStore> =>
+): Effect.Effect<Result<A>, E | HandleError, R | InboxStore | OutboxStore> =>
   Effect.gen(function*() {
     const store = yield* InboxStore
+    const outbox = yield* OutboxStore
+    return yield* handleIn(store, consumer, messageId, outbox.withTransaction(handler), options)
+  }).pipe(
+    Effect.withSpan("tidings.inbox.handle", { attributes: { "tidings.inbox.consumer": consumer, "messaging.message.id": messageId } }, noStack)
+  )
+
+/**
+ * {@link handle} on a given inbox store, with `body` as the whole work of its transaction: for
+ * engines that append no outbox events (projections only write read models), so need no `OutboxStore`.
+ * @since 0.1.0
+ * @category combinators
+ */
+export const handleIn = <A, E, R>(
+  store: InboxStoreService,
+  consumer: string,
+  messageId: string,
+  body: Effect.Effect<A, E, R>,
+  options: Options = {}
+): Effect.Effect<Result<A>, E | HandleError, R> =>
+  Effect.gen(function*() {
     const maxCrashes = options.maxCrashes ?? 3
     const started = yield* store.begin(messageId, consumer, options.instance ?? instanceId)
     if (started.status === "processed") {
@@ -113,8 +167,6 @@ export const handle = <A, E, R>(
       yield* Effect.logWarning(`inbox: ${reason}; dead-lettering ${messageId}`)
       return yield* new InboxCrashLoop({ messageId, consumer, reason })
     }
-    const outbox = yield* Effect.serviceOption(OutboxStore)
-    const body = outbox._tag === "Some" ? outbox.value.withTransaction(handler) : handler
     const result = yield* store.withTransaction(Effect.gen(function*() {
       // Taken first: the row lock makes a concurrent duplicate wait here, then see `processed`.
       if (!(yield* store.markProcessed(messageId, consumer))) return { _tag: "Duplicate" } as const
@@ -129,33 +181,32 @@ export const handle = <A, E, R>(
       )
     )
     return result as Result<A>
-  }).pipe(
-    Effect.withSpan("tidings.inbox.handle", { attributes: { "tidings.inbox.consumer": consumer, "messaging.message.id": messageId } }, noStack)
-  )
-
-/** Options of {@link wrap}. */
-export interface WrapOptions<D> extends Options {
-  /** Where the message id is (default `delivery.messageId`, as in the RabbitMQ consumer's `Delivery`). */
-  readonly messageId?: (delivery: D) => string | undefined
-}
+  })
 
 /**
- * Turns a consumer handler into one that runs through the inbox, for `AmqpConsumer` (whose delivery
- * carries `messageId`) or any consumer: a duplicate succeeds at once (so it is acked), a crash loop
- * and a missing message id fail permanently (dead-lettered), the handler's own errors pass through.
+ * Turns a consumer handler into one that runs through the inbox (see {@link handle}), for any
+ * consumer (`MemoryBroker.consume`, `AmqpConsumer`): deduplicates on the delivery's `messageId`; a
+ * duplicate succeeds at once (so it is acked), a crash loop and a missing message id fail
+ * permanently (dead-lettered), the handler's own errors pass through.
+ * @since 0.1.0
+ * @category combinators
  */
-export const wrap = <D, E, R>(
+export const wrap = <A, E, R>(
   consumer: string,
-  handler: (delivery: D) => Effect.Effect<void, E, R>,
-  options: WrapOptions<D> = {}
-): (delivery: D) => Effect.Effect<void, E | HandleError | MissingMessageId, R | InboxStore> =>
+  handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
+  options: Options = {}
+): (delivery: Delivery<A>) => Effect.Effect<void, E | HandleError | MissingMessageId, R | InboxStore | OutboxStore> =>
 (delivery) => {
-  const id = options.messageId !== undefined ? options.messageId(delivery) : (delivery as { readonly messageId?: string | undefined }).messageId
+  const id = delivery.messageId
   if (id === undefined || id === "") return Effect.fail(new MissingMessageId({ consumer }))
   return Effect.asVoid(handle(consumer, id, handler(delivery), options))
 }
 
-/** Options of {@link layerRetention}. */
+/**
+ * Options of {@link layerRetention}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface RetentionOptions {
   /** Rows received longer ago are deleted: the dedupe window. */
   readonly olderThan: Duration.Input
@@ -167,22 +218,46 @@ export interface RetentionOptions {
   readonly maxBatches?: number
 }
 
-/** Deletes old rows in bounded batches; returns how many (0 when another instance holds the lock). */
-export const pruneOnce = (options: RetentionOptions): Effect.Effect<number, StoreError, InboxStore> =>
+/**
+ * {@link RetentionOptions} as a schema, with their defaults.
+ * @since 0.1.0
+ * @category settings
+ */
+export const RetentionSchema = Schema.Struct({
+  olderThan: Settings.duration(),
+  interval: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 minute"))),
+  batchSize: Settings.int(1, 100_000).pipe(Schema.withDecodingDefault(Effect.succeed(1000))),
+  maxBatches: Settings.int(1, 100_000).pipe(Schema.withDecodingDefault(Effect.succeed(100)))
+})
+
+/**
+ * Deletes old rows in bounded batches; returns how many (0 when another instance holds the lock).
+ * Settings that cannot work fail with `InvalidConfig`.
+ * @since 0.1.0
+ * @category combinators
+ */
+export const pruneOnce = (options: RetentionOptions): Effect.Effect<number, StoreError | InvalidConfig, InboxStore> =>
+  Effect.flatMap(Settings.decode(RetentionSchema, options, "retention"), prune)
+
+const prune = (s: typeof RetentionSchema.Type): Effect.Effect<number, StoreError, InboxStore> =>
   Effect.gen(function*() {
     const store = yield* InboxStore
-    const olderThan = Duration.fromInputUnsafe(options.olderThan)
-    const limit = options.batchSize ?? 1000
     let total = 0
-    for (let i = 0; i < (options.maxBatches ?? 100); i++) {
-      const n = yield* store.prune({ olderThan, limit })
+    for (let i = 0; i < s.maxBatches; i++) {
+      const n = yield* store.prune({ olderThan: s.olderThan, limit: s.batchSize })
       if (n === undefined) break
       total += n
-      if (n < limit) break
+      if (n < s.batchSize) break
     }
     return total
   })
 
-/** Runs {@link pruneOnce} every `interval` while the layer lives (errors are logged, never fatal). */
-export const layerRetention = (options: RetentionOptions): Layer.Layer<never, never, InboxStore> =>
-  Layer.effectDiscard(Effect.forkScoped(every(options.interval ?? "1 minute", "inbox retention", pruneOnce(options))))
+/**
+ * Runs {@link pruneOnce} every `interval` while the layer lives (errors are logged, never fatal);
+ * building it fails with `InvalidConfig` for settings that cannot work.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerRetention = (options: RetentionOptions): Layer.Layer<never, InvalidConfig, InboxStore> =>
+  Layer.effectDiscard(Effect.flatMap(Settings.decode(RetentionSchema, options, "retention"), (s) =>
+    Effect.forkScoped(every(s.interval, "inbox retention", prune(s)))))

@@ -1,19 +1,26 @@
 /**
  * The inbox storage port: one row per (message id, consumer), recording that a consumer handled a
  * message, so that a redelivery is recognised as a duplicate. `Inbox.handle` is written once against
- * it; `@tidings/postgres` implements it on Postgres and {@link layerMemory} in memory, and both pass
- * the same contract tests. The port also keeps projection positions (the last version applied per
+ * it; `@tidings/postgres` implements it on Postgres and `MemoryInboxStore` in memory, and both pass
+ * the same contract tests (`@tidings/core/testing`). The port also keeps projection positions (the last version applied per
  * aggregate), which `Projection` updates in the same transaction as the inbox row.
  * @module
  */
-import { Context, type Duration, type Effect, Layer } from "effect"
+import { Context, type Duration, type Effect } from "effect"
 import type { NotInTransaction, StoreError } from "./Errors.ts"
-import { makeMemoryInboxStore } from "./internal/memoryInboxStore.ts"
 
-/** `processing`: handling started and has not committed; `processed`: done; `failed`: dead-lettered (crash loop). */
+/**
+ * `processing`: handling started and has not committed; `processed`: done; `failed`: dead-lettered (crash loop).
+ * @since 0.1.0
+ * @category models
+ */
 export type Status = "processing" | "processed" | "failed"
 
-/** One inbox row. */
+/**
+ * One inbox row.
+ * @since 0.1.0
+ * @category models
+ */
 export interface InboxRecord {
   readonly messageId: string
   readonly consumer: string
@@ -32,7 +39,11 @@ export interface InboxRecord {
   readonly lastError: string | null
 }
 
-/** What {@link Service.list} returns. */
+/**
+ * What {@link Service.list} returns.
+ * @since 0.1.0
+ * @category models
+ */
 export interface ListOptions {
   /** Only rows in this status (e.g. `failed`: the dead letters). */
   readonly status?: Status
@@ -42,10 +53,18 @@ export interface ListOptions {
   readonly limit: number
 }
 
-/** Rows by status. */
+/**
+ * Rows by status.
+ * @since 0.1.0
+ * @category models
+ */
 export type Counts = Readonly<Record<Status, number>>
 
-/** The inbox storage port. */
+/**
+ * The inbox storage port.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Service {
   /** Runs an effect in a transaction of this store (joining an open one). */
   readonly withTransaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | StoreError, R>
@@ -67,6 +86,11 @@ export interface Service {
   readonly recordFailure: (messageId: string, consumer: string, error: string) => Effect.Effect<void, StoreError>
   /** Marks the message `failed` (dead-lettered) with the reason. */
   readonly markFailed: (messageId: string, consumer: string, reason: string) => Effect.Effect<void, StoreError>
+  /**
+   * Forgets a dead-lettered (`failed`) row so that the next delivery of the message is handled
+   * again (a replay); false when the row is not `failed`.
+   */
+  readonly resetFailed: (messageId: string, consumer: string) => Effect.Effect<boolean, StoreError>
   readonly get: (messageId: string, consumer: string) => Effect.Effect<InboxRecord | undefined, StoreError>
   /** Rows for the admin views, most recently received first (ties by message id, then consumer). */
   readonly list: (options: ListOptions) => Effect.Effect<ReadonlyArray<InboxRecord>, StoreError>
@@ -88,14 +112,9 @@ export interface Service {
   readonly position: (projection: string, aggregateId: string) => Effect.Effect<number, StoreError>
 }
 
-/** The inbox storage service. */
-export class InboxStore extends Context.Service<InboxStore, Service>()("@tidings/core/InboxStore") {}
-
 /**
- * An in-memory store with the semantics of the Postgres one. Its transactions are serialized (one at
- * a time per store) and rolled back by an undo log; it is meant for tests and demos.
+ * The inbox storage service.
+ * @since 0.1.0
+ * @category services
  */
-export const layerMemory: Layer.Layer<InboxStore> = Layer.effect(InboxStore, makeMemoryInboxStore)
-
-/** Builds a fresh in-memory store (one per call). */
-export const makeMemory: Effect.Effect<Service> = makeMemoryInboxStore
+export class InboxStore extends Context.Service<InboxStore, Service>()("@tidings/core/InboxStore") {}

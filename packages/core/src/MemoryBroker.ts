@@ -4,25 +4,25 @@
  * relay itself.
  *
  * {@link consume} runs a handler per message of a named queue bound to event types, with the
- * semantics of a RabbitMQ consumer queue (see `@tidings/rabbitmq`'s `AmqpConsumer`), so the same
- * handler code runs on both:
- *
- * | outcome | what happens |
- * |---|---|
- * | success | acknowledged |
- * | failure whose error is transient (`isRetryable` or `retryable` true, or a timeout), a defect | redelivered after `retryDelays[attempt - 1]`; dead-lettered once `maxAttempts` deliveries failed |
- * | any other failure (a business rule, a decode failure: it would fail again) | dead-lettered at once |
+ * semantics of a RabbitMQ consumer queue and the same decision table (core's `Consumer`, shared with
+ * `@tidings/rabbitmq`'s `AmqpConsumer`), so the same handler code runs on both: a transient failure
+ * is redelivered after `retryDelays[attempt - 1]` until `maxAttempts`, anything else that fails is
+ * dead-lettered; with an `EventRegistry` deliveries are decoded by type and version as on RabbitMQ.
  *
  * Dead letters are kept, per queue, for inspection ({@link Consumer.deadLetters},
  * {@link Service.deadLetters}). Nothing survives the process: it is a broker for tests and demos.
  * @module
  */
-import { Cause, Clock, Context, Duration, Effect, Exit, Layer, Metric, PubSub, Queue, Ref, type Scope, Stream } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Metric, PubSub, Queue, Ref, Schema, type Scope, Stream } from "effect"
+import * as Consumers from "./Consumer.ts"
+import * as ConsumerRunner from "./ConsumerRunner.ts"
 import * as Errors from "./Errors.ts"
-import { InvalidConfig, PublishError } from "./Errors.ts"
+import { type InvalidConfig, PublishError } from "./Errors.ts"
+import * as EventRegistry from "./EventRegistry.ts"
 import type { Message } from "./Message.ts"
-import * as Metrics from "./Metrics.ts"
 import * as Publisher from "./Publisher.ts"
+import * as Settings from "./Settings.ts"
+import { type Item, matches, prepare } from "./internal/memoryDelivery.ts"
 
 /** A delivered message with the broker's receive time (ms, from `Clock`). */
 export interface Delivery {
@@ -33,14 +33,22 @@ export interface Delivery {
 /** Decides, per message, whether the broker refuses it: for fault injection in tests. */
 export type FaultInjector = (message: Message) => PublishError | undefined
 
-/** A message a consumer gave up on. */
+/**
+ * A message a consumer gave up on.
+ * @since 0.1.0
+ * @category models
+ */
 export interface DeadLetter {
   /** The consumer queue that dead-lettered it. */
   readonly queue: string
   readonly message: Message
   /** Deliveries made (1 when dead-lettered on the first failure). */
   readonly attempts: number
-  /** `PermanentFailure` (not retryable), or the last transient outcome once the attempts ran out: `TransientFailure`, `Defect`, `Timeout`. */
+  /**
+   * The outcome that dead-lettered it: `PermanentFailure` (not retryable), the last transient
+   * outcome once the attempts ran out (`TransientFailure`, `Defect`, `Timeout`), or `DecodeFailure`,
+   * `UnknownType`, `DeliveryLimit`.
+   */
   readonly reason: DeadLetterReason
   /** The last error, as text. */
   readonly error: string
@@ -48,8 +56,12 @@ export interface DeadLetter {
   readonly at: number
 }
 
-/** Why a message was dead-lettered (the `reason` attribute of `tidings_consumer_dead_lettered_total`). */
-export type DeadLetterReason = "PermanentFailure" | "TransientFailure" | "Defect" | "Timeout"
+/**
+ * Why a message was dead-lettered (the `reason` attribute of `tidings_consumer_dead_lettered_total`).
+ * @since 0.1.0
+ * @category models
+ */
+export type DeadLetterReason = Exclude<Consumers.OutcomeLabel, "Success" | "Shutdown">
 
 /** The in-memory broker. */
 export interface Service {
@@ -125,27 +137,31 @@ export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publish
 // Consumers
 // ---------------------------------------------------------------------------------------------
 
-/** A message handed to a consumer's handler. */
-export interface ConsumerDelivery {
-  readonly message: Message
-  /** The message id (the event id): what `Inbox.wrap` deduplicates on. */
-  readonly messageId: string
-  /** 1 for the first delivery, 2 for the first redelivery, ... */
-  readonly attempt: number
-  readonly redelivered: boolean
-  readonly queue: string
-}
+/**
+ * A message handed to a consumer's handler: core's one `Consumer.Delivery`. Without a registry the
+ * event is the `Message` itself.
+ * @since 0.1.0
+ * @category models
+ */
+export type ConsumerDelivery<A = Message> = Consumers.Delivery<A>
 
-/** Settings of {@link consume}. */
-export interface ConsumerConfig<E, R> {
+/**
+ * Settings of {@link consume}.
+ * @since 0.1.0
+ * @category models
+ */
+export interface ConsumerConfig<A, E, R> {
   /** The queue's name (1-100 characters of `[A-Za-z0-9_.:-]`); also the `consumer` attribute of its metrics. */
   readonly queue: string
   /**
    * The event types bound to the queue, as RabbitMQ topic patterns over the type: `order.placed`,
-   * `order.*` (one word), `#` (everything), `payment.#` (zero or more words).
+   * `order.*` (one word), `#` (everything), `payment.#` (zero or more words). Default: the
+   * registry's types.
    */
-  readonly types: ReadonlyArray<string>
-  readonly handler: (delivery: ConsumerDelivery) => Effect.Effect<void, E, R>
+  readonly types?: ReadonlyArray<string>
+  /** Decodes deliveries by type and version (upcasting), as `AmqpConsumer` does; without it the event is the `Message`. */
+  readonly registry?: EventRegistry.EventRegistry<A>
+  readonly handler: (delivery: Consumers.Delivery<A>) => Effect.Effect<void, E, R>
   /** Handlers running at once (default 1: messages handled in arrival order). */
   readonly concurrency?: number
   /** Deliveries of a message before a transient failure dead-letters it (default 5). */
@@ -154,9 +170,20 @@ export interface ConsumerConfig<E, R> {
   readonly retryDelays?: ReadonlyArray<Duration.Input>
   /** A handler running longer is interrupted; it counts as a transient failure (default 30 s). */
   readonly timeout?: Duration.Input
+  /** Decision for event types the registry does not know (default `ack`). */
+  readonly unknownType?: Consumers.Decision
+  /** Overrides the decision table; return `undefined` to keep the default. */
+  readonly decide?: Consumers.Decide<E>
+  /** First pause while a handler finds its database unavailable (default 500 ms), doubling to `unavailableMaxDelay` (default 30 s). */
+  readonly unavailableDelay?: Duration.Input
+  readonly unavailableMaxDelay?: Duration.Input
 }
 
-/** A running consumer. */
+/**
+ * A running consumer.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Consumer {
   readonly queue: string
   /** Messages this consumer dead-lettered, oldest first. */
@@ -165,104 +192,93 @@ export interface Consumer {
   readonly pending: Effect.Effect<number>
   /** Handlers running right now. */
   readonly inFlight: Effect.Effect<number>
+  /** Paused because a handler found its database unavailable (its delivery is held and retried). */
+  readonly paused: Effect.Effect<boolean>
 }
 
-/** Consumer metrics: the same series as `@tidings/rabbitmq`'s consumer (see `Metrics.consumer`). */
-export const consumerMetrics = Metrics.consumer
+/**
+ * Consumer metrics: the same series as `@tidings/rabbitmq`'s consumer (see `Metrics.consumer`).
+ * @since 0.1.0
+ * @category metrics
+ */
+export const consumerMetrics = Consumers.metrics
 
-/** Whether a handler error deserves another delivery: the rule every consumer uses (`Errors.isRetryable`). */
+/**
+ * Whether a handler error deserves another delivery: the rule every consumer uses (`Errors.isRetryable`).
+ * @since 0.1.0
+ * @category predicates
+ */
 export const isRetryable: (error: unknown) => boolean = Errors.isRetryable
 
-/** Whether an event type matches a RabbitMQ topic pattern (`*` one word, `#` zero or more). */
-export const matches = (pattern: string, type: string): boolean => {
-  const p = pattern.split(".")
-  const w = type.split(".")
-  const go = (i: number, j: number): boolean => {
-    if (i === p.length) return j === w.length
-    if (p[i] === "#") return go(i + 1, j) || (j < w.length && go(i, j + 1))
-    if (j === w.length) return false
-    return (p[i] === "*" || p[i] === w[j]) && go(i + 1, j + 1)
-  }
-  return go(0, 0)
-}
+export {
+  /**
+   * Whether an event type matches a RabbitMQ topic pattern (`*` one word, `#` zero or more).
+   * @since 0.1.0
+   * @category predicates
+   */
+  matches
+} from "./internal/memoryDelivery.ts"
 
-interface Settings {
-  readonly queue: string
-  readonly types: ReadonlyArray<string>
-  readonly concurrency: number
-  readonly maxAttempts: number
-  readonly retryDelays: ReadonlyArray<Duration.Duration>
-  readonly timeout: Duration.Duration
-}
+const check = <T>(ok: (value: T) => boolean, message: string) => Schema.makeFilter((value: T) => ok(value) ? undefined : message)
 
-const positiveDuration = (path: string, input: Duration.Input): Duration.Duration => {
-  const d = Duration.fromInput(input)
-  if (d._tag === "None" || !Duration.isFinite(d.value) || Duration.toMillis(d.value) <= 0) {
-    throw new InvalidConfig({ path, message: `must be a finite positive duration, got ${String(input)}` })
-  }
-  return d.value
-}
+const topicPattern = (t: string) => /^[\w:#*-]+(\.[\w:#*-]+)*$/.test(t) && !t.split(".").some((w) => /[#*]/.test(w) && w.length > 1)
 
-const integer = (path: string, input: number | undefined, fallback: number, max: number): number => {
-  const n = input ?? fallback
-  if (!Number.isInteger(n) || n < 1 || n > max) throw new InvalidConfig({ path, message: `must be an integer from 1 to ${max}, got ${String(input)}` })
-  return n
-}
+/**
+ * The settings of {@link consume} that are data (the handler, registry and override are not).
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConsumerConfigSchema = Schema.Struct({
+  queue: Schema.String.check(check((q: string) => /^[\w.:-]{1,100}$/.test(q), "must be 1-100 characters of [A-Za-z0-9_.:-]")),
+  types: Schema.optional(
+    Schema.Array(Schema.String.check(check(topicPattern, "is not an event type or topic pattern")))
+      .check(check((ts: ReadonlyArray<string>) => ts.length > 0, "bind at least one event type (or \"#\" for all)"))
+  ),
+  concurrency: Settings.int(1, 1000).pipe(Schema.withDecodingDefault(Effect.succeed(1))),
+  retryDelays: Schema.Array(Settings.duration())
+    .check(check((ds: ReadonlyArray<unknown>) => ds.length > 0, "needs at least one delay"))
+    .pipe(Schema.withDecodingDefault(Effect.succeed<ReadonlyArray<Duration.Input>>(["1 second", "10 seconds", "1 minute"]))),
+  ...Consumers.settingsFields
+})
 
-/** Applies defaults and validates; invalid settings fail with `InvalidConfig` naming the setting. */
-export const consumerSettings = <E, R>(config: ConsumerConfig<E, R>): Effect.Effect<Settings, InvalidConfig> =>
-  Effect.try({
-    try: (): Settings => {
-      if (typeof config.queue !== "string" || !/^[\w.:-]{1,100}$/.test(config.queue)) {
-        throw new InvalidConfig({ path: "queue", message: "must be 1-100 characters of [A-Za-z0-9_.:-]" })
-      }
-      if (!Array.isArray(config.types) || config.types.length === 0) {
-        throw new InvalidConfig({ path: "types", message: "bind at least one event type (or \"#\" for all)" })
-      }
-      for (const t of config.types) {
-        if (typeof t !== "string" || !/^[\w:#*-]+(\.[\w:#*-]+)*$/.test(t) || t.split(".").some((w) => /[#*]/.test(w) && w.length > 1)) {
-          throw new InvalidConfig({ path: "types", message: `${JSON.stringify(t)} is not an event type or topic pattern` })
-        }
-      }
-      const delays = config.retryDelays ?? ["1 second", "10 seconds", "1 minute"]
-      if (delays.length === 0) throw new InvalidConfig({ path: "retryDelays", message: "needs at least one delay" })
-      return {
-        queue: config.queue,
-        types: config.types,
-        concurrency: integer("concurrency", config.concurrency, 1, 1000),
-        maxAttempts: integer("maxAttempts", config.maxAttempts, 5, 1000),
-        retryDelays: delays.map((d, i) => positiveDuration(`retryDelays[${i}]`, d)),
-        timeout: positiveDuration("timeout", config.timeout ?? "30 seconds")
-      }
-    },
-    catch: (e) => e instanceof InvalidConfig ? e : new InvalidConfig({ path: "consumer", message: String(e) })
+/**
+ * Applies defaults and validates; invalid settings fail with one `InvalidConfig` naming every wrong setting.
+ * @since 0.1.0
+ * @category combinators
+ */
+export const consumerSettings = <A, E, R>(config: ConsumerConfig<A, E, R>) =>
+  Effect.flatMap(Settings.decode(ConsumerConfigSchema, config), (s) => {
+    const types = s.types ?? config.registry?.types
+    return types === undefined || types.length === 0
+      ? Effect.fail(Settings.invalid([{ path: "types", message: "bind at least one event type (or \"#\" for all), or give a registry" }]))
+      : Effect.succeed({ ...s, types })
   })
-
-interface Item {
-  readonly message: Message
-  readonly attempt: number
-}
-
-type Outcome =
-  | { readonly _tag: "Success" }
-  | { readonly _tag: "PermanentFailure" | "TransientFailure" | "Defect" | "Timeout"; readonly error: string }
-
-const timedOut = Symbol("timedOut")
 
 /**
  * Starts a consumer for as long as the scope lives: its queue is bound to `types` from this moment
  * (messages published earlier are not delivered, as with a queue declared now). Closing the scope
  * interrupts running handlers and drops what is still queued (it is memory).
+ * @since 0.1.0
+ * @category combinators
  */
-export const consume = <E, R>(config: ConsumerConfig<E, R>): Effect.Effect<Consumer, InvalidConfig, MemoryBroker | Scope.Scope | R> =>
-  Effect.gen(function*() {
+export function consume<A, E, R>(
+  config: ConsumerConfig<A, E, R> & { readonly registry: EventRegistry.EventRegistry<A> }
+): Effect.Effect<Consumer, InvalidConfig, MemoryBroker | Scope.Scope | R>
+export function consume<E, R>(
+  config: ConsumerConfig<Message, E, R> & { readonly registry?: undefined }
+): Effect.Effect<Consumer, InvalidConfig, MemoryBroker | Scope.Scope | R>
+export function consume<A, E, R>(config: ConsumerConfig<A, E, R>): Effect.Effect<Consumer, InvalidConfig, MemoryBroker | Scope.Scope | R> {
+  return Effect.gen(function*() {
     const s = yield* consumerSettings(config)
     const broker = yield* MemoryBroker
     const context = yield* Effect.context<R>()
+    const handler = (delivery: Consumers.Delivery<A>) => Effect.provideContext(config.handler(delivery), context)
     const attrs = { consumer: s.queue }
     const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) => Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Item>(), Queue.shutdown)
     const mine = yield* Ref.make<Array<DeadLetter>>([])
+    const runner = yield* ConsumerRunner.makeRunner<E>({ name: s.queue, system: "memory", queue: s.queue, settings: s, decide: config.decide })
+    yield* Effect.addFinalizer(() => runner.stop)
     let waiting = 0 // redeliveries sleeping
     let inFlight = 0
     const offer = (item: Item) => Effect.asVoid(Queue.offer(queue, item))
@@ -276,67 +292,59 @@ export const consume = <E, R>(config: ConsumerConfig<E, R>): Effect.Effect<Consu
       Effect.forkScoped
     )
 
-    const run = (item: Item): Effect.Effect<Outcome> =>
+    const settle = (item: Item) => (decision: Consumers.Decision, outcome: Consumers.Outcome<E>) =>
       Effect.gen(function*() {
-        const delivery: ConsumerDelivery = {
-          message: item.message,
-          messageId: item.message.id,
-          attempt: item.attempt,
-          redelivered: item.attempt > 1,
-          queue: s.queue
-        }
-        const started = yield* Clock.currentTimeMillis
-        // Suspended: a handler that throws instead of failing is a defect of this delivery, not of the worker.
-        const exit = yield* Effect.suspend(() => config.handler(delivery)).pipe(
-          Effect.provideContext(context),
-          Effect.timeoutOrElse({ duration: s.timeout, orElse: () => Effect.fail(timedOut) }),
-          Effect.exit
-        )
-        const outcome: Outcome = Exit.isSuccess(exit)
-          ? { _tag: "Success" }
-          : (() => {
-            const failure = Cause.findErrorOption(exit.cause)
-            if (failure._tag === "Some") {
-              if (failure.value === timedOut) return { _tag: "Timeout", error: `handler timed out after ${Duration.format(s.timeout)}` } as const
-              const error = failure.value
-              return { _tag: isRetryable(error) ? "TransientFailure" : "PermanentFailure", error: Errors.describe(error) } as const
+        switch (decision) {
+          case "ack":
+            return yield* count(consumerMetrics.acked)
+          case "requeue":
+            // Memory does not outlive a shutdown: what was running is dropped with the queue.
+            if (outcome._tag === "Shutdown") return
+            yield* count(consumerMetrics.retried, { mode: "requeue" })
+            return yield* offer({ message: item.message, attempt: item.attempt + 1 })
+          case "retry": {
+            const delay = s.retryDelays[Math.min(item.attempt, s.retryDelays.length) - 1]!
+            waiting++
+            yield* count(consumerMetrics.retried, { mode: "delayed" })
+            // The redelivery waits in its own fiber, so the worker takes the next message meanwhile.
+            return yield* Effect.sleep(delay).pipe(
+              Effect.andThen(offer({ message: item.message, attempt: item.attempt + 1 })),
+              Effect.ensuring(Effect.sync(() => void waiting--)),
+              Effect.forkIn(scope),
+              Effect.asVoid
+            )
+          }
+          case "dead-letter": {
+            const reason = Consumers.label(outcome) as DeadLetterReason
+            const letter: DeadLetter = {
+              queue: s.queue,
+              message: item.message,
+              attempts: item.attempt,
+              reason,
+              error: Consumers.describeOutcome(outcome),
+              at: yield* Clock.currentTimeMillis
             }
-            return { _tag: "Defect", error: Cause.pretty(exit.cause).split("\n")[0] ?? "defect" } as const
-          })()
-        const took = (yield* Clock.currentTimeMillis) - started
-        yield* Metric.update(Metric.withAttributes(consumerMetrics.handleDuration, { ...attrs, outcome: outcome._tag }), Math.max(0, took) / 1000)
-        return outcome
-      })
-
-    const settle = (item: Item, outcome: Outcome) =>
-      Effect.gen(function*() {
-        if (outcome._tag === "Success") return yield* count(consumerMetrics.acked)
-        if (outcome._tag === "Defect") yield* count(consumerMetrics.defects)
-        if (outcome._tag !== "PermanentFailure" && item.attempt < s.maxAttempts) {
-          const delay = s.retryDelays[Math.min(item.attempt, s.retryDelays.length) - 1]!
-          waiting++
-          yield* count(consumerMetrics.retried, { mode: "delayed" })
-          // The redelivery waits in its own fiber, so the worker takes the next message meanwhile.
-          return yield* Effect.sleep(delay).pipe(
-            Effect.andThen(offer({ message: item.message, attempt: item.attempt + 1 })),
-            Effect.ensuring(Effect.sync(() => void waiting--)),
-            Effect.forkIn(scope),
-            Effect.asVoid
-          )
+            yield* Ref.update(mine, (xs) => (xs.push(letter), xs))
+            yield* broker.deadLetter(letter)
+            return yield* count(consumerMetrics.deadLettered, { reason })
+          }
         }
-        const letter: DeadLetter = { queue: s.queue, message: item.message, attempts: item.attempt, reason: outcome._tag, error: outcome.error, at: yield* Clock.currentTimeMillis }
-        yield* Ref.update(mine, (xs) => (xs.push(letter), xs))
-        yield* broker.deadLetter(letter)
-        yield* count(consumerMetrics.deadLettered, { reason: outcome._tag })
-        yield* Effect.logWarning(`consumer ${s.queue}: dead-lettered ${item.message.type} ${item.message.id} after ${item.attempt} deliveries: ${outcome.error}`)
       })
 
     const worker = Effect.gen(function*() {
       while (true) {
         const item = yield* Queue.take(queue)
+        // Paused (a handler found a dependency down): the message waits here, not started.
+        yield* runner.ready
         inFlight++
-        yield* count(consumerMetrics.consumed)
-        yield* run(item).pipe(Effect.flatMap((outcome) => settle(item, outcome)), Effect.ensuring(Effect.sync(() => void inFlight--)))
+        yield* runner.process<A>({
+          attempt: item.attempt,
+          messageId: item.message.id,
+          eventType: item.message.type,
+          headers: item.message.headers,
+          prepare: () => prepare(config.registry, s.queue, item),
+          settle: settle(item)
+        }, handler).pipe(Effect.ensuring(Effect.sync(() => void inFlight--)))
       }
     })
     for (let i = 0; i < s.concurrency; i++) yield* Effect.forkScoped(worker)
@@ -345,10 +353,23 @@ export const consume = <E, R>(config: ConsumerConfig<E, R>): Effect.Effect<Consu
       queue: s.queue,
       deadLetters: Effect.map(Ref.get(mine), (xs) => xs.slice()),
       pending: Effect.map(Queue.size(queue), (n) => n + waiting),
-      inFlight: Effect.sync(() => inFlight)
+      inFlight: Effect.sync(() => inFlight),
+      paused: runner.paused
     }
   })
+}
 
-/** {@link consume} as a layer: the consumer runs while the layer lives. */
-export const consumerLayer = <E, R>(config: ConsumerConfig<E, R>): Layer.Layer<never, InvalidConfig, MemoryBroker | R> =>
-  Layer.effectDiscard(consume(config))
+/**
+ * {@link consume} as a layer: the consumer runs while the layer lives.
+ * @since 0.1.0
+ * @category layers
+ */
+export function consumerLayer<A, E, R>(
+  config: ConsumerConfig<A, E, R> & { readonly registry: EventRegistry.EventRegistry<A> }
+): Layer.Layer<never, InvalidConfig, MemoryBroker | R>
+export function consumerLayer<E, R>(
+  config: ConsumerConfig<Message, E, R> & { readonly registry?: undefined }
+): Layer.Layer<never, InvalidConfig, MemoryBroker | R>
+export function consumerLayer<A, E, R>(config: ConsumerConfig<A, E, R>): Layer.Layer<never, InvalidConfig, MemoryBroker | R> {
+  return Layer.effectDiscard(consume(config as ConsumerConfig<A, E, R> & { readonly registry: EventRegistry.EventRegistry<A> }))
+}

@@ -12,6 +12,7 @@
  */
 import { Clock, Context, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import { NotInTransaction, Rejected, StoreError } from "./Errors.ts"
+import { memoryLogAdmin } from "./internal/memoryLogAdmin.ts"
 import { type Cursor, firstAfter, MemoryLog, type Row } from "./internal/memoryLogState.ts"
 import * as LogStore from "./LogStore.ts"
 import type { Message } from "./Message.ts"
@@ -286,6 +287,10 @@ export const make = (config: Config = {}) =>
         })
     }
 
+    const admin = memoryLogAdmin(log, (entries, t) => {
+      const tx = log.nextTx++
+      for (const e of entries) appendRow(tx, e.message, t, e.onlyGroups)
+    })
     const outbox: OutboxStore.Service = {
       append: (messages) => append(messages),
       withTransaction,
@@ -306,18 +311,9 @@ export const make = (config: Config = {}) =>
           [...log.failed.values()].slice(0, limit).map((f) => ({ message: f.message, attempts: f.attempts, lastError: f.lastError, createdAt: new Date(f.createdAt) }))
         ),
       // A retried event is appended to the log again, for the groups that failed it only.
-      retryFailed: (ids) =>
-        Effect.map(now, (t) => {
-          const picked = [...log.failed.values()].filter((f) => ids === undefined || ids.includes(f.message.id))
-          if (picked.length === 0) return 0
-          const tx = log.nextTx++
-          for (const f of picked) {
-            log.failed.delete(f.message.id)
-            appendRow(tx, f.message, t, f.groups.length === 0 ? null : f.groups)
-          }
-          return picked.length
-        }),
-      discardFailed: (ids) => Effect.sync(() => ids.reduce((n, id) => n + (log.failed.delete(id) ? 1 : 0), 0))
+      retryFailed: (ids) => admin.requeue((ids ?? [...log.failed.keys()]).filter((id) => log.failed.has(id))),
+      discardFailed: (ids) => Effect.sync(() => ids.reduce((n, id) => n + (log.failed.delete(id) ? 1 : 0), 0)),
+      ...admin
     }
     return { log: store, outbox }
   })

@@ -95,6 +95,7 @@ const applySteps = (row: Row, updates: ReadonlyArray<SagaStore.StepUpdate>, now:
       step.attempts++
       step.startedAt = now
     }
+    if (u.resetCompensationAttempts === true) step.compensationAttempts = 0
     if (u.compensationStarted === true) step.compensationAttempts++
     if (u.finished === true) step.finishedAt = now
   }
@@ -263,6 +264,19 @@ export const make: Effect.Effect<SagaStore.Service> = Effect.sync(() => {
         }
         due.sort((a, b) => a.at - b.at)
         return due.slice(0, limit).map((d) => toSaga(d.saga))
+      }),
+
+    list: ({ limit, status, type }) =>
+      Effect.gen(function*() {
+        const tx = yield* current
+        const ids = new Set([...rows.keys(), ...(Option.isSome(tx) ? tx.value.writes.keys() : [])])
+        const out: Array<SagaRow> = []
+        for (const id of ids) {
+          const s = read(tx, id)?.saga
+          if (s !== undefined && (status === undefined || s.status === status) && (type === undefined || s.type === type)) out.push(s)
+        }
+        out.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1))
+        return out.slice(0, Math.max(0, limit)).map(toSaga)
       }),
 
     countByStatus: Effect.gen(function*() {

@@ -52,6 +52,11 @@ export const consumer = {
   retried: Metric.counter("tidings_consumer_retried_total", { description: "Deliveries sent back for another attempt", incremental: true }),
   /** Deliveries dead-lettered; attribute `reason` (the outcome). */
   deadLettered: Metric.counter("tidings_consumer_dead_lettered_total", { description: "Deliveries dead-lettered", incremental: true }),
+  /** Handler runs that found their database or broker unavailable: the delivery was held and run again, no attempt counted. */
+  unavailable: Metric.counter("tidings_consumer_unavailable_total", {
+    description: "Handler runs that found a dependency unavailable (held and retried, not counted)",
+    incremental: true
+  }),
   /** Handler defects caught (each also counts as a transient failure). */
   defects: Metric.counter("tidings_consumer_defects_total", { description: "Handler defects caught", incremental: true }),
   /** Handler duration, attribute `outcome`. */

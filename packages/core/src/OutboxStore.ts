@@ -76,6 +76,46 @@ export interface FailedEvent {
   readonly createdAt: Date
 }
 
+/** An outbox row as the admin views (console, CLI) see it. */
+export interface StoredEvent {
+  readonly message: Message
+  readonly status: Status
+  /** Publish attempts counted (reset by a retry). */
+  readonly attempts: number
+  /** The error of the last failed attempt: earlier attempts' errors are not kept. */
+  readonly lastError: string | null
+  readonly createdAt: Date
+  /** When the event is due (a retry's backoff ends). */
+  readonly availableAt: Date
+  readonly publishedAt: Date | null
+  /** The relay holding the claim, while `processing`. */
+  readonly claimedBy: string | null
+  readonly claimedUntil: Date | null
+}
+
+/** What {@link Service.list} returns. */
+export interface ListOptions {
+  readonly status?: Status
+  /** Only events of this type. */
+  readonly type?: string
+  readonly limit: number
+}
+
+/** Events published in one minute. */
+export interface MinuteCount {
+  /** The minute's start. */
+  readonly minute: Date
+  readonly published: number
+}
+
+/** A relay (poller or relay group) holding claims right now. */
+export interface Holder {
+  readonly holder: string
+  readonly events: number
+  /** When its latest lease ends. */
+  readonly claimedUntil: Date
+}
+
 /**
  * Rows written already claimed (eager dispatch): `processing` for `relayId` until the lease ends,
  * their first attempt counted as started, so that the relay in the writer's process publishes them
@@ -127,6 +167,21 @@ export interface Service {
   readonly retryFailed: (ids?: ReadonlyArray<string>) => Effect.Effect<number, StoreError>
   /** Deletes failed events for good. */
   readonly discardFailed: (ids: ReadonlyArray<string>) => Effect.Effect<number, StoreError>
+  /** Rows for the admin views, newest first. */
+  readonly list: (options: ListOptions) => Effect.Effect<ReadonlyArray<StoredEvent>, StoreError>
+  /** One row by event id; `undefined` when there is none (or it was pruned). */
+  readonly get: (id: string) => Effect.Effect<StoredEvent | undefined, StoreError>
+  /** How many rows of `status` each event type has, most first. */
+  readonly countByType: (options: { readonly status: Status }) => Effect.Effect<ReadonlyArray<{ readonly type: string; readonly count: number }>, StoreError>
+  /** Events published per minute over the last `minutes` minutes (this one included), oldest first, zeros included. */
+  readonly throughput: (options: { readonly minutes: number }) => Effect.Effect<ReadonlyArray<MinuteCount>, StoreError>
+  /** The relays holding claims now, with how many events each. */
+  readonly holders: Effect.Effect<ReadonlyArray<Holder>, StoreError>
+  /**
+   * Puts published or failed events back to pending with their attempts reset, so that the relay
+   * publishes them again (a replay: consumers see a redelivery). Returns how many.
+   */
+  readonly requeue: (ids: ReadonlyArray<string>) => Effect.Effect<number, StoreError>
 }
 
 /** The outbox storage service. */

@@ -17,12 +17,17 @@
  * @module
  */
 import { Duration, Effect, Schema } from "effect"
+import type { Delivery } from "./Consumer.ts"
 import type { StoreError } from "./Errors.ts"
 import * as Inbox from "./Inbox.ts"
 import { InboxStore } from "./InboxStore.ts"
 import { noStack } from "./Tracing.ts"
 
-/** An event arrived before the events preceding it in its aggregate were applied: retry it later. */
+/**
+ * An event arrived before the events preceding it in its aggregate were applied: retry it later.
+ * @since 0.1.0
+ * @category errors
+ */
 export class ProjectionGap extends Schema.TaggedError<ProjectionGap>()("ProjectionGap", {
   projection: Schema.String,
   aggregateId: Schema.String,
@@ -34,7 +39,11 @@ export class ProjectionGap extends Schema.TaggedError<ProjectionGap>()("Projecti
   }
 }
 
-/** `awaitApplied` gave up: the projection had not handled the event within the timeout. */
+/**
+ * `awaitApplied` gave up: the projection had not handled the event within the timeout.
+ * @since 0.1.0
+ * @category errors
+ */
 export class ProjectionLag extends Schema.TaggedError<ProjectionLag>()("ProjectionLag", {
   projection: Schema.String,
   eventId: Schema.String,
@@ -45,18 +54,30 @@ export class ProjectionLag extends Schema.TaggedError<ProjectionLag>()("Projecti
   }
 }
 
-/** Where an event sits: its aggregate and its version in that aggregate (1 for the first event). */
+/**
+ * Where an event sits: its aggregate and its version in that aggregate (1 for the first event).
+ * @since 0.1.0
+ * @category models
+ */
 export interface Position {
   readonly aggregateId: string
   readonly version: number
 }
 
-/** Where `apply` writes: the read table's name (the live one, or a fresh one while rebuilding). */
+/**
+ * Where `apply` writes: the read table's name (the live one, or a fresh one while rebuilding).
+ * @since 0.1.0
+ * @category models
+ */
 export interface Target {
   readonly table: string
 }
 
-/** A projection. */
+/**
+ * A projection.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Definition<A, E = never, R = never> {
   /** Names the projection: its inbox consumer name and its key in the position table. */
   readonly name: string
@@ -68,15 +89,25 @@ export interface Definition<A, E = never, R = never> {
   readonly apply: (event: A, target: Target) => Effect.Effect<void, E, R>
 }
 
-/** Declares a projection (an identity function that fixes the types). */
+/**
+ * Declares a projection (an identity function that fixes the types).
+ * @since 0.1.0
+ * @category constructors
+ */
 export const make = <A, E = never, R = never>(definition: Definition<A, E, R>): Definition<A, E, R> => definition
 
-/** What `handle` did with an event. */
+/**
+ * What `handle` did with an event.
+ * @since 0.1.0
+ * @category models
+ */
 export type Outcome = "applied" | "skipped" | "duplicate"
 
 /**
  * Applies one event (message `messageId`) through the inbox, in order per aggregate (see the module
  * docs). Call it outside any open transaction.
+ * @since 0.1.0
+ * @category combinators
  */
 export const handle = <A, E, R>(
   projection: Definition<A, E, R>,
@@ -90,7 +121,8 @@ export const handle = <A, E, R>(
     const { aggregateId, version } = projection.position(event)
     const seen = yield* store.position(projection.name, aggregateId)
     if (version > seen + 1) return yield* new ProjectionGap({ projection: projection.name, aggregateId, applied: seen, version })
-    const result = yield* Inbox.handle(
+    const result = yield* Inbox.handleIn(
+      store,
       projection.name,
       messageId,
       Effect.gen(function*() {
@@ -107,22 +139,30 @@ export const handle = <A, E, R>(
   }).pipe(Effect.withSpan("tidings.projection.handle", { attributes: { "tidings.projection": projection.name, "messaging.message.id": messageId } }, noStack))
 
 /**
- * A consumer handler for a projection (for `AmqpConsumer`, whose delivery has `messageId` and the
- * decoded `event`): duplicates and stale events succeed (acked), a gap fails retryably.
+ * A consumer handler for a projection (any consumer's `Consumer.Delivery`, whose `event` is the
+ * projection's event): duplicates and stale events succeed (acked), a gap fails retryably.
+ * @since 0.1.0
+ * @category combinators
  */
 export const handler = <A, E, R>(projection: Definition<A, E, R>, options: Inbox.Options = {}) =>
-(delivery: { readonly messageId: string | undefined; readonly event: A }): Effect.Effect<void, E | ProjectionGap | Inbox.HandleError | Inbox.MissingMessageId, R | InboxStore> =>
+(delivery: Delivery<A>): Effect.Effect<void, E | ProjectionGap | Inbox.HandleError | Inbox.MissingMessageId, R | InboxStore> =>
   delivery.messageId === undefined || delivery.messageId === ""
     ? Effect.fail(new Inbox.MissingMessageId({ consumer: projection.name }))
     : Effect.asVoid(handle(projection, delivery.messageId, delivery.event, options))
 
-/** The last version applied to an aggregate (0 when none). */
+/**
+ * The last version applied to an aggregate (0 when none).
+ * @since 0.1.0
+ * @category combinators
+ */
 export const appliedVersion = (projection: { readonly name: string }, aggregateId: string): Effect.Effect<number, StoreError, InboxStore> =>
   InboxStore.use((store) => store.position(projection.name, aggregateId))
 
 /**
  * Waits until the projection has handled event `eventId` (applied it, or skipped it as already
  * covered), polling its inbox row; fails with {@link ProjectionLag} after `timeout`.
+ * @since 0.1.0
+ * @category combinators
  */
 export const awaitApplied = (
   projection: { readonly name: string },

@@ -384,7 +384,7 @@ const settlementOf = (claimed: ReadonlyArray<ClaimedEvent>, results: ReadonlyMap
       } else {
         const delay = yield* Retry.delayFor(s.retry, event.attempts, undefined)
         if (Option.isNone(delay)) failed.push({ id: event.message.id, error: `${error}; retry schedule exhausted after ${event.attempts} attempts` })
-        else retry.push({ id: event.message.id, delay: delay.value, error })
+        else retry.push({ id: event.message.id, delay: Option.match(result.error.retryAfter, { onNone: () => delay.value, onSome: (after) => Duration.max(delay.value, after) }), error })
       }
     }
     return { published, retry, failed, released } satisfies Settlement

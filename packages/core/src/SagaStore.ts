@@ -131,6 +131,8 @@ export interface StepUpdate {
   readonly compensationStarted?: boolean
   /** `finishedAt = now`. */
   readonly finished?: boolean
+  /** `compensationAttempts = 0` (before `compensationStarted`): an operator's retry of a failed compensation. */
+  readonly resetCompensationAttempts?: boolean
 }
 
 /**
@@ -181,6 +183,18 @@ export interface RecoverableQuery {
 }
 
 /**
+ * What {@link Service.list} returns.
+ * @since 0.1.0
+ * @category models
+ */
+export interface ListQuery {
+  readonly status?: SagaStatus
+  /** Only sagas of this definition. */
+  readonly type?: string
+  readonly limit: number
+}
+
+/**
  * The saga storage port.
  * @since 0.1.0
  * @category models
@@ -211,6 +225,8 @@ export interface Service {
    * that have not changed for `stuckAfter`.
    */
   readonly findRecoverable: (query: RecoverableQuery) => Effect.Effect<ReadonlyArray<SagaRecord>, StoreError>
+  /** Sagas for the admin views, most recently created first. */
+  readonly list: (query: ListQuery) => Effect.Effect<ReadonlyArray<SagaRecord>, StoreError>
   /** How many sagas are in each status (for the sagas-by-status gauge). */
   readonly countByStatus: Effect.Effect<Record<SagaStatus, number>, StoreError>
 }

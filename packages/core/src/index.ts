@@ -3,9 +3,14 @@
  * publishing ports with in-memory implementations, retry schedules and metrics.
  * @module
  */
+export * as Admin from "./Admin.ts"
+export * as Consumer from "./Consumer.ts"
+export * as ConsumerRunner from "./ConsumerRunner.ts"
 export * as Errors from "./Errors.ts"
 export * as Event from "./Event.ts"
+export * as EventRegistry from "./EventRegistry.ts"
 export * as Health from "./Health.ts"
+export * as Main from "./Main.ts"
 export * as MemoryBroker from "./MemoryBroker.ts"
 export * as Message from "./Message.ts"
 export * as Metrics from "./Metrics.ts"
@@ -26,6 +31,7 @@ export * as SagaRecovery from "./SagaRecovery.ts"
 export * as SagaStore from "./SagaStore.ts"
 export * as Inbox from "./Inbox.ts"
 export * as InboxStore from "./InboxStore.ts"
+export * as MemoryInboxStore from "./MemoryInboxStore.ts"
 export * as Projection from "./Projection.ts"
 export * as LogConsumer from "./LogConsumer.ts"
 export * as LogRelay from "./LogRelay.ts"

@@ -1,6 +1,6 @@
+import { inboxContract } from "@tidings/core/testing"
 import { Effect } from "effect"
-import * as InboxStore from "../src/InboxStore.ts"
+import * as MemoryInboxStore from "../src/MemoryInboxStore.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
-import { inboxContract } from "./InboxContract.ts"
 
-inboxContract("memory", Effect.all({ inbox: InboxStore.makeMemory, outbox: OutboxStore.makeMemory }))
+inboxContract("memory", Effect.all({ inbox: MemoryInboxStore.make, outbox: OutboxStore.makeMemory }), { clock: "test" })

@@ -5,7 +5,7 @@
  * @module
  */
 import { Redacted } from "effect"
-import type { MiddlewareHandler } from "hono"
+import type { Context, MiddlewareHandler } from "hono"
 import { InvalidConfig } from "@tidings/core/Errors"
 import * as HttpErrors from "./HttpErrors.ts"
 import { equal } from "./internal/constantTime.ts"
@@ -23,14 +23,21 @@ const unauthorized = (message: string) => {
   return response
 }
 
+/** The shortest admin token {@link bearer} accepts: 32 characters (e.g. 24 random bytes in base64). */
+export const minTokenLength = 32
+
 /**
  * Accepts requests with `Authorization: Bearer <token>` equal to `token`; 401 otherwise. Throws
- * `InvalidConfig` at once for an empty (or whitespace-only) token, which would open the routes to anyone.
+ * `InvalidConfig` at once for a token shorter than {@link minTokenLength} or holding whitespace: a
+ * short token can be guessed, an empty one would open the routes to anyone.
  */
 export const bearer = (token: Redacted.Redacted<string>): MiddlewareHandler => {
   const expected = Redacted.value(token)
-  if (typeof expected !== "string" || expected.trim() === "") {
-    throw new InvalidConfig({ path: "auth", message: "the admin token must be a non-empty string" })
+  if (typeof expected !== "string" || expected.length < minTokenLength || /\s/.test(expected)) {
+    throw new InvalidConfig({
+      path: "auth",
+      message: `the admin token must be at least ${minTokenLength} characters without whitespace (e.g. openssl rand -base64 24)`
+    })
   }
   return async (c, next) => {
     const header = c.req.header("authorization")
@@ -39,6 +46,19 @@ export const bearer = (token: Redacted.Redacted<string>): MiddlewareHandler => {
     if (!(await equal(match[1]!, expected))) return unauthorized("invalid token")
     await next()
   }
+}
+
+/**
+ * Whether the guard's middleware lets this request through, without answering it: for routes that
+ * show more to an admin (`/ready`'s details). No guard lets nobody through.
+ */
+export const allows = async (middleware: MiddlewareHandler | undefined, c: Context): Promise<boolean> => {
+  if (middleware === undefined) return false
+  let passed = false
+  await middleware(c, async () => {
+    passed = true
+  })
+  return passed
 }
 
 /** The middleware of a guard: {@link bearer} for a token, the middleware itself, or {@link closed}. */

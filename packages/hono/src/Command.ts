@@ -1,7 +1,7 @@
 /**
  * Command routes: decode the request, run the command handler in one transaction with the outbox
  * (the entity write and its events commit together, or neither does), answer with the result as
- * JSON. The transaction is `OutboxStore.withTransaction`, the one `Outbox.append` joins: on Postgres
+ * JSON. The body is bounded and must be JSON before it is parsed (see `Input.jsonBody`). The transaction is `OutboxStore.withTransaction`, the one `Outbox.append` joins: on Postgres
  * that is the app's `SqlClient` transaction, so any `sql` write inside the handler joins it too.
  * @module
  */
@@ -34,6 +34,8 @@ export interface Options<B, P, Q> {
   readonly params?: Input.Decoder<P>
   /** Schema of the query (a struct of strings). */
   readonly query?: Input.Decoder<Q>
+  /** Largest JSON body in bytes (default: `Safety.middleware`'s, else 1 MiB); 413 beyond. */
+  readonly bodyLimit?: number
   /** Status of the JSON result; default 200 (use 201 for a creation, 202 for accepted work). */
   readonly status?: number
   /** Status codes by error tag (e.g. `{ OutOfStock: 409 }`), on top of the runtime's. */
@@ -45,6 +47,8 @@ export interface Options<B, P, Q> {
    */
   readonly retry?: Schedule.Schedule<unknown, unknown>
 }
+
+type InputError = HttpErrors.BadRequest | HttpErrors.PayloadTooLarge | HttpErrors.UnsupportedMediaType
 
 /**
  * Runs `effect` in one outbox transaction, retried along `retry` (when given) on retryable errors.
@@ -66,15 +70,15 @@ export const handler = <R, A extends Result, E, B = undefined, P = undefined, Q 
   options: Options<B, P, Q>,
   run: (input: CommandInput<B, P, Q>) => Effect.Effect<A, E, R | OutboxStore>
 ): Handler<V, Path, I> =>
-  runtime.handler<E | HttpErrors.BadRequest | StoreError, Path, I, V>((c) =>
+  runtime.handler<E | InputError | StoreError, Path, I, V>((c) =>
     Effect.gen(function*() {
       const context = c as unknown as HonoContext
       // Input is decoded before the transaction opens: a bad request costs no connection.
       const params = options.params === undefined ? undefined : yield* Input.params(context, options.params)
       const query = options.query === undefined ? undefined : yield* Input.query(context, options.query)
-      const body = options.body === undefined ? undefined : yield* Input.json(context, options.body)
+      const body = options.body === undefined ? undefined : yield* Input.json(context, options.body, options.bodyLimit === undefined ? {} : { bodyLimit: options.bodyLimit })
       return yield* transaction(run({ body: body as B, params: params as P, query: query as Q, context }), options.retry)
-    }) as Effect.Effect<Result, E | HttpErrors.BadRequest | StoreError, R | OutboxStore>, {
+    }) as Effect.Effect<Result, E | InputError | StoreError, R | OutboxStore>, {
     ...(options.status === undefined ? {} : { status: options.status }),
     ...(options.statuses === undefined ? {} : { statuses: options.statuses })
   })

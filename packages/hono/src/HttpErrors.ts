@@ -55,6 +55,27 @@ export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", { messa
   }
 }
 
+/** The path exists, but not for this method (the `Allow` header lists the methods it has). */
+export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", { message: Schema.String }) {
+  get httpStatus(): number {
+    return 405
+  }
+}
+
+/** The request body is larger than the limit (see `Safety`); it was not read past the limit. */
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", { message: Schema.String }) {
+  get httpStatus(): number {
+    return 413
+  }
+}
+
+/** The body is not of a media type the route reads (JSON routes need `application/json`). */
+export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", { message: Schema.String }) {
+  get httpStatus(): number {
+    return 415
+  }
+}
+
 /** The request conflicts with the resource's current state. */
 export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", { message: Schema.String }) {
   get httpStatus(): number {

@@ -35,6 +35,11 @@ export interface AdminOptions {
 
 /** Options of {@link health}. */
 export interface HealthOptions<R = never> {
+  /**
+   * The admin guard: a request that passes it gets `/ready`'s details (each check's message and
+   * duration); others get names and up / down only. Without it nobody gets details.
+   */
+  readonly auth?: Auth.Guard
   /** The readiness checks run by `GET /ready` (e.g. `PgClient.readiness`, `Health.relay`). */
   readonly checks?: ReadonlyArray<Health.Check<R>>
   /** Each check is down after this long (default 2 s). */
@@ -263,17 +268,22 @@ const deadLettersRoutes = (runtime: AnyRuntime, options: AdminOptions): Hono => 
 
 /**
  * `GET /health`: liveness, always `{ "status": "up" }` while the process serves requests.
- * `GET /ready`: readiness, runs `checks` (200 with the report when all are up, 503 otherwise).
+ * `GET /ready`: readiness, runs `checks`: 200 when all are up, 503 otherwise, with
+ * `{ status, checks: [{ name, status }] }`; a request passing `auth` also gets each check's
+ * `message` (why it is down) and `durationMs`. Error text never reaches anonymous callers.
  */
 export const health = <R>(runtime: Runtime<R>, options: HealthOptions<NoInfer<R>> = {}): Hono => {
   const checks = options.checks ?? []
+  const admin = options.auth === undefined ? undefined : Auth.middleware(options.auth)
   const app = new Hono()
   app.get("/health", (c) => c.json({ status: "up" }))
   app.get("/ready", runtime.handler((c) =>
-    Effect.map(
-      Health.run(checks, options.timeout === undefined ? {} : { timeout: options.timeout }),
-      (report) => c.json(report, report.status === "up" ? 200 : 503)
-    )))
+    Effect.gen(function*() {
+      const report = yield* Health.run(checks, options.timeout === undefined ? {} : { timeout: options.timeout })
+      const details = yield* Effect.promise(() => Auth.allows(admin, c))
+      const body = details ? report : { status: report.status, checks: report.checks.map((check) => ({ name: check.name, status: check.status })) }
+      return c.json(body, report.status === "up" ? 200 : 503)
+    })))
   return app
 }
 
@@ -287,7 +297,7 @@ export const metrics = <R>(runtime: Runtime<R>, options: MetricsOptions = {}): H
 }
 
 /**
- * Everything under one prefix: `/health`, `/ready`, `/metrics` (unless `metrics: false`), and the
+ * Everything under one prefix: `/health`, `/ready` (details for `auth`), `/metrics` (unless `metrics: false`), and the
  * guarded views `/sagas/:id`, `/outbox/...`, `/inbox/...`, `/dead-letters`. Views whose store the app
  * does not provide answer 501.
  */

@@ -2,7 +2,10 @@
  * Runs Hono handlers with an app's Effect layers. {@link make} builds the layers once, at start
  * (so a database that cannot be reached fails the start, not the first request); every request runs
  * on that runtime; {@link Runtime.dispose} releases the layers (closing pools, stopping relays) on
- * shutdown. Nothing here depends on Node: the same code runs on Deno, Bun or a worker.
+ * shutdown. Nothing here depends on Node: the same code runs on Node, Deno, Bun and Cloudflare
+ * Workers. On Workers a socket belongs to the request that opened it, so a pool cannot outlive the
+ * request: build the runtime in the Worker's `fetch` (`make`, then `ctx.waitUntil(rt.dispose())`), as
+ * `examples/edge` does; serve with `Serve` everywhere else.
  * @module
  */
 import { Cause, Effect, Exit, type Layer, ManagedRuntime, Option } from "effect"

@@ -1,6 +1,8 @@
 /**
- * Serves a fetch handler (a Hono app) on a port, with the same code on Node and on Deno: `Deno.serve`
- * on Deno, `@hono/node-server` on Node (an optional peer dependency, imported only there).
+ * Serves a fetch handler (a Hono app) on a port, with the same code on every server runtime:
+ * `Deno.serve` on Deno, `Bun.serve` on Bun, `@hono/node-server` on Node (an optional peer
+ * dependency, imported only there). Cloudflare Workers have no server to start: export the app's
+ * `fetch` from the Worker module instead (see `examples/edge`); `serve` there is a `ServeError`.
  * @module
  */
 import { Effect, type Scope } from "effect"
@@ -34,7 +36,7 @@ export interface Server {
   readonly close: () => Promise<void>
 }
 
-/** The server could not listen (port in use, permission denied, `@hono/node-server` missing on Node). */
+/** The server could not listen (port in use, permission denied, `@hono/node-server` missing on Node, a Worker). */
 export class ServeError extends Error {
   override readonly name = "ServeError"
 }
@@ -53,6 +55,32 @@ interface NodeServerModule {
     options: { readonly fetch: (request: Request) => unknown; readonly port: number; readonly hostname: string },
     listening?: (info: { readonly port: number }) => void
   ) => NodeServer
+}
+
+/** The part of Bun's API used here, declared so that the package type-checks without Bun's types. */
+interface BunServer {
+  readonly port: number
+  stop(closeActiveConnections?: boolean): Promise<void> | void
+}
+interface BunNamespace {
+  serve(options: {
+    readonly port: number
+    readonly hostname: string
+    readonly idleTimeout?: number
+    readonly fetch: (request: Request) => Response | Promise<Response>
+  }): BunServer
+}
+
+/** Which server this runtime has. */
+export type ServerRuntime = "deno" | "bun" | "node" | "workers"
+
+/** The runtime this code runs on, as far as serving goes. */
+export const runtime = (): ServerRuntime => {
+  const g = globalThis as { readonly Bun?: unknown; readonly navigator?: { readonly userAgent?: string } }
+  if (deno() !== undefined) return "deno"
+  if (g.Bun !== undefined) return "bun"
+  if (g.navigator?.userAgent === "Cloudflare-Workers") return "workers"
+  return "node"
 }
 
 const toFetch = (app: Fetchable): (request: Request) => Response | Promise<Response> =>
@@ -83,6 +111,28 @@ const withTimeout = (promise: Promise<void>, ms: number, onTimeout: () => void):
     })
   })
 
+/**
+ * A `Deno.serve` handler for an app, for entries that call `Deno.serve` themselves (Deno Deploy).
+ * Deno's own `request.signal` also aborts after a successful response (and warns once that it
+ * does): the app gets a signal that aborts only when the response was not delivered, so that a
+ * client going away still interrupts its handler.
+ */
+export const denoHandler = (app: Fetchable) => {
+  const fetch = toFetch(app)
+  return (request: Request, info?: { readonly completed?: Promise<void> }): Response | Promise<Response> => {
+    const delivered = new AbortController()
+    info?.completed?.catch(() => delivered.abort())
+    const hasBody = request.method !== "GET" && request.method !== "HEAD"
+    // Built from parts: copying the request itself would read (and trip) its signal.
+    return fetch(new Request(request.url, {
+      method: request.method,
+      headers: request.headers,
+      signal: delivered.signal,
+      ...(hasBody ? { body: request.body, duplex: "half" } : {})
+    } as RequestInit))
+  }
+}
+
 const serveDeno = (fetch: (request: Request) => Response | Promise<Response>, port: number, hostname: string, grace: number): Promise<Server> => {
   const Deno = deno()!
   return new Promise<Server>((resolve, reject) => {
@@ -93,20 +143,7 @@ const serveDeno = (fetch: (request: Request) => Response | Promise<Response>, po
         hostname,
         signal: abort.signal,
         onListen: () => undefined // Deno prints "Listening on ..." otherwise
-      }, (request, info) => {
-        // Deno's own request.signal also aborts after a successful response (and warns once that
-        // it does): hand the app a signal that aborts only when the response was not delivered.
-        const delivered = new AbortController()
-        info?.completed?.catch(() => delivered.abort())
-        const hasBody = request.method !== "GET" && request.method !== "HEAD"
-        // Built from parts: copying the request itself would read (and trip) its signal.
-        return fetch(new Request(request.url, {
-          method: request.method,
-          headers: request.headers,
-          signal: delivered.signal,
-          ...(hasBody ? { body: request.body, duplex: "half" } : {})
-        } as RequestInit))
-      })
+      }, denoHandler(fetch))
       let closing: Promise<void> | undefined
       resolve({
         port: server.addr.port,
@@ -119,6 +156,25 @@ const serveDeno = (fetch: (request: Request) => Response | Promise<Response>, po
       reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`, { cause: error }))
     }
   })
+}
+
+const serveBun = (fetch: (request: Request) => Response | Promise<Response>, port: number, hostname: string, grace: number): Promise<Server> => {
+  const Bun = (globalThis as unknown as { readonly Bun: BunNamespace }).Bun
+  try {
+    // Bun closes a connection after 10 s without bytes by default, a slow handler's included: the
+    // longest it allows instead.
+    const server = Bun.serve({ port, hostname, idleTimeout: 255, fetch })
+    let closing: Promise<void> | undefined
+    return Promise.resolve({
+      port: server.port,
+      hostname,
+      url: `http://${hostForUrl(hostname)}:${server.port}`,
+      // stop() stops listening and resolves once in-flight requests are done; stop(true) cuts them.
+      close: () => (closing ??= withTimeout(Promise.resolve(server.stop()), grace, () => void server.stop(true)))
+    })
+  } catch (error) {
+    return Promise.reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`, { cause: error }))
+  }
 }
 
 const serveNode = async (fetch: (request: Request) => Response | Promise<Response>, port: number, hostname: string, grace: number): Promise<Server> => {
@@ -177,9 +233,16 @@ export const serve = (app: Fetchable, options: Options = {}): Promise<Server> =>
     return Promise.reject(error)
   }
   const fetch = toFetch(app)
-  return deno() !== undefined
-    ? serveDeno(fetch, settings.port, settings.hostname, settings.grace)
-    : serveNode(fetch, settings.port, settings.hostname, settings.grace)
+  switch (runtime()) {
+    case "deno":
+      return serveDeno(fetch, settings.port, settings.hostname, settings.grace)
+    case "bun":
+      return serveBun(fetch, settings.port, settings.hostname, settings.grace)
+    case "workers":
+      return Promise.reject(new ServeError("a Cloudflare Worker does not listen: export { fetch: app.fetch } from the Worker module"))
+    case "node":
+      return serveNode(fetch, settings.port, settings.hostname, settings.grace)
+  }
 }
 
 /** {@link serve} as a scoped resource: listening until the scope closes. */

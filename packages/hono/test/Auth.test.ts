@@ -8,7 +8,7 @@ import { equal } from "../src/internal/constantTime.ts"
 import * as Routes from "../src/Routes.ts"
 import * as Runtime from "../src/Runtime.ts"
 
-const token = Redacted.make("s3cret-token-value")
+const token = Redacted.make("s3cret-token-value-0123456789abcdef")
 const missingSaga = "/sagas/0190a0f4-5b4e-7c3d-8a1b-2c3d4e5f6a7b"
 
 const errorOf = async (res: Response) => ((await res.json()) as { error: { tag: string } }).error.tag
@@ -21,7 +21,7 @@ describe("Auth: admin routes are closed by default", () => {
       app.route("/sagas", Routes.sagas(rt))
       app.route("/admin", Routes.all(rt))
       for (const path of [missingSaga, "/admin" + missingSaga, "/admin/outbox/stats", "/admin/outbox/failed", "/admin/inbox", "/admin/dead-letters"]) {
-        const res = await app.request(path, { headers: { authorization: "Bearer s3cret-token-value" } })
+        const res = await app.request(path, { headers: { authorization: "Bearer s3cret-token-value-0123456789abcdef" } })
         expect(res.status, path).toBe(403)
         expect(await errorOf(res)).toBe("Forbidden")
       }
@@ -45,14 +45,14 @@ describe("Auth: admin routes are closed by default", () => {
       expect(none.status).toBe(401)
       expect(none.headers.get("www-authenticate")).toContain("Bearer")
       expect(await errorOf(none)).toBe("Unauthorized")
-      for (const header of ["Bearer wrong", "Bearer s3cret-token-valu", "Bearer s3cret-token-value2", "Basic s3cret-token-value", "s3cret-token-value", "Bearer "]) {
+      for (const header of ["Bearer wrong", "Bearer s3cret-token-value-0123456789abcde", "Bearer s3cret-token-value-0123456789abcdef2", "Basic s3cret-token-value-0123456789abcdef", "s3cret-token-value-0123456789abcdef", "Bearer "]) {
         const res = await app.request(missingSaga, { headers: { authorization: header } })
         expect(res.status, header).toBe(401)
       }
-      const ok = await app.request(missingSaga, { headers: { authorization: "Bearer s3cret-token-value" } })
+      const ok = await app.request(missingSaga, { headers: { authorization: "Bearer s3cret-token-value-0123456789abcdef" } })
       expect(ok.status).toBe(404) // through the guard, to the view: the saga does not exist
       expect(await errorOf(ok)).toBe("NotFound")
-      const lower = await app.request(missingSaga, { headers: { authorization: "bearer s3cret-token-value" } })
+      const lower = await app.request(missingSaga, { headers: { authorization: "bearer s3cret-token-value-0123456789abcdef" } })
       expect(lower.status).toBe(404)
     } finally {
       await rt.dispose()
@@ -79,9 +79,27 @@ describe("Auth: admin routes are closed by default", () => {
     }
   })
 
-  it("an empty token is a configuration error, not an open door", () => {
-    expect(() => Auth.bearer(Redacted.make(""))).toThrow(InvalidConfig)
-    expect(() => Auth.bearer(Redacted.make("   "))).toThrow(InvalidConfig)
+  it("a token shorter than 32 characters (or empty, or with spaces) is a configuration error, at construction", async () => {
+    for (const weak of ["", "   ", "x", "a".repeat(31), `${"a".repeat(20)} ${"b".repeat(20)}`]) {
+      expect(() => Auth.bearer(Redacted.make(weak)), JSON.stringify(weak)).toThrow(InvalidConfig)
+    }
+    try {
+      Auth.bearer(Redacted.make("short"))
+    } catch (error) {
+      expect(error).toBeInstanceOf(InvalidConfig)
+      expect((error as InvalidConfig).path).toBe("auth")
+      expect((error as InvalidConfig).message).toContain("at least 32 characters")
+      expect((error as InvalidConfig).message).not.toContain("short")
+    }
+    // The routes build their guard at once: a weak token fails the app's construction, not a request.
+    const rt = await Runtime.make(MemorySagaStore.layer)
+    try {
+      expect(() => Routes.all(rt, { auth: Redacted.make("admin") })).toThrow(InvalidConfig)
+      expect(() => Routes.sagas(rt, { auth: Redacted.make("admin") })).toThrow(InvalidConfig)
+      expect(Auth.bearer(Redacted.make("a".repeat(32)))).toBeTypeOf("function")
+    } finally {
+      await rt.dispose()
+    }
   })
 
   it("metrics take an optional guard", async () => {
@@ -90,7 +108,7 @@ describe("Auth: admin routes are closed by default", () => {
       const app = new Hono()
       app.route("/", Routes.metrics(rt, { auth: token }))
       expect((await app.request("/metrics")).status).toBe(401)
-      expect((await app.request("/metrics", { headers: { authorization: "Bearer s3cret-token-value" } })).status).toBe(200)
+      expect((await app.request("/metrics", { headers: { authorization: "Bearer s3cret-token-value-0123456789abcdef" } })).status).toBe(200)
     } finally {
       await rt.dispose()
     }

@@ -6,7 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Health from "@tidings/core/Health"
 import * as PgClient from "@tidings/postgres/PgClient"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
-import { Effect, Layer, Schedule } from "effect"
+import { Effect, Layer, Redacted, Schedule } from "effect"
 import { Hono } from "hono"
 import { inject } from "vitest"
 import { pgClientLayer } from "../../../test/support/pg.ts"
@@ -20,13 +20,15 @@ const amqpUrl = (): string => {
   return url
 }
 
+const token = "readiness-admin-token-0123456789abcdef"
+
 describe("readiness checks of the drivers", () => {
   it("postgres and rabbitmq up: /ready 200; the broker connection down: 503 naming it; back up: 200", async () => {
     const amqp = AmqpConnection.layer({ url: amqpUrl(), name: "hono-readiness", reconnect: Schedule.spaced("1500 millis"), heartbeat: "5 seconds" })
     const rt = await Runtime.make(Layer.mergeAll(pgClientLayer(), amqp))
     try {
       const app = new Hono()
-      app.route("/", Routes.health(rt, { checks: [PgClient.readiness, AmqpConnection.readiness()] }))
+      app.route("/", Routes.health(rt, { checks: [PgClient.readiness, AmqpConnection.readiness()], auth: Redacted.make(token) }))
       const ready = await app.request("/ready")
       expect(ready.status).toBe(200)
       expect(((await ready.json()) as Health.Report).checks.map((c) => [c.name, c.status])).toEqual([["postgres", "up"], ["rabbitmq", "up"]])
@@ -34,7 +36,7 @@ describe("readiness checks of the drivers", () => {
       await rt.runPromise(AmqpConnection.AmqpConnection.use((c) => c.restart))
       let report: Health.Report | undefined
       await waitUntil(async () => {
-        const res = await app.request("/ready")
+        const res = await app.request("/ready", { headers: { authorization: `Bearer ${token}` } })
         report = (await res.json()) as Health.Report
         return res.status === 503
       }, 5_000, "/ready to report the broker down")

@@ -15,8 +15,8 @@ import * as Routes from "../src/Routes.ts"
 import * as Runtime from "../src/Runtime.ts"
 import { json, memoryLayer, pgLayer, waitUntil } from "./support.ts"
 
-const token = Redacted.make("admin-token")
-const auth = { authorization: "Bearer admin-token" }
+const token = Redacted.make("admin-token-0123456789abcdef-0123456789")
+const auth = { authorization: "Bearer admin-token-0123456789abcdef-0123456789" }
 
 const Shipped = Event.define("parcel.shipped", { aggregateType: "parcel", schema: Schema.Struct({ n: Schema.Int }) })
 
@@ -134,8 +134,11 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
         expect(res.status, JSON.stringify(body)).toBe(400)
         expect(((await res.json()) as { error: { issues: Array<unknown> } }).error.issues.length).toBeGreaterThan(0)
       }
-      const malformed = await app.request("/admin/outbox/failed/retry", { method: "POST", headers: auth, body: "{" })
+      const malformed = await app.request("/admin/outbox/failed/retry", { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: "{" })
       expect(malformed.status).toBe(400)
+      // JSON bodies need their content type: a form post is refused before it is read.
+      const form = await app.request("/admin/outbox/failed/retry", { method: "POST", headers: { ...auth, "content-type": "application/x-www-form-urlencoded" }, body: "all=true" })
+      expect(form.status).toBe(415)
       expect((await app.request("/admin/outbox/failed/xyz", { method: "DELETE", headers: auth })).status).toBe(400)
       expect((await get("/admin/outbox/failed?limit=0")).status).toBe(400)
       expect((await get("/admin/outbox/failed?limit=abc")).status).toBe(400)
@@ -186,6 +189,7 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
 
       const probes = new Hono()
       probes.route("/", Routes.health(rt, {
+        auth: token,
         timeout: "200 millis",
         checks: [
           Health.relay,
@@ -195,7 +199,15 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
           Health.make("slow", Effect.never)
         ]
       }))
-      const down = await probes.request("/ready")
+      // Anonymous: names and states only.
+      const anonymous = await probes.request("/ready")
+      expect(anonymous.status).toBe(503)
+      expect(await anonymous.json()).toEqual({
+        status: "down",
+        checks: [["relay", "up"], ["memory", "up"], ["db", "down"], ["broker", "down"], ["slow", "down"]].map(([name, status]) => ({ name, status }))
+      })
+      // The admin: why each one is down.
+      const down = await probes.request("/ready", { headers: auth })
       const downReport = (await down.json()) as Health.Report
       expect(down.status).toBe(503)
       expect(downReport.status).toBe("down")

@@ -13,7 +13,7 @@ const appWith = (rt: Runtime.Runtime<OutboxStore.OutboxStore>) => {
   const app = new Hono()
   app.onError(HttpErrors.onError)
   app.notFound(HttpErrors.notFound)
-  app.route("/admin", Routes.all(rt, { auth: Redacted.make("t0ken") }))
+  app.route("/admin", Routes.all(rt, { auth: Redacted.make("t0ken-0123456789abcdef-0123456789ab") }))
   app.get("/slow", rt.handler(() => Effect.sleep("300 millis").pipe(Effect.as({ slow: true }))))
   app.post("/echo", rt.handler((c) => Effect.promise(() => c.req.json())))
   return app
@@ -30,7 +30,7 @@ describe(`Serve on ${typeof Deno !== "undefined" ? "Deno (Deno.serve)" : "Node (
 
       const health = await fetch(`${server.url}/admin/health`)
       expect([health.status, await health.json()]).toEqual([200, { status: "up" }])
-      const stats = await fetch(`${server.url}/admin/outbox/stats`, { headers: { authorization: "Bearer t0ken" } })
+      const stats = await fetch(`${server.url}/admin/outbox/stats`, { headers: { authorization: "Bearer t0ken-0123456789abcdef-0123456789ab" } })
       expect(stats.status).toBe(200)
       expect(((await stats.json()) as OutboxStore.Stats).pending).toBe(0)
       const denied = await fetch(`${server.url}/admin/outbox/stats`)

@@ -3,7 +3,7 @@
  * a bounded wait, and a small parser of the Prometheus text format (strict enough to fail on what a
  * scraper would reject).
  */
-import * as InboxStore from "@tidings/core/InboxStore"
+import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
 import * as MemoryBroker from "@tidings/core/MemoryBroker"
 import * as OutboxStore from "@tidings/core/OutboxStore"
 import * as Relay from "@tidings/core/Relay"
@@ -39,7 +39,7 @@ const withRelay = <A, E, R>(stores: Layer.Layer<A, E, R>, options: LayerOptions)
 
 /** Memory stores, the memory broker and a relay. */
 export const memoryLayer = (options: LayerOptions = {}) =>
-  withRelay(Layer.mergeAll(OutboxStore.layerMemory, MemorySagaStore.layer, InboxStore.layerMemory, MemoryBroker.layer()), options)
+  withRelay(Layer.mergeAll(OutboxStore.layerMemory, MemorySagaStore.layer, MemoryInboxStore.layer, MemoryBroker.layer()), options)
 
 /** A migrated schema for the runtime's life, dropped when it is disposed. */
 const schemaLayer = (schema: string) =>

@@ -6,13 +6,18 @@
  */
 import { type InvalidConfig, NotInTransaction } from "@tidings/core/Errors"
 import { type InboxRecord, InboxStore, type Service } from "@tidings/core/InboxStore"
-import { Duration, Effect, Layer, Option } from "effect"
+import * as Settings from "@tidings/core/Settings"
+import { Duration, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
 
-/** Options of the Postgres inbox store. */
+/**
+ * Options of the Postgres inbox store.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Options {
   /** Schema holding the tables (see `Migrator`); default `tidings`. */
   readonly schema?: string
@@ -25,6 +30,16 @@ export interface Options {
    */
   readonly bookkeepingCommit?: "async" | "sync"
 }
+
+/**
+ * The options as a schema, with their defaults (the schema name is checked by the migrator's rules).
+ * @since 0.1.0
+ * @category settings
+ */
+export const OptionsSchema = Schema.Struct({
+  schema: Schema.optional(Schema.String),
+  bookkeepingCommit: Schema.Literals(["async", "sync"]).pipe(Schema.withDecodingDefault(Effect.succeed("async" as const)))
+})
 
 interface Row {
   readonly message_id: string
@@ -54,20 +69,29 @@ const returning = `message_id, consumer, status, attempts, finished_attempts, cr
   (extract(epoch FROM received_at) * 1000)::float8 AS received_at_ms,
   (extract(epoch FROM processed_at) * 1000)::float8 AS processed_at_ms, last_error`
 
-/** The advisory lock key of a projection: shared while applying events, exclusive while rebuilding. */
+/**
+ * The advisory lock key of a projection: shared while applying events, exclusive while rebuilding.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const projectionLockKey = (schema: string, projection: string): string => `tidings.projection.${schema}.${projection}`
 
-/** Builds the store; fails with `InvalidConfig` for a bad schema name. */
+/**
+ * Builds the store; fails with `InvalidConfig` for a bad schema name.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfig, SqlClient.SqlClient> =>
   Effect.gen(function*() {
-    const schema = yield* resolveSchema(options.schema)
+    const settings = yield* Settings.decode(OptionsSchema, options)
+    const schema = yield* resolveSchema(settings.schema)
     const sql = yield* SqlClient.SqlClient
     const inbox = sql(`${schema}.inbox`)
     const positions = sql(`${schema}.projection_position`)
     const cols = sql.literal(returning)
     const lockKey = `tidings.inbox.retention.${schema}`
     // `set_config(..., true)` lasts for the statement's own transaction, so only this commit is asynchronous.
-    const commitMode = options.bookkeepingCommit === "sync"
+    const commitMode = settings.bookkeepingCommit === "sync"
       ? sql.literal("commit_mode AS MATERIALIZED (SELECT 1 AS on)")
       : sql.literal("commit_mode AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS on)")
 
@@ -125,6 +149,12 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           ON CONFLICT (message_id, consumer) DO UPDATE SET status = 'failed', last_error = ${reason}`.pipe(Effect.asVoid, mapSqlError("inbox.markFailed")),
 
       get,
+
+      resetFailed: (messageId, consumer) =>
+        sql`DELETE FROM ${inbox} WHERE message_id = ${messageId} AND consumer = ${consumer} AND status = 'failed' RETURNING 1`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          mapSqlError("inbox.resetFailed")
+        ),
 
       list: ({ consumer, limit, status }) =>
         sql<Row>`SELECT ${cols} FROM ${inbox}
@@ -186,6 +216,10 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
     })
   })
 
-/** The inbox store as a layer (needs a `SqlClient`, e.g. `PgClient.layer`). */
+/**
+ * The inbox store as a layer (needs a `SqlClient`, e.g. `PgClient.layer`).
+ * @since 0.1.0
+ * @category layers
+ */
 export const layer = (options: Options = {}): Layer.Layer<InboxStore, InvalidConfig, SqlClient.SqlClient> =>
   Layer.effect(InboxStore, make(options))

@@ -69,6 +69,8 @@ export interface Stores {
   readonly outbox: OutboxStorePort.Service
 }
 
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
 const logMode = (operation: string) =>
   Effect.fail(new StoreError({
     operation,
@@ -132,6 +134,25 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
         SELECT partition, id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at, only_groups
         FROM json_to_recordset(${rows}::json) AS x(partition int, id uuid, aggregate_type text, aggregate_id text, ordering_key text,
           event_type text, event_version integer, payload json, headers json, occurred_at timestamptz, only_groups text[])`
+
+    const requeue = (ids: ReadonlyArray<string> | undefined, replay: boolean) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const list = ids === undefined ? undefined : JSON.stringify(ids.filter((id) => uuid.test(id)))
+        const filter = list === undefined ? sql`` : sql`AND id IN (SELECT jsonb_array_elements_text(${list}::jsonb)::uuid)`
+        const rows = yield* sql<OutboxRow & { readonly log_groups: Array<string> | null }>`DELETE FROM ${t.outbox}
+          WHERE status = 'failed' ${filter}
+          RETURNING id, event_type, event_version, aggregate_type, aggregate_id, ordering_key, payload::text AS payload, headers::text AS headers,
+            (extract(epoch FROM occurred_at) * 1000)::float8 AS occurred_at_ms, log_groups`
+        for (const r of rows) yield* insert(rowsOf([toMessage(r)], r.log_groups))
+        if (notifier !== undefined) yield* sql.afterCommit(notifier)
+        if (!replay || list === undefined) return rows.length
+        const replayed = yield* sql`INSERT INTO ${t.log} (partition, id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at)
+          SELECT DISTINCT ON (id) partition, id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at
+          FROM ${t.log} WHERE id IN (SELECT jsonb_array_elements_text(${list}::jsonb)::uuid)
+            AND id NOT IN (SELECT jsonb_array_elements_text(${JSON.stringify(rows.map((r) => r.id))}::jsonb)::uuid)
+          ORDER BY id, tx_id DESC, seq DESC RETURNING 1`
+        return rows.length + replayed.length
+      })).pipe(mapSqlError(replay ? "requeue" : "retryFailed"))
 
     const log: LogStore.Service = {
       partitions,
@@ -280,16 +301,16 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
       discardFailed: inner.discardFailed,
       // A retried event is appended to the log again: for the groups that failed it, or for every
       // group when it failed in per-row mode.
-      retryFailed: (ids) =>
-        sql.withTransaction(Effect.gen(function*() {
-          const filter = ids === undefined ? sql`` : sql`AND id IN (SELECT jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)::uuid)`
-          const rows = yield* sql<OutboxRow & { readonly log_groups: Array<string> | null }>`DELETE FROM ${t.outbox}
-            WHERE status = 'failed' ${filter}
-            RETURNING id, event_type, event_version, aggregate_type, aggregate_id, ordering_key, payload::text AS payload, headers::text AS headers,
-              (extract(epoch FROM occurred_at) * 1000)::float8 AS occurred_at_ms, log_groups`
-          for (const r of rows) yield* insert(rowsOf([toMessage(r)], r.log_groups))
-          return rows.length
-        })).pipe(mapSqlError("retryFailed"))
+      retryFailed: (ids) => requeue(ids, false),
+      // The admin views show the outbox table: in log mode its failed events (published events
+      // stay in the log, per group, until retention).
+      list: inner.list,
+      get: inner.get,
+      countByType: inner.countByType,
+      throughput: inner.throughput,
+      holders: inner.holders,
+      // A replay: failed events as retryFailed; events still in the log are appended again for every group.
+      requeue: (ids) => requeue(ids, true)
     }
     return { log, outbox }
   })

@@ -11,6 +11,7 @@ import { Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import { instanceId } from "./internal/instance.ts"
+import { outboxAdmin } from "./internal/outboxAdmin.ts"
 import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
@@ -106,7 +107,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       const mailbox = yield* Queue.sliding<void>(1)
       notifier = Effect.asVoid(Queue.offer(mailbox, undefined))
       yield* Queue.take(mailbox).pipe(
-        Effect.andThen(sql`SELECT pg_notify(${notifyChannel}, ${instanceId})`),
+        Effect.andThen(sql`SELECT pg_notify(${notifyChannel}, ${instanceId()})`),
         // At most one NOTIFY per few milliseconds: under load, commits share them.
         Effect.andThen(Effect.sleep(notifyGap)),
         Effect.catch((e) => Effect.logWarning("outbox NOTIFY failed; relays elsewhere will poll", e)),
@@ -116,7 +117,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       // On shutdown, a commit still waiting for its NOTIFY gets it (best effort, bounded).
       yield* Effect.addFinalizer(() =>
         Queue.poll(mailbox).pipe(
-          Effect.flatMap((pending) => Option.isSome(pending) ? Effect.asVoid(sql`SELECT pg_notify(${notifyChannel}, ${instanceId})`) : Effect.void),
+          Effect.flatMap((pending) => Option.isSome(pending) ? Effect.asVoid(sql`SELECT pg_notify(${notifyChannel}, ${instanceId()})`) : Effect.void),
           Effect.timeout("1 second"),
           Effect.ignore
         )
@@ -279,7 +280,7 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
                 FROM ${recordset}`).pipe(mapSqlError("append"))
           // Claimed rows are this process's relay's to publish: no other relay needs waking.
           if (claim !== undefined) return
-          if (options.notify === "in-transaction") yield* sql`SELECT pg_notify(${notifyChannel}, ${instanceId})`.pipe(mapSqlError("append"))
+          if (options.notify === "in-transaction") yield* sql`SELECT pg_notify(${notifyChannel}, ${instanceId()})`.pipe(mapSqlError("append"))
           else if (notifier !== undefined) yield* sql.afterCommit(notifier)
         }),
 
@@ -411,7 +412,9 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         ids.length === 0 ? Effect.succeed(0) : sql<{ n: number | string }>`WITH discarded AS (
             DELETE FROM ${outbox} WHERE status = 'failed' AND id IN (SELECT jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)::uuid)
             RETURNING 1
-          ) SELECT count(*)::int AS n FROM discarded`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("discardFailed"))
+          ) SELECT count(*)::int AS n FROM discarded`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("discardFailed")),
+
+      ...outboxAdmin(sql, `${schema}.outbox`)
     }
     return store
   })

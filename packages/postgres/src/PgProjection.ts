@@ -10,7 +10,8 @@
  * {@link RebuildGap} and changes nothing.
  * @module
  */
-import { InvalidConfig, type StoreError } from "@tidings/core/Errors"
+import type { InvalidConfig, StoreError } from "@tidings/core/Errors"
+import * as Settings from "@tidings/core/Settings"
 import { fromSqlError } from "./internal/storeError.ts"
 import type { Message } from "@tidings/core/Message"
 import type { Definition } from "@tidings/core/Projection"
@@ -20,7 +21,11 @@ import { resolveSchema } from "./internal/identifier.ts"
 import { projectionLockKey } from "./PgInboxStore.ts"
 import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 
-/** The outbox no longer holds an event the rebuild needs (pruned): nothing was changed. */
+/**
+ * The outbox no longer holds an event the rebuild needs (pruned): nothing was changed.
+ * @since 0.1.0
+ * @category errors
+ */
 export class RebuildGap extends Schema.TaggedError<RebuildGap>()("RebuildGap", {
   projection: Schema.String,
   aggregateId: Schema.String,
@@ -32,7 +37,11 @@ export class RebuildGap extends Schema.TaggedError<RebuildGap>()("RebuildGap", {
   }
 }
 
-/** Options of {@link rebuild}. */
+/**
+ * Options of {@link rebuild}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Options<A> {
   /** Schema of the Tidings tables (outbox, positions); default `tidings`. */
   readonly schema?: string
@@ -42,11 +51,25 @@ export interface Options<A> {
   readonly batchSize?: number
 }
 
-/** What the rebuild did. */
+/**
+ * What the rebuild did.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Rebuilt {
   readonly applied: number
   readonly aggregates: number
 }
+
+/**
+ * The data options of {@link rebuild}, with their defaults.
+ * @since 0.1.0
+ * @category settings
+ */
+export const OptionsSchema = Schema.Struct({
+  schema: Schema.optional(Schema.String),
+  batchSize: Settings.int(1, 100_000).pipe(Schema.withDecodingDefault(Effect.succeed(1000)))
+})
 
 const identifier = /^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,53}$/
 
@@ -58,15 +81,18 @@ interface Row extends OutboxRow {
  * Replays the outbox (every row still there, in append order) into a fresh copy of the projection's
  * table (`CREATE TABLE … (LIKE table INCLUDING ALL)`), resets the projection's positions to what the
  * replay applied, and renames the fresh table into place, all in one transaction.
+ * @since 0.1.0
+ * @category combinators
  */
 export const rebuild = <A, E, R>(
   projection: Definition<A, E, R>,
   options: Options<A>
 ): Effect.Effect<Rebuilt, E | RebuildGap | InvalidConfig | StoreError, R | SqlClient.SqlClient> =>
   Effect.gen(function*() {
-    const schema = yield* resolveSchema(options.schema)
+    const settings = yield* Settings.decode(OptionsSchema, options)
+    const schema = yield* resolveSchema(settings.schema)
     if (!identifier.test(projection.table)) {
-      return yield* new InvalidConfig({ path: "table", message: `invalid table name ${JSON.stringify(projection.table).slice(0, 80)}` })
+      return yield* Settings.invalid([{ path: "table", message: `invalid table name ${JSON.stringify(projection.table).slice(0, 80)}` }])
     }
     const sql = yield* SqlClient.SqlClient
     const parts = projection.table.split(".")
@@ -74,7 +100,7 @@ export const rebuild = <A, E, R>(
     const prefix = parts.length > 1 ? `${parts[0]}.` : ""
     const fresh = `${prefix}${base}__rebuild`
     const old = `${base}__old`
-    const batchSize = options.batchSize ?? 1000
+    const batchSize = settings.batchSize
     return yield* sql.withTransaction(Effect.gen(function*() {
       yield* sql`SELECT pg_advisory_xact_lock(hashtext(${projectionLockKey(schema, projection.name)}))`
       yield* sql`DROP TABLE IF EXISTS ${sql(fresh)}`

@@ -125,14 +125,17 @@ const stepRows = (updates: ReadonlyArray<StepUpdate>) => {
     error: string | null
     attempts_inc: number
     comp_inc: number
+    comp_reset: boolean
     finished: boolean
   }>()
   for (const u of updates) {
-    const row = rows.get(u.index) ?? { index: u.index, set_result: false, result: null, set_error: false, error: null, attempts_inc: 0, comp_inc: 0, finished: false }
+    const row = rows.get(u.index) ??
+      { index: u.index, set_result: false, result: null, set_error: false, error: null, attempts_inc: 0, comp_inc: 0, comp_reset: false, finished: false }
     if (u.status !== undefined) row.status = u.status
     if (u.result !== undefined) Object.assign(row, { set_result: true, result: u.result ?? null })
     if (u.error !== undefined) Object.assign(row, { set_error: true, error: u.error })
     if (u.attemptStarted === true) row.attempts_inc++
+    if (u.resetCompensationAttempts === true) Object.assign(row, { comp_reset: true, comp_inc: 0 })
     if (u.compensationStarted === true) row.comp_inc++
     if (u.finished === true) row.finished = true
     rows.set(u.index, row)
@@ -250,11 +253,11 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
               result = CASE WHEN x.set_result THEN x.result ELSE t.result END,
               error = CASE WHEN x.set_error THEN x.error ELSE t.error END,
               attempts = t.attempts + x.attempts_inc,
-              compensation_attempts = t.compensation_attempts + x.comp_inc,
+              compensation_attempts = CASE WHEN x.comp_reset THEN 0 ELSE t.compensation_attempts END + x.comp_inc,
               started_at = CASE WHEN x.attempts_inc > 0 THEN now() ELSE t.started_at END,
               finished_at = CASE WHEN x.finished THEN now() ELSE t.finished_at END
             FROM s, p, json_to_recordset(p.j->'steps') AS x(index integer, status text, set_result boolean, result json,
-              set_error boolean, error text, attempts_inc integer, comp_inc integer, finished boolean)
+              set_error boolean, error text, attempts_inc integer, comp_inc integer, comp_reset boolean, finished boolean)
             WHERE t.saga_id = s.id AND t.index = x.index
             RETURNING 1
           )
@@ -298,6 +301,14 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           )
           ORDER BY coalesce(g.claimed_until, g.deadline, g.updated_at + make_interval(secs => ${seconds(stuckAfter)}))
           LIMIT ${limit}`.pipe(Effect.map((rows) => rows.map((r) => toSaga(r.doc))), mapSqlError("findRecoverable")),
+
+      list: ({ limit, status, type }) =>
+        sql<{ doc: string }>`SELECT ${docOf("g")} AS doc FROM ${saga} g
+          WHERE ${status === undefined ? sql`TRUE` : sql`g.status = ${status}`} AND ${type === undefined ? sql`TRUE` : sql`g.type = ${type}`}
+          ORDER BY g.created_at DESC, g.id DESC LIMIT ${Math.max(0, Math.floor(limit))}`.pipe(
+          Effect.map((rows) => rows.map((r) => toSaga(r.doc))),
+          mapSqlError("list")
+        ),
 
       countByStatus: sql<{ status: SagaStatus; n: number | string }>`SELECT status, count(*)::int AS n FROM ${saga} GROUP BY status`.pipe(
         Effect.map((rows) => {

@@ -31,7 +31,7 @@ export const layer = (options: Options = {}): Layer.Layer<never, never, PgClient
     const ignoreOwn = options.ignoreOwn ?? true
     yield* pg.listen(channel(options.schema ?? "tidings")).pipe(
       // Our own appends already woke this process's relays after their commit.
-      Stream.runForEach((payload) => ignoreOwn && payload === instanceId ? Effect.void : wakeups.signal("notify")),
+      Stream.runForEach((payload) => ignoreOwn && payload === instanceId() ? Effect.void : wakeups.signal("notify")),
       Effect.tapError((e) => Effect.logWarning("outbox LISTEN failed; retrying", e)),
       Effect.retry(Retry.exponentialBackoff({ base: "100 millis", max: "10 seconds" })),
       Effect.forkScoped

@@ -12,7 +12,7 @@ import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { amqpUrl, declareRaw, drain, rawChannel, unique } from "../../rabbitmq/test/helpers.ts"
+import { amqpUrl, declareRaw, drain, eventually, rawChannel, unique } from "../../rabbitmq/test/helpers.ts"
 import { freshSchema, pgClientLayer, pgUrl } from "../../../test/support/pg.ts"
 import { exited, spawnScript, waitForOutput } from "../../../test/support/processes.ts"
 import { Numbered, queueOf } from "./fixtures/inboxConsumer.ts"
@@ -53,7 +53,7 @@ const setup = Effect.gen(function*() {
           occurredAt: new Date()
         }
         const out = AmqpPublisher.toOutgoing(message, { exchange })
-        for (let c = 0; c < copies; c++) raw.publish(exchange, out.routingKey, out.content, out.options)
+        for (let c = 0; c < copies; c++) raw.publish(exchange, out.routingKey, out.content, { ...out.options, headers: { ...out.options.headers, "test-copy": c } })
         ids.push(message.id)
       }
       return ids
@@ -74,15 +74,7 @@ const setup = Effect.gen(function*() {
 })
 
 /** Polls until `check` holds, at most `ms`. */
-const until = <E, R>(check: Effect.Effect<boolean, E, R>, ms: number, what: string) =>
-  Effect.gen(function*() {
-    const deadline = Date.now() + ms
-    while (Date.now() < deadline) {
-      if (yield* check) return
-      yield* Effect.sleep("50 millis")
-    }
-    return yield* Effect.die(new Error(`timed out waiting for ${what}`))
-  })
+const until = <E, R>(check: Effect.Effect<boolean, E, R>, ms: number, what: string) => eventually(check, `${ms} millis`, what)
 
 describe("Inbox with RabbitMQ consumers in child processes", () => {
   it.live("every message delivered twice or more has its effect exactly once (duplicates, retries, a kill between commit and ack)", () =>
@@ -100,7 +92,9 @@ describe("Inbox with RabbitMQ consumers in child processes", () => {
       yield* until(Effect.map(Effect.orDie(t.effects), (rows) => rows.length === ns.length), 20_000, "every effect")
       // Let every remaining copy (duplicates, retries) arrive and be acked as a duplicate.
       yield* until(Effect.promise(() => t.raw.checkQueue(t.cq.queue)).pipe(Effect.map((q) => q.messageCount === 0 && q.consumerCount === 1)), 10_000, "an empty queue")
-      yield* Effect.sleep("500 millis")
+      // Every published copy handled (processed or acked as a duplicate) by one process or the other.
+      const handled = () => new Set([...`${first.output()}${second.output()}`.matchAll(/^handled (\S+)$/gm)].map((m) => m[1]))
+      yield* until(Effect.sync(() => handled().size === ns.length * 2), 20_000, "every copy handled")
       const rows = yield* Effect.orDie(t.effects)
       assert.deepStrictEqual(rows.map((r) => [r.n, r.copies]), ns.map((n) => [n, 1]))
       const seven = (yield* Effect.orDie(t.inbox.get(ids[7]!, "effects")))!

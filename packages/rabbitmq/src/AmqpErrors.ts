@@ -3,6 +3,7 @@
  * view; the connection, publisher and consumer decide on reconnecting, retrying and dead-lettering
  * from that view and from AMQP reply codes, never from message text. Messages never contain the
  * credentials of the broker URL.
+ * @since 0.1.0
  * @module
  */
 import { Schema } from "effect"
@@ -12,6 +13,8 @@ const Code = Schema.optional(Schema.Union([Schema.Number, Schema.String]))
 /**
  * The broker connection (or a channel on it) failed or is not available: refused, reset, closed by
  * the broker (e.g. `320 CONNECTION_FORCED`), wrong credentials (`403`, not retryable).
+ * @since 0.1.0
+ * @category errors
  */
 export class AmqpConnectionError extends Schema.TaggedError<AmqpConnectionError>()("AmqpConnectionError", {
   operation: Schema.String,
@@ -23,11 +26,17 @@ export class AmqpConnectionError extends Schema.TaggedError<AmqpConnectionError>
   get isRetryable(): boolean {
     return this.retryable
   }
+  /** The broker cannot be reached right now (refused, reset, closed): work waits, it does not fail. */
+  get isUnavailable(): boolean {
+    return this.retryable
+  }
 }
 
 /**
  * Declaring an exchange, queue or binding failed. `406 PRECONDITION_FAILED` (a queue that exists
  * with other arguments) and `403` are configuration problems and not retryable; a lost connection is.
+ * @since 0.1.0
+ * @category errors
  */
 export class TopologyError extends Schema.TaggedError<TopologyError>()("TopologyError", {
   operation: Schema.String,
@@ -41,43 +50,7 @@ export class TopologyError extends Schema.TaggedError<TopologyError>()("Topology
   }
 }
 
-/** Settings that cannot work (a URL that is not `amqp(s)://`, a prefetch of 0, ...). */
-export class AmqpConfigError extends Schema.TaggedError<AmqpConfigError>()("AmqpConfigError", {
-  path: Schema.String,
-  message: Schema.String
-}) {
-  get isRetryable(): boolean {
-    return false
-  }
-}
-
-/** Why a delivery could not be decoded. */
-export const DecodeFailure = Schema.Literals([
-  "TooLarge",
-  "InvalidJson",
-  "SchemaMismatch",
-  "MissingType",
-  "UnsupportedContentType"
-])
-export type DecodeFailure = typeof DecodeFailure.Type
-
-/** A delivery that can never be decoded: a permanent failure, dead-lettered by default. */
-export class DecodeError extends Schema.TaggedError<DecodeError>()("DecodeError", {
-  reason: DecodeFailure,
-  eventType: Schema.optional(Schema.String),
-  version: Schema.optional(Schema.Number),
-  message: Schema.String
-}) {
-  get isRetryable(): boolean {
-    return false
-  }
-}
-
-/** A handler ran longer than the consumer's processing timeout: transient, retried. */
-export class HandlerTimeout extends Schema.TaggedError<HandlerTimeout>()("HandlerTimeout", {
-  timeoutMs: Schema.Number
-}) {
-  get isRetryable(): boolean {
-    return true
-  }
-}
+// Decoding and handler errors are every transport's: they live in core and are re-exported here
+// for code written against `@tidings/rabbitmq`. Invalid settings are core's `InvalidConfig`.
+export { DecodeError, DecodeFailure } from "@tidings/core/EventRegistry"
+export { HandlerTimeout } from "@tidings/core/Consumer"

@@ -3,35 +3,42 @@
  * A batch is written out at once and its confirms are awaited together (many in flight, not one
  * round trip per message). Each message's result is its own: a nack, a basic.return (unroutable), no
  * confirm within `confirmTimeout` or a channel that closed is a `PublishError` for that message, and
- * the relay retries it per its schedule. While the connection is down, `publish` fails at once.
+ * the relay retries it per its schedule.
+ *
+ * While the connection is down or blocked by a resource alarm, `publish` fails at once with reason
+ * `Unavailable` (and a confirm that did not come while it was so is `Unavailable` too, not a
+ * timeout of the message), and `awaitAvailable` waits for the broker: the relay pauses instead of
+ * counting attempts.
+ * @since 0.1.0
  * @module
  */
 import * as Errors from "@tidings/core/Errors"
+import type { InvalidConfig } from "@tidings/core/Errors"
 import * as Message from "@tidings/core/Message"
 import * as Publisher from "@tidings/core/Publisher"
-import { Duration, Effect, Layer, Option, type Scope } from "effect"
+import * as Settings from "@tidings/core/Settings"
+import { noStack } from "@tidings/core/Tracing"
+import { Duration, Effect, Layer, Schema, type Scope } from "effect"
 import { Buffer } from "node:buffer"
-import { AmqpConfigError, type AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
+import type { AmqpConnectionError, TopologyError } from "./AmqpErrors.ts"
 import { AmqpConnection } from "./AmqpConnection.ts"
 import * as ConfirmPublisher from "./internal/confirmPublisher.ts"
-import { noStack } from "@tidings/core/Tracing"
+import { HeaderNames } from "./internal/headers.ts"
 
-/** AMQP header names set by the publisher and read by consumers. */
-export const HeaderNames = {
-  /** Event schema version (integer). */
-  version: "tidings-version",
-  aggregateType: "tidings-aggregate-type",
-  aggregateId: "tidings-aggregate-id",
-  orderingKey: "tidings-ordering-key",
-  /** ISO-8601 time of the append. */
-  occurredAt: "tidings-occurred-at",
-  /** Handler attempts made before this copy (set by consumers on delayed retries). */
-  attempt: "tidings-attempt",
-  /** W3C trace context of the append, continued by the consumer's span. */
-  traceparent: "traceparent"
-} as const
+export {
+  /**
+   * AMQP header names set by the publisher and read by consumers.
+   * @since 0.1.0
+   * @category constants
+   */
+  HeaderNames
+}
 
-/** Settings of {@link layer}. */
+/**
+ * Settings of {@link layer}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Config {
   /** The exchange events are published to. */
   readonly exchange: string
@@ -50,8 +57,27 @@ export interface Config {
   readonly appId?: string
 }
 
-/** The `Publisher` port plus what benchmarks and readiness checks want to see. */
+/**
+ * The settings of {@link Config} that are data, with their defaults.
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConfigSchema = Schema.Struct({
+  exchange: Schema.String,
+  confirmTimeout: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))),
+  channels: Settings.int(1, 64).pipe(Schema.withDecodingDefault(Effect.succeed(1))),
+  unroutable: Schema.Literals(["retry", "fail"]).pipe(Schema.withDecodingDefault(Effect.succeed("retry" as const))),
+  appId: Schema.optional(Schema.String)
+})
+
+/**
+ * The `Publisher` port plus what benchmarks and readiness checks want to see.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Service extends Publisher.Service {
+  /** Completes when the connection is up and not blocked (at once if it is). */
+  readonly awaitAvailable: Effect.Effect<void>
   /** Messages written and not yet confirmed. */
   readonly inFlight: Effect.Effect<number>
   /** The most messages that were ever in flight at once. */
@@ -62,7 +88,11 @@ export interface Service extends Publisher.Service {
 
 const defaultRoutingKey = (message: Message.Message) => message.type
 
-/** The AMQP form of a message: JSON body, persistent, `messageId` = event id, `type` = event type. */
+/**
+ * The AMQP form of a message: JSON body, persistent, `messageId` = event id, `type` = event type.
+ * @since 0.1.0
+ * @category encoding
+ */
 export const toOutgoing = (
   message: Message.Message,
   options: { readonly exchange: string; readonly routingKey?: (message: Message.Message) => string; readonly appId?: string }
@@ -110,43 +140,41 @@ const reasonOf = (outcome: Extract<ConfirmPublisher.Outcome, { _tag: "Failed" }>
 const toPublishError = (outcome: Extract<ConfirmPublisher.Outcome, { _tag: "Failed" }>) =>
   new Errors.PublishError({ message: `${outcome.kind}: ${outcome.reason}`, reason: reasonOf(outcome) })
 
-/** Builds the publisher; its confirm channels are re-opened after every reconnect. */
-export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
+/**
+ * Builds the publisher; its confirm channels are re-opened after every reconnect.
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (config: Config): Effect.Effect<Service, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
   Effect.gen(function*() {
+    const s = yield* Settings.decode(ConfigSchema, config)
     const connection = yield* AmqpConnection
-    if (typeof config.exchange !== "string") return yield* new AmqpConfigError({ path: "exchange", message: "must be a string" })
-    const channels = config.channels ?? 1
-    if (!Number.isInteger(channels) || channels < 1 || channels > 64) {
-      return yield* new AmqpConfigError({ path: "channels", message: "must be an integer from 1 to 64" })
-    }
-    const timeout = Duration.fromInput(config.confirmTimeout ?? "10 seconds")
-    const timeoutMs = Option.isSome(timeout) ? Duration.toMillis(timeout.value) : NaN
-    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-      return yield* new AmqpConfigError({ path: "confirmTimeout", message: "must be a finite positive duration" })
-    }
+    const timeoutMs = Duration.toMillis(s.confirmTimeout)
     const confirms = yield* ConfirmPublisher.make(connection, {
       name: "publisher",
-      channels,
-      unroutableRetryable: config.unroutable !== "fail"
+      channels: s.channels,
+      unroutableRetryable: s.unroutable !== "fail"
     })
     const encodeOptions = {
-      exchange: config.exchange,
+      exchange: s.exchange,
       ...(config.routingKey === undefined ? {} : { routingKey: config.routingKey }),
-      ...(config.appId === undefined ? {} : { appId: config.appId })
+      ...(s.appId === undefined ? {} : { appId: s.appId })
     }
+    /** Why publishing cannot happen now, if it cannot. */
+    const unavailable = Effect.map(connection.state, (state) => {
+      if (state._tag !== "Connected") {
+        const last = "lastError" in state && state.lastError !== undefined ? `: ${state.lastError.message}` : ""
+        return `RabbitMQ not connected (${state._tag})${last}`
+      }
+      return state.blocked ? "RabbitMQ blocked the connection (resource alarm)" : undefined
+    })
 
     const publish = (messages: ReadonlyArray<Message.Message>) =>
       Effect.gen(function*() {
         if (messages.length === 0) return []
-        const state = yield* connection.state
-        // Fail fast rather than buffer: the relay keeps the events in the outbox and retries them.
-        if (state._tag !== "Connected") {
-          const last = "lastError" in state && state.lastError !== undefined ? `: ${state.lastError.message}` : ""
-          return yield* new Errors.PublishError({ message: `RabbitMQ not connected (${state._tag})${last}`, reason: new Errors.Unavailable() })
-        }
-        if (state.blocked) {
-          return yield* new Errors.PublishError({ message: "RabbitMQ blocked the connection (resource alarm)", reason: new Errors.Unavailable() })
-        }
+        // Fail fast rather than buffer: the relay keeps the events in the outbox and waits.
+        const down = yield* unavailable
+        if (down !== undefined) return yield* new Errors.PublishError({ message: down, reason: new Errors.Unavailable() })
         const outgoing: Array<ConfirmPublisher.Outgoing> = []
         const invalid = new Map<number, Errors.PublishError>()
         for (const [i, message] of messages.entries()) {
@@ -154,32 +182,44 @@ export const make = (config: Config): Effect.Effect<Service, AmqpConfigError | A
             outgoing.push(toOutgoing(message, encodeOptions))
           } catch (cause) {
             // A routing-key function that throws or a payload that cannot be serialized fails again on every try.
-            invalid.set(i, new Errors.PublishError({ message: `cannot encode message: ${String(cause)}`, reason: new Errors.Invalid() }))
+            invalid.set(i, new Errors.PublishError({ message: `cannot encode message: ${Errors.describe(cause)}`, reason: new Errors.Invalid() }))
           }
         }
         const outcomes = yield* confirms.publish(outgoing, timeoutMs).pipe(
           Effect.mapError((error) => new Errors.PublishError({ message: `RabbitMQ ${error.message}`, reason: error.retryable ? new Errors.Unavailable() : new Errors.Unknown({ retryable: false }) }))
         )
+        // A confirm that did not come because the broker went away or blocked us says nothing
+        // about the message: it is unavailability, which the relay does not count as an attempt.
+        const downNow = outcomes.some((o) => o._tag === "Failed" && o.kind === "timeout") ? yield* unavailable : undefined
         let o = 0
         return messages.map((message, i): Publisher.PublishResult => {
           const bad = invalid.get(i)
           if (bad !== undefined) return Publisher.rejected(message.id, bad)
           const outcome = outcomes[o++]!
-          return outcome._tag === "Confirmed" ? Publisher.published(message.id) : Publisher.rejected(message.id, toPublishError(outcome))
+          if (outcome._tag === "Confirmed") return Publisher.published(message.id)
+          if (outcome.kind === "timeout" && downNow !== undefined) {
+            return Publisher.rejected(message.id, new Errors.PublishError({ message: `${outcome.reason} (${downNow})`, reason: new Errors.Unavailable() }))
+          }
+          return Publisher.rejected(message.id, toPublishError(outcome))
         })
       }).pipe(Effect.withSpan("tidings.amqp.publish", {
         kind: "producer",
-        attributes: { "messaging.system": "rabbitmq", "messaging.destination.name": config.exchange, "messaging.batch.message_count": messages.length }
+        attributes: { "messaging.system": "rabbitmq", "messaging.destination.name": s.exchange, "messaging.batch.message_count": messages.length }
       }, noStack))
 
     return {
       publish,
+      awaitAvailable: connection.awaitAvailable,
       inFlight: Effect.sync(confirms.inFlight),
       maxInFlight: Effect.sync(confirms.maxInFlight),
       drainWaits: Effect.sync(confirms.drainWaits)
     } satisfies Service
   })
 
-/** Provides core's `Publisher` port (for `Relay.layer`) on RabbitMQ. */
-export const layer = (config: Config): Layer.Layer<Publisher.Publisher, AmqpConfigError | AmqpConnectionError | TopologyError, AmqpConnection> =>
-  Layer.effect(Publisher.Publisher, Effect.map(make(config), (service) => Publisher.Publisher.of({ publish: service.publish })))
+/**
+ * Provides core's `Publisher` port (for `Relay.layer`) on RabbitMQ, with `awaitAvailable`.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (config: Config): Layer.Layer<Publisher.Publisher, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
+  Layer.effect(Publisher.Publisher, Effect.map(make(config), (service) => Publisher.Publisher.of({ publish: service.publish, awaitAvailable: service.awaitAvailable })))

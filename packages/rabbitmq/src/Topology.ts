@@ -2,15 +2,22 @@
  * Declarative RabbitMQ topology: exchanges, queues and bindings as data, declared at start and again
  * after every reconnect (declaring is idempotent, and a broker restart may have lost non-durable
  * entities). {@link consumerQueue} builds the usual shape of a Tidings consumer queue: a quorum queue
- * with a delivery limit, a dead-letter exchange and queue, and TTL retry queues for delayed retries.
+ * with a delivery limit, a dead-letter exchange and queue, and quorum TTL queues for delayed retries,
+ * every hop at-least-once.
+ * @since 0.1.0
  * @module
  */
-import { Duration, Effect } from "effect"
+import * as Settings from "@tidings/core/Settings"
+import { Duration, Effect, Schema } from "effect"
 import type { Channel } from "amqplib"
-import { AmqpConfigError, type TopologyError } from "./AmqpErrors.ts"
+import type { TopologyError } from "./AmqpErrors.ts"
 import { topologyError } from "./internal/amqpError.ts"
 
-/** An exchange to declare. */
+/**
+ * An exchange to declare.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Exchange {
   readonly name: string
   /** Default `topic`. */
@@ -22,7 +29,11 @@ export interface Exchange {
   readonly arguments?: Readonly<Record<string, unknown>>
 }
 
-/** A queue to declare. */
+/**
+ * A queue to declare.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Queue {
   readonly name: string
   /** Default `quorum` (replicated, durable, with delivery counting). */
@@ -44,7 +55,11 @@ export interface Queue {
   readonly arguments?: Readonly<Record<string, unknown>>
 }
 
-/** A binding of a queue to an exchange. */
+/**
+ * A binding of a queue to an exchange.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Binding {
   readonly exchange: string
   readonly queue: string
@@ -53,17 +68,29 @@ export interface Binding {
   readonly arguments?: Readonly<Record<string, unknown>>
 }
 
-/** A set of entities, declared in order: exchanges, queues, then bindings. */
+/**
+ * A set of entities, declared in order: exchanges, queues, then bindings.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Topology {
   readonly exchanges: ReadonlyArray<Exchange>
   readonly queues: ReadonlyArray<Queue>
   readonly bindings: ReadonlyArray<Binding>
 }
 
-/** Nothing to declare. */
+/**
+ * Nothing to declare.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const empty: Topology = { exchanges: [], queues: [], bindings: [] }
 
-/** A topology from any of its parts. */
+/**
+ * A topology from any of its parts.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const make = (parts: Partial<Topology>): Topology => ({
   exchanges: parts.exchanges ?? [],
   queues: parts.queues ?? [],
@@ -72,7 +99,11 @@ export const make = (parts: Partial<Topology>): Topology => ({
 
 const bindingKey = (b: Binding) => `${b.exchange}\u0000${b.queue}\u0000${b.routingKey ?? ""}\u0000${JSON.stringify(b.arguments ?? {})}`
 
-/** Several topologies as one; an entity named twice is declared once (the first declaration wins). */
+/**
+ * Several topologies as one; an entity named twice is declared once (the first declaration wins).
+ * @since 0.1.0
+ * @category constructors
+ */
 export const merge = (...topologies: ReadonlyArray<Topology>): Topology => {
   const exchanges = new Map<string, Exchange>()
   const queues = new Map<string, Queue>()
@@ -85,7 +116,11 @@ export const merge = (...topologies: ReadonlyArray<Topology>): Topology => {
   return { exchanges: [...exchanges.values()], queues: [...queues.values()], bindings: [...bindings.values()] }
 }
 
-/** The `x-` arguments of a queue declaration. */
+/**
+ * The `x-` arguments of a queue declaration.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const queueArguments = (queue: Queue): Record<string, unknown> => {
   const type = queue.type ?? "quorum"
   const args: Record<string, unknown> = { "x-queue-type": type }
@@ -102,17 +137,19 @@ export const queueArguments = (queue: Queue): Record<string, unknown> => {
   return { ...args, ...queue.arguments }
 }
 
-const run = <A>(operation: string, entity: string, secrets: ReadonlyArray<string>, f: () => Promise<A>): Effect.Effect<A, TopologyError> =>
-  Effect.tryPromise({ try: f, catch: (error) => topologyError(operation, entity, error, secrets) })
+const run = <A>(operation: string, entity: string, f: () => Promise<A>): Effect.Effect<A, TopologyError> =>
+  Effect.tryPromise({ try: f, catch: (error) => topologyError(operation, entity, error) })
 
 /**
  * Declares a topology on a channel. A failed declaration closes the channel (AMQP's rule), so use a
  * channel of its own. Fails with the first `TopologyError`.
+ * @since 0.1.0
+ * @category combinators
  */
-export const apply = (channel: Channel, topology: Topology, secrets: ReadonlyArray<string> = []): Effect.Effect<void, TopologyError> =>
+export const apply = (channel: Channel, topology: Topology): Effect.Effect<void, TopologyError> =>
   Effect.gen(function*() {
     for (const e of topology.exchanges) {
-      yield* run("assertExchange", e.name, secrets, () =>
+      yield* run("assertExchange", e.name, () =>
         channel.assertExchange(e.name, e.type ?? "topic", {
           durable: e.durable ?? true,
           autoDelete: e.autoDelete ?? false,
@@ -122,7 +159,7 @@ export const apply = (channel: Channel, topology: Topology, secrets: ReadonlyArr
     }
     for (const q of topology.queues) {
       const classic = (q.type ?? "quorum") === "classic"
-      yield* run("assertQueue", q.name, secrets, () =>
+      yield* run("assertQueue", q.name, () =>
         channel.assertQueue(q.name, {
           durable: classic ? q.durable ?? true : true,
           autoDelete: classic ? q.autoDelete ?? false : false,
@@ -131,7 +168,7 @@ export const apply = (channel: Channel, topology: Topology, secrets: ReadonlyArr
         }))
     }
     for (const b of topology.bindings) {
-      yield* run("bindQueue", `${b.exchange} -> ${b.queue}`, secrets, () =>
+      yield* run("bindQueue", `${b.exchange} -> ${b.queue}`, () =>
         channel.bindQueue(b.queue, b.exchange, b.routingKey ?? "", b.arguments ?? {}))
     }
   }).pipe(Effect.withSpan("tidings.amqp.topology", {
@@ -142,9 +179,13 @@ export const apply = (channel: Channel, topology: Topology, secrets: ReadonlyArr
     }
   }))
 
-/** Options of {@link consumerQueue}. */
+/**
+ * Options of {@link consumerQueue}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface ConsumerQueueOptions {
-  /** The work queue; the other names derive from it (`<queue>.dlx`, `<queue>.dlq`, `<queue>.retry.<ms>`). */
+  /** The work queue; the other names derive from it (`<queue>.dlx`, `<queue>.dlq`, `<queue>.delay.<ms>`). */
   readonly queue: string
   /** The exchange events are published to (declared too when given as an object; default type topic). */
   readonly exchange: string | Exchange
@@ -161,13 +202,21 @@ export interface ConsumerQueueOptions {
   readonly retryDelays?: ReadonlyArray<Duration.Input>
 }
 
-/** A retry queue: messages wait `delay` there, then go back to the work queue. */
+/**
+ * A retry queue: messages wait `delay` there, then go back to the work queue.
+ * @since 0.1.0
+ * @category models
+ */
 export interface RetryQueue {
   readonly name: string
   readonly delay: Duration.Duration
 }
 
-/** A consumer queue with its dead-letter and retry queues, and the topology declaring all of it. */
+/**
+ * A consumer queue with its dead-letter and retry queues, and the topology declaring all of it.
+ * @since 0.1.0
+ * @category models
+ */
 export interface ConsumerQueue {
   readonly queue: string
   readonly type: "quorum" | "classic"
@@ -178,38 +227,51 @@ export interface ConsumerQueue {
   readonly topology: Topology
 }
 
-const validName = (path: string, name: string) => {
+const queueName = Schema.String.check(Schema.makeFilter((name: string) =>
   // AMQP short strings: at most 255 bytes; the derived names add up to ~25 characters.
-  if (name.length === 0 || name.length > 200 || name.startsWith("amq.")) {
-    throw new AmqpConfigError({ path, message: "must be 1-200 characters and not start with 'amq.'" })
-  }
-}
+  name.length > 0 && name.length <= 200 && !name.startsWith("amq.") ? undefined : "must be 1-200 characters and not start with 'amq.'"
+))
+
+/**
+ * The settings of {@link consumerQueue} that are data, with their defaults.
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConsumerQueueSchema = Schema.Struct({
+  queue: queueName,
+  type: Schema.Literals(["quorum", "classic"]).pipe(Schema.withDecodingDefault(Effect.succeed("quorum" as const))),
+  deliveryLimit: Schema.optional(Settings.int(1, 1_000_000)),
+  retryDelays: Schema.Array(Settings.duration()).pipe(
+    Schema.withDecodingDefault(Effect.succeed<ReadonlyArray<Duration.Input>>(["1 second", "10 seconds", "1 minute"]))
+  )
+})
 
 /**
  * The topology of a consumer queue:
  * - the work queue, bound to `exchange` with `routingKeys`, dead-lettering to `<queue>.dlx`;
  * - `<queue>.dlx` (fanout) and `<queue>.dlq`, where rejected and over-the-limit messages stay for inspection;
- * - one classic retry queue per delay, `<queue>.retry.<ms>`, whose messages expire back into the work
- *   queue through the default exchange (so other queues bound to `exchange` do not get them again).
+ * - one retry queue per delay, `<queue>.delay.<ms>`, whose messages expire back into the work queue
+ *   through the default exchange (so other queues bound to `exchange` do not get them again).
  *
- * Throws `AmqpConfigError` for invalid names or limits.
+ * Every hop a message takes after the broker confirmed it keeps it through broker restarts: the
+ * retry queues are quorum queues that dead-letter at-least-once (`x-dead-letter-strategy`, with
+ * `reject-publish` overflow, RabbitMQ 3.10+), as the work queue does towards the dead-letter queue.
+ * Classic TTL queues dead-letter at most once: a message that expired while the broker restarted, or
+ * while the work queue had no leader, was dropped. (Earlier versions declared classic retry queues
+ * named `<queue>.retry.<ms>`; they still drain into the work queue and can be deleted once empty.)
+ *
+ * Throws `InvalidConfig` (naming every wrong setting) for invalid names or limits.
+ * @since 0.1.0
+ * @category constructors
  */
 export const consumerQueue = (options: ConsumerQueueOptions): ConsumerQueue => {
-  validName("queue", options.queue)
-  const type = options.type ?? "quorum"
-  const deliveryLimit = type === "quorum" ? options.deliveryLimit ?? 20 : undefined
-  if (deliveryLimit !== undefined && (!Number.isInteger(deliveryLimit) || deliveryLimit < 1)) {
-    throw new AmqpConfigError({ path: "deliveryLimit", message: "must be an integer >= 1" })
-  }
+  const s = Settings.decodeSync(ConsumerQueueSchema, options)
+  const type = s.type
+  const deliveryLimit = type === "quorum" ? s.deliveryLimit ?? 20 : undefined
   const exchange: Exchange = typeof options.exchange === "string" ? { name: options.exchange } : options.exchange
   const deadLetterExchange = `${options.queue}.dlx`
   const deadLetterQueue = `${options.queue}.dlq`
-  const retryQueues = (options.retryDelays ?? ["1 second", "10 seconds", "1 minute"]).map((input): RetryQueue => {
-    const delay = Duration.fromInputUnsafe(input)
-    const ms = Math.round(Duration.toMillis(delay))
-    if (!Number.isFinite(ms) || ms < 1) throw new AmqpConfigError({ path: "retryDelays", message: "must be finite positive durations" })
-    return { name: `${options.queue}.retry.${ms}`, delay }
-  })
+  const retryQueues = s.retryDelays.map((delay): RetryQueue => ({ name: `${options.queue}.delay.${Math.max(1, Math.round(Duration.toMillis(delay)))}`, delay }))
   const topology = make({
     exchanges: [exchange, { name: deadLetterExchange, type: "fanout" }],
     queues: [
@@ -222,7 +284,7 @@ export const consumerQueue = (options: ConsumerQueueOptions): ConsumerQueue => {
       { name: deadLetterQueue, type },
       ...retryQueues.map((r): Queue => ({
         name: r.name,
-        type: "classic",
+        type: "quorum",
         messageTtl: r.delay,
         deadLetterExchange: "",
         deadLetterRoutingKey: options.queue

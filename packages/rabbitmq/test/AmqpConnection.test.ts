@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Fiber, Layer, Redacted, Stream } from "effect"
+import { Cause, Effect, Exit, Fiber, Layer, Redacted, Schedule, Stream } from "effect"
 import { freePort } from "../../../test/support/embeddedPostgres.ts"
 import * as AmqpConnection from "../src/AmqpConnection.ts"
 import { AmqpConnectionError } from "../src/AmqpErrors.ts"
@@ -79,12 +79,45 @@ describe("AmqpConnection", () => {
       assert.isBelow(elapsed, 5000)
     }))
 
-  it.live("an invalid URL is an AmqpConfigError that does not repeat the URL", () =>
+  it.live("startupTimeout is honoured to the end: the last pause is shortened so an attempt is made at the deadline", () =>
+    Effect.gen(function*() {
+      const port = yield* Effect.promise(() => freePort())
+      const logs = captureLogs()
+      const started = Date.now()
+      // Backoff 1 s then 2 s: the old loop stopped at ~1 s, because the next full pause would pass 2.5 s.
+      const exit = yield* Effect.exit(Layer.build(AmqpConnection.layer({
+        url: `amqp://guest:guest@127.0.0.1:${port}/`,
+        reconnect: Schedule.exponential("1 second", 2),
+        startupTimeout: "2500 millis"
+      }))).pipe(Effect.scoped, Effect.provide(logs.layer))
+      const elapsed = Date.now() - started
+      assert.isTrue(Exit.isFailure(exit))
+      assert.isAtLeast(elapsed, 2400, `gave up after ${elapsed} ms`)
+      assert.isBelow(elapsed, 2500 + 5000, `gave up after ${elapsed} ms`)
+      assert.strictEqual(logs.lines.filter((l) => l.includes("connection attempt")).length, 3, "attempts at 0, 1 and 2.5 s")
+    }))
+
+  it.live("errors are scrubbed of credentials only: URL userinfo and password fields, not every word equal to the password", () =>
+    Effect.gen(function*() {
+      // The test broker's password is `guest`, a word that also occurs in ordinary text.
+      assert.strictEqual(new URL(amqpUrl()).password, "guest")
+      const connection = yield* connect()
+      const text = `connect to ${amqpUrl()} failed at file:///app/node_modules/.pnpm/guest@3.4.9/index.js: {"password":"guest"} password=guest, guest user`
+      const scrubbed = connection.scrub(text)
+      assert.notInclude(scrubbed, "guest:guest@")
+      assert.include(scrubbed, "amqp://<redacted>@127.0.0.1")
+      assert.include(scrubbed, ".pnpm/guest@3.4.9/index.js", "a package path is not a credential")
+      assert.include(scrubbed, `{"password":"<redacted>"}`)
+      assert.include(scrubbed, "password=<redacted>")
+      assert.include(scrubbed, "guest user")
+    }).pipe(Effect.scoped))
+
+  it.live("an invalid URL is an InvalidConfig that does not repeat the URL", () =>
     Effect.gen(function*() {
       const exit = yield* Effect.exit(Layer.build(AmqpConnection.layer({ url: "http://bob:hunter2hunter2@example/" }))).pipe(Effect.scoped)
       assert.isTrue(Exit.isFailure(exit))
       const error = Exit.isFailure(exit) ? Cause.findErrorOption(exit.cause) : undefined
-      assert.strictEqual(error?._tag === "Some" ? error.value._tag : "", "AmqpConfigError")
+      assert.strictEqual(error?._tag === "Some" ? error.value._tag : "", "InvalidConfig")
       assert.notInclude(Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "", "hunter2")
     }))
 

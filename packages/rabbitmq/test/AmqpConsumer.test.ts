@@ -1,12 +1,25 @@
+/**
+ * The RabbitMQ consumer on the shared test broker: the consumer contract (core's decision table,
+ * the same as the in-memory broker's), then what is RabbitMQ's own: requeue mode and broker
+ * delivery counts, the broker's delivery limit, malformed bodies and version headers, tracing,
+ * graceful shutdown, resubscribing after a reconnect, and settings.
+ */
 import { assert, describe, it } from "@effect/vitest"
+import type * as Consumer from "@tidings/core/Consumer"
+import * as Errors from "@tidings/core/Errors"
+import { InvalidConfig } from "@tidings/core/Errors"
+import * as EventRegistry from "@tidings/core/EventRegistry"
+import * as Inbox from "@tidings/core/Inbox"
+import * as InboxStore from "@tidings/core/InboxStore"
+import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
+import * as OutboxStore from "@tidings/core/OutboxStore"
 import type * as Message from "@tidings/core/Message"
-import type { Options } from "amqplib"
-import { Data, type Duration, Effect, Exit, Metric, Scope } from "effect"
+import { consumerContract } from "@tidings/core/testing"
+import type { GetMessage, Options } from "amqplib"
+import { Data, Deferred, type Duration, Effect, Exit, Fiber, Metric, Scope } from "effect"
 import * as AmqpConnection from "../src/AmqpConnection.ts"
 import * as AmqpConsumer from "../src/AmqpConsumer.ts"
-import { DecodeError } from "../src/AmqpErrors.ts"
 import * as AmqpPublisher from "../src/AmqpPublisher.ts"
-import * as EventRegistry from "../src/EventRegistry.ts"
 import * as Topology from "../src/Topology.ts"
 import {
   captureLogs,
@@ -27,11 +40,6 @@ class Transient extends Data.TaggedError("Transient")<{}> {
     return true
   }
 }
-class BusinessRule extends Data.TaggedError("BusinessRule")<{ readonly rule: string }> {
-  get isRetryable() {
-    return false
-  }
-}
 
 const registry = EventRegistry.make([
   EventRegistry.entry(OrderPlaced, EventRegistry.upcast(OrderPlacedV1, (v1) => ({ orderId: v1.orderId, total: { cents: v1.totalCents, currency: "EUR" } }))),
@@ -41,7 +49,7 @@ interface Handled {
   readonly attempt: number
   readonly event: EventRegistry.Decoded
   readonly at: number
-  readonly delivery: AmqpConsumer.Delivery<unknown>
+  readonly delivery: Consumer.Delivery<unknown>
 }
 
 const v2 = (orderId: string) => ({ orderId, total: { cents: 100, currency: "EUR" } })
@@ -69,41 +77,43 @@ const setup = (
     )
     const handled: Array<Handled> = []
     let n = 0
-    /** Publishes like the relay does (AmqpPublisher's encoding), with optional overrides. */
-    const send = (type: string, version: number, payload: unknown, override: { readonly content?: Buffer; readonly options?: Options.Publish } = {}) =>
+    /** Publishes a message as the relay does (AmqpPublisher's encoding), with optional overrides. */
+    const sendMessage = (message: Message.Message, override: { readonly content?: Buffer; readonly options?: Options.Publish } = {}) =>
       Effect.sync(() => {
-        const message: Message.Message = {
-          id: crypto.randomUUID(),
-          type,
-          version,
-          aggregateType: "order",
-          aggregateId: `a-${n++}`,
-          orderingKey: `a-${n}`,
-          payload,
-          headers: {},
-          occurredAt: new Date()
-        }
         const out = AmqpPublisher.toOutgoing(message, { exchange })
         raw.publish(exchange, out.routingKey, override.content ?? out.content, { ...out.options, ...override.options })
         return message.id
       })
-    const start = <E>(
-      config: Omit<AmqpConsumer.Config<any, E, never>, "name" | "queue" | "registry" | "handler"> & {
-        readonly handler: (d: AmqpConsumer.Delivery<any>) => Effect.Effect<void, E>
+    const send = (type: string, version: number, payload: unknown, override: { readonly content?: Buffer; readonly options?: Options.Publish } = {}) =>
+      sendMessage({
+        id: crypto.randomUUID(),
+        type,
+        version,
+        aggregateType: "order",
+        aggregateId: `a-${n++}`,
+        orderingKey: `a-${n}`,
+        payload,
+        headers: {},
+        occurredAt: new Date()
+      }, override)
+    const start = <E, A = EventRegistry.Decoded>(
+      config: Omit<AmqpConsumer.Config<A, E, never>, "name" | "queue" | "registry" | "handler"> & {
+        readonly handler: (d: Consumer.Delivery<A>) => Effect.Effect<void, E>
+        readonly registry?: EventRegistry.EventRegistry<A>
       }
     ) =>
       Effect.gen(function*() {
         const scope = yield* Scope.make()
         const name = unique("consumer").replaceAll(".", "-")
-        const consumer = yield* AmqpConsumer.make({
+        const consumer = yield* AmqpConsumer.make<A, E, never>({
           name,
           queue: cq,
-          registry,
+          registry: (config.registry ?? registry) as EventRegistry.EventRegistry<A>,
           timeout: "2 seconds",
           ...config,
           handler: (d) =>
             Effect.suspend(() => {
-              handled.push({ attempt: d.attempt, event: d.event, at: Date.now(), delivery: d })
+              handled.push({ attempt: d.attempt, event: d.event as EventRegistry.Decoded, at: Date.now(), delivery: d })
               return config.handler(d)
             })
         }).pipe(Scope.provide(scope), Effect.provideService(AmqpConnection.AmqpConnection, connection))
@@ -112,46 +122,38 @@ const setup = (
           Effect.map(Metric.value(Metric.withAttributes(m, { consumer: name, ...extra })), (s) => s.count)
         return { consumer, name, stop: Scope.close(scope, Exit.void), metric }
       })
-    const dlq = () => drain(raw, cq.deadLetterQueue)
-    return { exchange, cq, connection, raw, handled, send, start, dlq }
+    const dead: Array<GetMessage> = []
+    /** Everything dead-lettered so far (drained from the DLQ and kept). */
+    const dlq = Effect.map(drain(raw, cq.deadLetterQueue), (more) => (dead.push(...more), dead.slice()))
+    return { exchange, cq, connection, raw, handled, send, sendMessage, start, dlq }
   })
 
 const ok = () => Effect.void
 
-describe("AmqpConsumer: the ack / retry / dead-letter table", () => {
-  it.live("success -> ack: handled once, nothing left in the queue or the DLQ", () =>
+consumerContract("AmqpConsumer", {
+  clock: "live",
+  start: (options) =>
     Effect.gen(function*() {
       const t = yield* setup()
-      const c = yield* t.start({ handler: ok })
-      yield* t.send("order.placed", 2, v2("o1"))
-      yield* eventually(Effect.sync(() => t.handled.length === 1), "10 seconds", "the delivery")
-      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.acked), (n) => n === 1), "5 seconds", "the ack")
-      yield* c.stop // unacked deliveries would be back in the queue now
-      assert.strictEqual(yield* messageCount(t.raw, t.cq.queue), 0)
-      assert.strictEqual((yield* t.dlq()).length, 0)
-      const h = t.handled[0]!
-      assert.strictEqual(h.attempt, 1)
-      assert.deepStrictEqual(h.event, { type: "order.placed", version: 2, receivedVersion: 2, payload: v2("o1") })
-      assert.strictEqual(h.delivery.aggregateType, "order")
-      assert.strictEqual(yield* c.metric(AmqpConsumer.metrics.consumed), 1)
-    }).pipe(Effect.scoped))
+      const c = yield* t.start({
+        registry: options.registry,
+        handler: options.handler,
+        maxAttempts: options.maxAttempts,
+        timeout: options.timeout,
+        unavailableDelay: options.unavailableDelay,
+        ...(options.unknownType === undefined ? {} : { unknownType: options.unknownType }),
+        ...(options.decide === undefined ? {} : { decide: options.decide })
+      })
+      return {
+        name: c.name,
+        publish: (m: Message.Message) => Effect.asVoid(t.sendMessage(m)),
+        deadLetters: Effect.map(t.dlq, (xs) => xs.map((m) => ({ messageId: m.properties.messageId as string | undefined }))),
+        retryDelay: "200 millis"
+      }
+    })
+})
 
-  it.live("transient error -> delayed retry through the retry queue, then success", () =>
-    Effect.gen(function*() {
-      const t = yield* setup()
-      const c = yield* t.start({ handler: (d) => d.attempt === 1 ? Effect.fail(new Transient()) : Effect.void })
-      yield* t.send("order.placed", 2, v2("o1"))
-      yield* eventually(Effect.sync(() => t.handled.length === 2), "10 seconds", "the retried delivery")
-      const [first, second] = t.handled
-      assert.deepStrictEqual([first!.attempt, second!.attempt], [1, 2])
-      assert.isAtLeast(second!.at - first!.at, 180, "waited for the retry queue's TTL")
-      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.acked), (n) => n === 1), "5 seconds", "the ack")
-      assert.strictEqual(yield* c.metric(AmqpConsumer.metrics.retried, { mode: "delayed" }), 1)
-      yield* c.stop
-      assert.strictEqual(yield* messageCount(t.raw, t.cq.queue), 0)
-      assert.strictEqual((yield* t.dlq()).length, 0)
-    }).pipe(Effect.scoped))
-
+describe("AmqpConsumer: RabbitMQ's own retry modes and limits", () => {
   it.live("transient error in requeue mode -> immediate redelivery (broker delivery count), then success", () =>
     Effect.gen(function*() {
       const t = yield* setup()
@@ -161,65 +163,6 @@ describe("AmqpConsumer: the ack / retry / dead-letter table", () => {
       assert.deepStrictEqual(t.handled.map((h) => h.attempt), [1, 2])
       assert.isTrue(t.handled[1]!.delivery.redelivered)
       yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.retried, { mode: "requeue" }), (n) => n === 1), "5 seconds", "the requeue")
-    }).pipe(Effect.scoped))
-
-  it.live("permanent error (business rule) -> dead-letter queue, handled once", () =>
-    Effect.gen(function*() {
-      const t = yield* setup()
-      const c = yield* t.start({ handler: () => Effect.fail(new BusinessRule({ rule: "no negative totals" })) })
-      const id = yield* t.send("order.placed", 2, v2("o1"))
-      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.deadLettered, { reason: "PermanentFailure" }), (n) => n === 1), "10 seconds", "the dead-letter")
-      yield* eventually(Effect.map(messageCount(t.raw, t.cq.deadLetterQueue), (n) => n === 1), "10 seconds", "the DLQ")
-      const [dead] = yield* t.dlq()
-      assert.strictEqual(dead!.properties.messageId, id)
-      assert.strictEqual(t.handled.length, 1)
-    }).pipe(Effect.scoped))
-
-  it.live("a defect is caught, counted and retried as transient; the consumer keeps going", () =>
-    Effect.gen(function*() {
-      const t = yield* setup()
-      const c = yield* t.start({ handler: (d) => d.attempt === 1 ? Effect.die(new Error("bug!")) : Effect.void })
-      yield* t.send("order.placed", 2, v2("o1"))
-      yield* eventually(Effect.sync(() => t.handled.length === 2), "10 seconds", "the retry after the defect")
-      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.acked), (n) => n === 1), "5 seconds", "the ack")
-      assert.strictEqual(yield* c.metric(AmqpConsumer.metrics.defects), 1)
-      assert.isTrue(yield* c.consumer.isConsuming)
-    }).pipe(Effect.scoped))
-
-  it.live("a handler over the processing timeout is interrupted and retried", () =>
-    Effect.gen(function*() {
-      const t = yield* setup()
-      let interrupted = false
-      const c = yield* t.start({
-        timeout: "150 millis",
-        handler: (d) => d.attempt === 1 ? Effect.never.pipe(Effect.onInterrupt(() => Effect.sync(() => void (interrupted = true)))) : Effect.void
-      })
-      yield* t.send("order.placed", 2, v2("o1"))
-      yield* eventually(Effect.sync(() => t.handled.length === 2), "10 seconds", "the retry after the timeout")
-      assert.isTrue(interrupted)
-      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.acked), (n) => n === 1), "5 seconds", "the ack")
-    }).pipe(Effect.scoped))
-
-  it.live("transient failures up to maxAttempts, then the dead-letter queue", () =>
-    Effect.gen(function*() {
-      const t = yield* setup({ retryDelays: ["50 millis"] })
-      const c = yield* t.start({ maxAttempts: 3, handler: () => Effect.fail(new Transient()) })
-      yield* t.send("order.placed", 2, v2("o1"))
-      yield* eventually(Effect.map(messageCount(t.raw, t.cq.deadLetterQueue), (n) => n === 1), "10 seconds", "the DLQ")
-      assert.deepStrictEqual(t.handled.map((h) => h.attempt), [1, 2, 3])
-      assert.strictEqual(yield* c.metric(AmqpConsumer.metrics.deadLettered, { reason: "TransientFailure" }), 1)
-    }).pipe(Effect.scoped))
-
-  it.live("delivered more often than maxAttempts -> dead-lettered without running the handler", () =>
-    Effect.gen(function*() {
-      const t = yield* setup()
-      const c = yield* t.start({ maxAttempts: 5, handler: ok })
-      yield* t.send("order.placed", 2, v2("o1"), { options: { headers: { [AmqpPublisher.HeaderNames.version]: 2, [AmqpPublisher.HeaderNames.attempt]: 7 } } })
-      yield* t.send("order.placed", 2, v2("o2"))
-      yield* eventually(Effect.map(messageCount(t.raw, t.cq.deadLetterQueue), (n) => n === 1), "10 seconds", "the DLQ")
-      yield* eventually(Effect.sync(() => t.handled.length === 1), "5 seconds", "the good message")
-      assert.deepStrictEqual(t.handled.map((h) => (h.event.payload as { orderId: string }).orderId), ["o2"])
-      assert.strictEqual(yield* c.metric(AmqpConsumer.metrics.deadLettered, { reason: "DeliveryLimit" }), 1)
     }).pipe(Effect.scoped))
 
   it.live("a classic queue in requeue mode still counts attempts (copies carry the count) and dead-letters at maxAttempts", () =>
@@ -242,62 +185,47 @@ describe("AmqpConsumer: the ack / retry / dead-letter table", () => {
       assert.isAtMost(t.handled.length, 3)
       assert.isAtLeast(t.handled.length, 2)
     }).pipe(Effect.scoped))
+})
 
-  it.live("the table can be overridden: a business-rule failure acked instead of dead-lettered", () =>
+describe("AmqpConsumer: a database that is down", () => {
+  it.live("the inbox's store is unavailable: deliveries are held and retried, none uses up its delivery limit, all handled once when it is back", () =>
     Effect.gen(function*() {
-      const t = yield* setup()
+      // The broker's own limit is 2 deliveries: two requeues would dead-letter the message.
+      const t = yield* setup({ deliveryLimit: 2 })
+      const memory = yield* MemoryInboxStore.make
+      let down = true
+      const downError = new Errors.StoreError({ operation: "inbox.begin", message: "connect ECONNREFUSED 127.0.0.1:5432", reason: new Errors.Unavailable() })
+      // The inbox store of a database that refuses connections (until `down` is cleared).
+      const flaky: InboxStore.Service = { ...memory, begin: (...args) => down ? Effect.fail(downError) : memory.begin(...args) }
+      const outbox = yield* OutboxStore.makeMemory
+      const effects: Array<string | undefined> = []
+      const handler = Inbox.wrap("db-down", (d: Consumer.Delivery<EventRegistry.Decoded>) => Effect.sync(() => void effects.push(d.messageId)))
       const c = yield* t.start({
-        handler: () => Effect.fail(new BusinessRule({ rule: "duplicate order" })),
-        decide: (outcome) => outcome._tag === "Failure" && outcome.error instanceof BusinessRule ? "ack" : undefined
+        concurrency: 2,
+        maxAttempts: 2,
+        unavailableDelay: "50 millis",
+        unavailableMaxDelay: "200 millis",
+        handler: (d) => handler(d).pipe(Effect.provideService(InboxStore.InboxStore, flaky), Effect.provideService(OutboxStore.OutboxStore, outbox))
       })
-      yield* t.send("order.placed", 2, v2("o1"))
-      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.acked), (n) => n === 1), "10 seconds", "the ack")
+      const first = yield* t.send("order.placed", 2, v2("o1"))
+      yield* eventually(c.consumer.paused, "10 seconds", "the consumer to pause")
+      const second = yield* t.send("order.placed", 2, v2("o2"))
+      // A long outage: the held delivery is retried many times; the second one does not start.
+      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.unavailable), (n) => n >= 10), "20 seconds", "ten held retries")
+      assert.isTrue(t.handled.every((h) => h.delivery.messageId === first), "nothing else started while paused")
+      down = false
+      yield* eventually(Effect.sync(() => effects.length === 2), "10 seconds", "both effects")
+      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.acked), (n) => n === 2), "10 seconds", "both acks")
+      assert.deepStrictEqual(effects, [first, second])
+      assert.isTrue(t.handled.every((h) => h.attempt === 1), "no delivery counted against the limit")
+      assert.isFalse(yield* c.consumer.paused)
       yield* c.stop
       assert.strictEqual(yield* messageCount(t.raw, t.cq.queue), 0)
-      assert.strictEqual(yield* messageCount(t.raw, t.cq.deadLetterQueue), 0)
+      assert.deepStrictEqual(yield* t.dlq, [])
     }).pipe(Effect.scoped))
-
-  it("defaultDecision: every row of the table", () => {
-    const ctx = { attempt: 1, maxAttempts: 3, unknownType: "ack" as const }
-    const last = { ...ctx, attempt: 3 }
-    const d = AmqpConsumer.defaultDecision
-    assert.strictEqual(d({ _tag: "Success" }, ctx), "ack")
-    assert.strictEqual(d({ _tag: "Failure", error: new Transient(), retryable: true }, ctx), "retry")
-    assert.strictEqual(d({ _tag: "Failure", error: new Transient(), retryable: true }, last), "dead-letter")
-    assert.strictEqual(d({ _tag: "Failure", error: new BusinessRule({ rule: "x" }), retryable: false }, ctx), "dead-letter")
-    assert.strictEqual(d({ _tag: "Defect", defect: new Error("x") }, ctx), "retry")
-    assert.strictEqual(d({ _tag: "Defect", defect: new Error("x") }, last), "dead-letter")
-    assert.strictEqual(d({ _tag: "DecodeFailure", error: new DecodeError({ reason: "InvalidJson", message: "x" }) }, ctx), "dead-letter")
-    assert.strictEqual(d({ _tag: "UnknownType", type: "x" }, ctx), "ack")
-    assert.strictEqual(d({ _tag: "UnknownType", type: "x" }, { ...ctx, unknownType: "dead-letter" }), "dead-letter")
-    assert.strictEqual(d({ _tag: "DeliveryLimit", attempt: 9 }, ctx), "dead-letter")
-    assert.strictEqual(d({ _tag: "Shutdown" }, ctx), "requeue")
-    assert.isTrue(AmqpConsumer.isRetryable(new Transient()))
-    assert.isFalse(AmqpConsumer.isRetryable(new BusinessRule({ rule: "x" })))
-    assert.isFalse(AmqpConsumer.isRetryable(new Error("plain")))
-  })
 })
 
 describe("AmqpConsumer: decoding", () => {
-  it.live("versioned decoding: v1 is upcast to v2, v2 passes, the handler sees the current shape", () =>
-    Effect.gen(function*() {
-      const t = yield* setup()
-      yield* t.start({ handler: ok })
-      yield* t.send("order.placed", 1, { orderId: "old", totalCents: 250 })
-      yield* t.send("order.placed", 2, v2("new"))
-      yield* t.send("shipment.sent", 1, { shipmentId: "s1" })
-      yield* eventually(Effect.sync(() => t.handled.length === 3), "10 seconds", "three events")
-      const byId = new Map(t.handled.map((h) => [JSON.stringify(h.event.payload), h.event]))
-      assert.deepStrictEqual(byId.get(JSON.stringify({ orderId: "old", total: { cents: 250, currency: "EUR" } })), {
-        type: "order.placed",
-        version: 2,
-        receivedVersion: 1,
-        payload: { orderId: "old", total: { cents: 250, currency: "EUR" } }
-      })
-      assert.deepStrictEqual(byId.get(JSON.stringify(v2("new")))?.receivedVersion, 2)
-      assert.deepStrictEqual(byId.get(JSON.stringify({ shipmentId: "s1" }))?.type, "shipment.sent")
-    }).pipe(Effect.scoped))
-
   it.live("an unknown newer version is decoded best-effort with the current schema and logged; if that fails it is dead-lettered", () =>
     Effect.gen(function*() {
       const t = yield* setup()
@@ -313,42 +241,40 @@ describe("AmqpConsumer: decoding", () => {
       assert.isTrue(logs.lines.some((l) => l.includes("newer than the registered version")), "the best-effort decode is logged")
     }).pipe(Effect.scoped))
 
-  it.live("an unknown type is acked and logged by default, or dead-lettered when configured", () =>
+  it.live("an unknown type is logged", () =>
     Effect.gen(function*() {
       const t = yield* setup()
       const logs = captureLogs()
       const c = yield* t.start({ handler: ok }).pipe(Effect.provide(logs.layer))
       yield* t.send("invoice.issued", 1, { invoiceId: "i1" })
       yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.acked), (n) => n === 1), "10 seconds", "the ack")
-      assert.strictEqual(t.handled.length, 0)
       assert.isTrue(logs.lines.some((l) => l.includes("unknown event type invoice.issued")))
       yield* c.stop
       assert.strictEqual(yield* messageCount(t.raw, t.cq.queue), 0)
-      assert.strictEqual(yield* messageCount(t.raw, t.cq.deadLetterQueue), 0)
-
-      const strict = yield* t.start({ handler: ok, unknownType: "dead-letter" })
-      yield* t.send("invoice.issued", 1, { invoiceId: "i2" })
-      yield* eventually(Effect.map(messageCount(t.raw, t.cq.deadLetterQueue), (n) => n === 1), "10 seconds", "the DLQ")
-      assert.strictEqual(yield* strict.metric(AmqpConsumer.metrics.deadLettered, { reason: "UnknownType" }), 1)
     }).pipe(Effect.scoped))
 
-  it.live("malformed payloads (invalid JSON, wrong schema, huge body, no type) go to the DLQ and do not stop the consumer", () =>
+  it.live("malformed deliveries (invalid JSON, huge body, no type, a version header that is not an integer >= 1) go to the DLQ with a typed reason", () =>
     Effect.gen(function*() {
       const t = yield* setup()
-      const c = yield* t.start({ handler: ok, maxBodyBytes: 4096 })
+      const logs = captureLogs()
+      const c = yield* t.start({ handler: ok, maxBodyBytes: 4096 }).pipe(Effect.provide(logs.layer))
+      const version = AmqpPublisher.HeaderNames.version
       yield* t.send("order.placed", 2, null, { content: Buffer.from("{not json") })
-      yield* t.send("order.placed", 2, { orderId: 42, total: "lots" })
       yield* t.send("order.placed", 2, { orderId: "x".repeat(10_000), total: { cents: 1, currency: "EUR" } })
       yield* t.send("order.placed", 2, v2("no-type"), { options: { type: "" } })
+      const abc = yield* t.send("order.placed", 2, v2("abc"), { options: { headers: { [version]: "abc" } } })
+      const zero = yield* t.send("order.placed", 2, v2("zero"), { options: { headers: { [version]: 0 } } })
       yield* t.send("order.placed", 2, v2("good"))
-      yield* eventually(Effect.map(messageCount(t.raw, t.cq.deadLetterQueue), (n) => n === 4), "10 seconds", "four dead-letters")
+      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.deadLettered, { reason: "DecodeFailure" }), (n) => n === 5), "10 seconds", "five dead-letters")
       yield* eventually(Effect.sync(() => t.handled.length === 1), "5 seconds", "the good message")
       assert.strictEqual((t.handled[0]!.event.payload as { orderId: string }).orderId, "good")
       assert.isTrue(yield* c.consumer.isConsuming)
-      assert.strictEqual(yield* c.metric(AmqpConsumer.metrics.deadLettered, { reason: "DecodeFailure" }), 4)
-      const dead = yield* t.dlq()
-      assert.strictEqual(dead.length, 4)
+      const dead = yield* eventually(Effect.map(t.dlq, (d) => d.length === 5), "10 seconds", "the DLQ").pipe(Effect.andThen(t.dlq))
       assert.isTrue(dead.every((m) => m.properties.headers?.["x-first-death-reason"] === "rejected"))
+      assert.includeMembers(dead.map((m) => m.properties.messageId), [abc, zero])
+      for (const shown of ["(InvalidVersion): version header \\\"abc\\\" is not an integer >= 1", "(InvalidVersion): version header 0 is not an integer >= 1"]) {
+        assert.isTrue(logs.lines.some((l) => l.includes(shown)), shown)
+      }
     }).pipe(Effect.scoped))
 })
 
@@ -369,6 +295,7 @@ describe("AmqpConsumer: tracing, shutdown, reconnect", () => {
       assert.strictEqual(span.parent?._tag === "Some" ? span.parent.value.spanId : undefined, parentId)
       assert.strictEqual(span.kind, "consumer")
       assert.strictEqual(span.attributes.get("tidings.consumer.outcome"), "Success")
+      assert.strictEqual(span.attributes.get("messaging.system"), "rabbitmq")
       const inner = tracing.spans.find((s) => s.name === "inner")!
       assert.strictEqual(inner.traceId, traceId)
     }).pipe(Effect.scoped))
@@ -377,15 +304,20 @@ describe("AmqpConsumer: tracing, shutdown, reconnect", () => {
     Effect.gen(function*() {
       const t = yield* setup()
       let finished = 0
+      const release = yield* Deferred.make<void>()
       const c = yield* t.start({
         concurrency: 1,
         prefetch: 10,
-        handler: () => Effect.sleep("400 millis").pipe(Effect.andThen(Effect.sync(() => void finished++)))
+        handler: () => Deferred.await(release).pipe(Effect.andThen(Effect.sync(() => void finished++)))
       })
       for (let i = 0; i < 4; i++) yield* t.send("order.placed", 2, v2(`o${i}`))
       yield* eventually(Effect.sync(() => t.handled.length === 1), "10 seconds", "the first handler to start")
-      yield* Effect.sleep("100 millis") // the other three are prefetched and waiting
-      yield* c.stop
+      // All four delivered to us: one running, three prefetched and waiting for the worker.
+      yield* eventually(Effect.map(c.consumer.waiting, (n) => n === 3), "10 seconds", "the prefetch")
+      const stopping = yield* Effect.forkChild(c.stop)
+      yield* eventually(Effect.map(c.consumer.isConsuming, (on) => !on), "5 seconds", "the shutdown to begin")
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(stopping)
       assert.strictEqual(finished, 1, "the running handler completed")
       assert.strictEqual(t.handled.length, 1, "nothing else started")
       yield* eventually(Effect.map(messageCount(t.raw, t.cq.queue), (n) => n === 3), "5 seconds", "3 requeued deliveries")
@@ -419,29 +351,20 @@ describe("AmqpConsumer: tracing, shutdown, reconnect", () => {
       assert.strictEqual((t.handled[1]!.event.payload as { orderId: string }).orderId, "after")
     }).pipe(Effect.scoped))
 
-  it.live("consumer config is validated: a bad prefetch is an AmqpConfigError", () =>
+  it.live("consumer settings are validated: one InvalidConfig names every wrong setting", () =>
     Effect.gen(function*() {
       const t = yield* setup()
-      const exit = yield* Effect.exit(t.start({ handler: ok, prefetch: 0 }))
+      const exit = yield* Effect.exit(t.start({ handler: ok, prefetch: 0, concurrency: 1.5, unknownType: "drop" as never }))
       assert.isTrue(Exit.isFailure(exit))
-      assert.include(Exit.isFailure(exit) ? String(exit.cause) : "", "AmqpConfigError")
+      const error = Exit.isFailure(exit) ? exit.cause.reasons.find((r) => r._tag === "Fail") : undefined
+      const e = error?._tag === "Fail" ? error.error : undefined
+      assert.instanceOf(e, InvalidConfig)
+      assert.deepStrictEqual((e as InvalidConfig).issues?.map((i) => i.path), ["concurrency", "prefetch", "unknownType"])
+      const classic = yield* Effect.exit(AmqpConsumer.make({ name: "x", queue: "plain", registry, retry: "delayed", handler: ok }).pipe(
+        Effect.provideService(AmqpConnection.AmqpConnection, t.connection),
+        Effect.scoped
+      ))
+      assert.include(Exit.isFailure(classic) ? String(classic.cause) : "", "delayed retries need a consumer queue with retry queues")
+      assert.throws(() => Topology.consumerQueue({ queue: "amq.nope", exchange: "x", retryDelays: [0] }), /queue: must be 1-200 characters.*retryDelays\.0/)
     }).pipe(Effect.scoped))
-})
-
-describe("EventRegistry", () => {
-  it("rejects a type registered twice and upcasters that do not fit", () => {
-    assert.throws(() => EventRegistry.make([ShipmentSent, ShipmentSent]), /registered twice/)
-    assert.throws(() => EventRegistry.make([EventRegistry.entry(OrderPlaced, EventRegistry.upcast(ShipmentSent, () => v2("x")))]), /does not fit/)
-  })
-
-  it("decodes a current payload, upcasts an old one, and reports unknown types", () => {
-    assert.deepStrictEqual(registry.decode("order.placed", 1, { orderId: "a", totalCents: 1 }), {
-      _tag: "Decoded",
-      event: { type: "order.placed", version: 2, receivedVersion: 1, payload: { orderId: "a", total: { cents: 1, currency: "EUR" } } }
-    })
-    assert.strictEqual(registry.decode("nope", 1, {})._tag, "UnknownType")
-    const bad = registry.decode("order.placed", 1, { orderId: 1 })
-    assert.strictEqual(bad._tag, "Invalid")
-    assert.strictEqual(bad._tag === "Invalid" ? bad.error.reason : "", "SchemaMismatch")
-  })
 })

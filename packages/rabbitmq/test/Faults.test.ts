@@ -19,7 +19,7 @@ import { type RunningRabbit, startRabbit } from "../../../test/support/rabbitmq.
 import * as AmqpConnection from "../src/AmqpConnection.ts"
 import * as AmqpConsumer from "../src/AmqpConsumer.ts"
 import * as AmqpPublisher from "../src/AmqpPublisher.ts"
-import * as EventRegistry from "../src/EventRegistry.ts"
+import * as EventRegistry from "@tidings/core/EventRegistry"
 import * as Topology from "../src/Topology.ts"
 import { eventually, fastReconnect, unique } from "./helpers.ts"
 
@@ -105,7 +105,8 @@ describe("RabbitMQ faults (private broker node)", () => {
             const drafts = Array.from({ length: 100 }, (_, i) => Tick.make({ aggregateId: `k${(tx * 100 + i) % 50}`, payload: { n: tx * 100 + i } }))
             const written = yield* sql.withTransaction(Outbox.appendAll(drafts)).pipe(Effect.provideService(OutboxStore, store))
             ids.push(...written.map((m) => m.id))
-            yield* Effect.sleep("40 millis")
+            // Paced by the consumer (at most 1,000 events ahead), so that the faults below hit mid-stream.
+            yield* eventually(Effect.sync(() => ids.length - seen.size <= 1000), "120 seconds", "the consumer to catch up")
           }
         }).pipe(Effect.forkScoped)
 
@@ -122,7 +123,8 @@ describe("RabbitMQ faults (private broker node)", () => {
         yield* when(6500)
         faults.push({ fault: "stop_app / start_app", consumedAt: consumed() })
         yield* ctl((c) => c.stopApp())
-        yield* Effect.sleep("1 second")
+        // Down until the consumer's connection has noticed and is trying again.
+        yield* eventually(Effect.map(consumerConnection.state, (s) => s._tag === "Reconnecting"), "30 seconds", "the consumer to notice the outage")
         yield* ctl((c) => c.startApp())
 
         yield* eventually(Effect.sync(() => ids.length === total && ids.every((id) => seen.has(id))), "90 seconds", "every event consumed")

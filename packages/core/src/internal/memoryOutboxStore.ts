@@ -134,6 +134,18 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
     return n
   }
 
+  const stored = (row: Row): OutboxStore.StoredEvent => ({
+    message: row.message,
+    status: row.status,
+    attempts: row.attempts,
+    lastError: row.lastError,
+    createdAt: new Date(row.createdAt),
+    availableAt: new Date(row.availableAt),
+    publishedAt: row.publishedAt === null ? null : new Date(row.publishedAt),
+    claimedBy: row.claimedBy,
+    claimedUntil: row.claimedBy === null ? null : new Date(row.claimedUntil)
+  })
+
   const service: OutboxStore.Service = {
     append: (messages, claim) =>
       Effect.flatMap(Effect.serviceOption(Tx), (open) =>
@@ -222,6 +234,58 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
         for (const row of rows.values()) {
           if (row.status !== "failed" || (wanted !== undefined && !wanted.has(row.message.id))) continue
           Object.assign(row, { status: "pending", attempts: 0, finishedAttempts: 0, availableAt: now })
+          n++
+        }
+        return n
+      }),
+    list: ({ limit, status, type }) =>
+      Effect.sync(() =>
+        [...rows.values()]
+          .filter((row) => (status === undefined || row.status === status) && (type === undefined || row.message.type === type))
+          .sort((a, b) => b.seq - a.seq)
+          .slice(0, Math.max(0, limit))
+          .map(stored)
+      ),
+    get: (id) => Effect.sync(() => {
+      const row = rows.get(id)
+      return row === undefined ? undefined : stored(row)
+    }),
+    countByType: ({ status }) =>
+      Effect.sync(() => {
+        const counts = new Map<string, number>()
+        for (const row of rows.values()) if (row.status === status) counts.set(row.message.type, (counts.get(row.message.type) ?? 0) + 1)
+        return [...counts].map(([type, count]) => ({ type, count })).sort((a, b) => b.count - a.count || (a.type < b.type ? -1 : 1))
+      }),
+    throughput: ({ minutes }) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const current = Math.floor(now / 60_000) * 60_000
+        const first = current - (Math.max(1, minutes) - 1) * 60_000
+        const counts = new Map<number, number>()
+        for (const row of rows.values()) {
+          if (row.publishedAt === null || row.publishedAt < first) continue
+          const minute = Math.floor(row.publishedAt / 60_000) * 60_000
+          counts.set(minute, (counts.get(minute) ?? 0) + 1)
+        }
+        const out: Array<OutboxStore.MinuteCount> = []
+        for (let m = first; m <= current; m += 60_000) out.push({ minute: new Date(m), published: counts.get(m) ?? 0 })
+        return out
+      }),
+    holders: Effect.sync(() => {
+      const byHolder = new Map<string, { events: number; until: number }>()
+      for (const row of rows.values()) {
+        if (row.status !== "processing" || row.claimedBy === null) continue
+        const h = byHolder.get(row.claimedBy) ?? { events: 0, until: 0 }
+        byHolder.set(row.claimedBy, { events: h.events + 1, until: Math.max(h.until, row.claimedUntil) })
+      }
+      return [...byHolder].map(([holder, h]) => ({ holder, events: h.events, claimedUntil: new Date(h.until) })).sort((a, b) => a.holder < b.holder ? -1 : 1)
+    }),
+    requeue: (ids) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        let n = 0
+        for (const id of ids) {
+          const row = rows.get(id)
+          if (row === undefined || (row.status !== "published" && row.status !== "failed")) continue
+          Object.assign(row, { status: "pending", attempts: 0, finishedAttempts: 0, availableAt: now, publishedAt: null })
           n++
         }
         return n

@@ -95,6 +95,35 @@ export const sagaStoreContract = (
         assert.strictEqual((yield* Effect.flip(store.create(saga)))._tag, "StoreError")
       })))
 
+    test("list: most recent first, filtered by status and type; a compensation's attempts can be reset", () =>
+      run(Effect.gen(function*() {
+        const store = yield* SagaStore
+        const type = `list-${uuidv7(Date.now()).slice(-8)}`
+        const a = newSaga({ type })
+        yield* store.create(a)
+        yield* passTime("5 millis")
+        const b = newSaga({ type })
+        yield* store.create(b)
+        yield* passTime("5 millis")
+        const other = newSaga({ type: `${type}-other` })
+        yield* store.create(other)
+        yield* store.update(a.id, 0, { status: "failed", error: "compensation kept failing", steps: [{ index: 0, status: "compensation_failed", compensationStarted: true }] })
+        assert.deepStrictEqual((yield* store.list({ type, limit: 10 })).map((x) => x.id), [b.id, a.id])
+        assert.deepStrictEqual((yield* store.list({ type, limit: 1 })).map((x) => x.id), [b.id])
+        assert.deepStrictEqual((yield* store.list({ type, status: "failed", limit: 10 })).map((x) => [x.id, x.error]), [[a.id, "compensation kept failing"]])
+        assert.deepStrictEqual((yield* store.list({ type: `${type}-other`, status: "running", limit: 10 })).map((x) => x.id), [other.id])
+        assert.strictEqual((yield* store.list({ status: "running", limit: 100 })).filter((x) => x.type === type).length, 1)
+        assert.deepStrictEqual(yield* store.list({ type: "no-such-type", limit: 10 }), [])
+
+        yield* store.update(a.id, 1, { steps: [{ index: 0, compensationStarted: true }] })
+        assert.strictEqual((yield* store.load(a.id))!.steps[0]!.compensationAttempts, 2)
+        // An operator's retry: the attempts start over (and one may start in the same write).
+        yield* store.update(a.id, 2, { status: "compensating", steps: [{ index: 0, status: "completed", resetCompensationAttempts: true }] })
+        assert.deepStrictEqual((yield* store.load(a.id))!.steps.map((x) => [x.status, x.compensationAttempts]), [["completed", 0], ["pending", 0], ["pending", 0]])
+        yield* store.update(a.id, 3, { steps: [{ index: 0, resetCompensationAttempts: true, compensationStarted: true }] })
+        assert.strictEqual((yield* store.load(a.id))!.steps[0]!.compensationAttempts, 1)
+      })))
+
     test("create joins the caller's transaction: a rollback leaves nothing", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore

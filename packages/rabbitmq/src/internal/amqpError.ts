@@ -2,6 +2,7 @@
 // channel and connection closes but not for a refused handshake, whose reply code only appears in
 // the text ("Handshake terminated by server: 403 (ACCESS-REFUSED) ..."): it is read out here once,
 // so that everything after this point decides on codes.
+import { describe } from "@tidings/core/Errors"
 import { AmqpConnectionError, TopologyError } from "../AmqpErrors.ts"
 
 /** AMQP reply codes after which trying again cannot help. */
@@ -52,46 +53,43 @@ export const isRetryableCode = (code: number | string | undefined): boolean => {
   return true
 }
 
-/** The secrets to remove from texts, or a function that removes them. */
-export type Secrets = ReadonlyArray<string> | ((text: string) => string)
+// `scheme://user:password@` in any URL: the userinfo is the credential.
+const userinfo = /\b([a-z][a-z0-9+.-]*:\/\/)[^\s/?#@"'<>]+@/gi
+// `password=x`, `password: "x"`, `"passwd":"x"`, `pwd='x'`: the value is the credential.
+const passwordField = /\b(pass(?:word|wd)?|pwd|secret)(["']?\s*[:=]\s*)(["']?)[^\s"',;&}]+/gi
 
-/** Removes every secret (password, user name) from a text. */
-export const scrub = (text: string, secrets: Secrets): string => {
-  if (typeof secrets === "function") return secrets(text)
-  let out = text
-  for (const secret of secrets) if (secret.length > 0) out = out.split(secret).join("<redacted>")
-  return out
-}
+/**
+ * Removes credentials from a text: the userinfo of URLs and the values of password fields. Only
+ * where they appear as credentials: a password that also occurs as an ordinary word (say `guest`,
+ * or a package name in a stack path) is left alone there, so logs stay readable and the text does
+ * not point at the password by blanking every occurrence of it.
+ */
+export const scrub = (text: string): string =>
+  text.replace(userinfo, "$1<redacted>@").replace(passwordField, "$1$2$3<redacted>")
 
-const messageOf = (error: unknown): string =>
-  error instanceof Error ? error.message : typeof error === "string" ? error : (() => {
-    try {
-      return JSON.stringify(error) ?? String(error)
-    } catch {
-      return String(error)
-    }
-  })()
+// amqplib's errors are plain `Error`s: their message is the text (Errors.describe, the one error-to-text).
+const messageOf = (error: unknown): string => describe(error)
 
-/** A typed connection error with the secrets scrubbed out. */
-export const connectionError = (operation: string, error: unknown, secrets: Secrets): AmqpConnectionError => {
+/** A typed connection error, its text scrubbed. */
+export const connectionError = (operation: string, error: unknown): AmqpConnectionError => {
   if (error instanceof AmqpConnectionError) return error
   const code = errorCode(error)
   return new AmqpConnectionError({
     operation,
-    message: scrub(messageOf(error), secrets),
+    message: scrub(messageOf(error)),
     ...(code === undefined ? {} : { code }),
     retryable: isRetryableCode(code)
   })
 }
 
-/** A typed topology error with the secrets scrubbed out. */
-export const topologyError = (operation: string, entity: string, error: unknown, secrets: Secrets): TopologyError => {
+/** A typed topology error, its text scrubbed. */
+export const topologyError = (operation: string, entity: string, error: unknown): TopologyError => {
   if (error instanceof TopologyError) return error
   const code = errorCode(error)
   return new TopologyError({
     operation,
     entity,
-    message: scrub(messageOf(error), secrets),
+    message: scrub(messageOf(error)),
     ...(code === undefined ? {} : { code }),
     retryable: isRetryableCode(code)
   })

@@ -2,6 +2,7 @@
 // consumer's delayed retries. Each message gets its own outcome: confirmed, or failed with a reason
 // (nack, basic.return of a mandatory message, no confirm in time, channel closed).
 import type { ConfirmChannel, Message as AmqpMessage, Options } from "amqplib"
+import { describe } from "@tidings/core/Errors"
 import { Effect, type Scope } from "effect"
 import type { Buffer } from "node:buffer"
 import { AmqpConnectionError, type TopologyError } from "../AmqpErrors.ts"
@@ -94,7 +95,7 @@ export const make = (
             const channel = yield* channels.confirmChannel
             slot.lastError = undefined
             channel.on("error", (error: unknown) => {
-              slot.lastError = connection.scrub(error instanceof Error ? error.message : String(error))
+              slot.lastError = connection.scrub(describe(error))
             })
             // Prepended: runs before amqplib fails the unconfirmed callbacks, so that they see the
             // channel as closed (and report "channel closed", not "nacked").

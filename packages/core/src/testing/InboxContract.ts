@@ -1,27 +1,64 @@
 /**
  * The contract every `InboxStore` passes, with `Inbox.handle` and `Projection.handle` on top: the
- * memory store here, the Postgres store in `@tidings/postgres`. The "business write" of the handlers
- * is a projection position (transactional in both stores); outbox events use the paired outbox store.
+ * memory store (on `TestClock`) and the Postgres store in `@tidings/postgres` (real time). The
+ * "business write" of the handlers is a projection position (transactional in both stores); outbox
+ * events use the paired outbox store.
+ * @since 0.1.0
+ * @module
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Layer, Schema, type Scope } from "effect"
-import * as Event from "../src/Event.ts"
-import * as Inbox from "../src/Inbox.ts"
-import { InboxStore, type Service } from "../src/InboxStore.ts"
-import { uuidv7 } from "../src/internal/uuid.ts"
-import * as Outbox from "../src/Outbox.ts"
-import { OutboxStore, type Service as OutboxService } from "../src/OutboxStore.ts"
-import * as Projection from "../src/Projection.ts"
-import { failureTag } from "./OutboxStoreContract.ts"
+import { Cause, Duration, Effect, Exit, Fiber, Layer, Option, Schema, type Scope } from "effect"
+import { TestClock } from "effect/testing"
+import type * as Consumer from "../Consumer.ts"
+import * as Event from "../Event.ts"
+import * as Inbox from "../Inbox.ts"
+import { InboxStore, type Service } from "../InboxStore.ts"
+import { uuidv7 } from "../internal/uuid.ts"
+import * as Outbox from "../Outbox.ts"
+import { OutboxStore, type Service as OutboxService } from "../OutboxStore.ts"
+import * as Projection from "../Projection.ts"
+
+const failureTag = <A, E>(exit: Exit.Exit<A, E>): string | undefined =>
+  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { readonly _tag?: string })._tag)) : undefined
 
 const Noted = Event.define("inbox.noted", { aggregateType: "note", schema: Schema.Struct({ n: Schema.Int }) })
 
-export interface Stores {
+/**
+ * The stores a run of the contract uses; the outbox store must join the inbox store's transactions.
+ * @since 0.1.0
+ * @category models
+ */
+export interface InboxStores {
   readonly inbox: Service
   readonly outbox: OutboxService
+  /**
+   * Makes every inbox row older by `age` (a store on a database's `now()` moves its rows back in
+   * time); without it the contract lets the time pass (the test clock, for stores that read `Clock`).
+   */
+  readonly backdate?: (age: Duration.Duration) => Effect.Effect<void, unknown>
 }
 
 const id = () => uuidv7(Date.now())
+
+/** A consumer delivery carrying `event` under message id `messageId`. */
+const delivery = <A>(messageId: string | undefined, event: A): Consumer.Delivery<A> => ({
+  event,
+  messageId,
+  id: messageId,
+  type: "inbox.test",
+  version: 1,
+  payload: event,
+  headers: {},
+  attempt: 1,
+  redelivered: false,
+  aggregateType: undefined,
+  aggregateId: undefined,
+  orderingKey: undefined,
+  occurredAt: undefined,
+  queue: "inbox-test",
+  exchange: "",
+  routingKey: "inbox.test"
+})
 
 /** A handler whose effect is a transactional write (a position bump) plus a JS call counter. */
 const bump = (store: Service, key: string, calls: { n: number }) =>
@@ -31,12 +68,27 @@ const bump = (store: Service, key: string, calls: { n: number }) =>
     yield* store.setPosition("effects", key, p + 1)
   })
 
-export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, unknown, Scope.Scope>) => {
-  const run = <A, E>(body: Effect.Effect<A, E, InboxStore | OutboxStore>) =>
-    Effect.scoped(Effect.flatMap(makeStores, (s) => Effect.provide(body, Layer.mergeAll(Layer.succeed(InboxStore, s.inbox), Layer.succeed(OutboxStore, s.outbox)))))
+/**
+ * Registers the contract's tests. `clock: "test"` runs them on `TestClock` (stores that read
+ * `Clock`, such as the memory store); `"live"` (default) on real time (a database's `now()`).
+ * @since 0.1.0
+ * @category contracts
+ */
+export const inboxContract = (
+  name: string,
+  makeStores: Effect.Effect<InboxStores, unknown, Scope.Scope>,
+  options: { readonly clock?: "test" | "live" } = {}
+) => {
+  const clock = options.clock ?? "live"
+  const test = clock === "test" ? it.effect : it.live
+  /** Lets time pass: the test clock moves, or the real one is waited for. */
+  const elapse = (d: Duration.Input) => clock === "test" ? TestClock.adjust(d) : Effect.sleep(d)
+  const runWith = <A, E>(body: (stores: InboxStores) => Effect.Effect<A, E, InboxStore | OutboxStore>) =>
+    Effect.scoped(Effect.flatMap(makeStores, (s) => Effect.provide(body(s), Layer.mergeAll(Layer.succeed(InboxStore, s.inbox), Layer.succeed(OutboxStore, s.outbox)))))
+  const run = <A, E>(body: Effect.Effect<A, E, InboxStore | OutboxStore>) => runWith(() => body)
 
   describe(`Inbox contract: ${name}`, () => {
-    it.live("begin counts attempts on a processing row and leaves a processed one alone", () =>
+    test("begin counts attempts on a processing row and leaves a processed one alone", () =>
       run(Effect.gen(function*() {
         const store = yield* InboxStore
         const m = id()
@@ -54,7 +106,29 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         assert.strictEqual(failureTag(yield* Effect.exit(store.markProcessed(m, "c3"))), "NotInTransaction")
       })))
 
-    it.live("a message handled twice has its effect once; the duplicate is reported", () =>
+    test("resetFailed forgets a dead-lettered row so that the next delivery is handled; other rows stay", () =>
+      run(Effect.gen(function*() {
+        const store = yield* InboxStore
+        const m = id()
+        yield* store.begin(m, "c1", "i1")
+        assert.isFalse(yield* store.resetFailed(m, "c1"), "a processing row is not reset")
+        yield* store.markFailed(m, "c1", "crash loop")
+        yield* store.markFailed(m, "c2", "crash loop")
+        assert.strictEqual((yield* store.count()).failed, 2)
+        assert.isTrue(yield* store.resetFailed(m, "c1"))
+        assert.isUndefined(yield* store.get(m, "c1"))
+        assert.strictEqual((yield* store.get(m, "c2"))?.status, "failed", "another consumer's row stays")
+        assert.isFalse(yield* store.resetFailed(m, "c1"))
+        const calls = { n: 0 }
+        assert.deepStrictEqual(yield* Inbox.handle("c1", m, Effect.as(bump(store, m, calls), 1)), { _tag: "Processed", value: 1 })
+        assert.strictEqual(calls.n, 1)
+        // Inside a transaction, the reset commits (or rolls back) with it.
+        const exit = yield* Effect.exit(store.withTransaction(Effect.andThen(store.resetFailed(m, "c2"), Effect.fail("rolled back" as const))))
+        assert.isTrue(Exit.isFailure(exit))
+        assert.strictEqual((yield* store.get(m, "c2"))?.status, "failed")
+      })))
+
+    test("a message handled twice has its effect once; the duplicate is reported", () =>
       run(Effect.gen(function*() {
         const store = yield* InboxStore
         const calls = { n: 0 }
@@ -67,7 +141,7 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         assert.strictEqual(yield* store.position("effects", m), 1)
       })))
 
-    it.live("concurrent duplicates: exactly one runs the handler", () =>
+    test("concurrent duplicates: exactly one runs the handler", () =>
       run(Effect.gen(function*() {
         const store = yield* InboxStore
         const calls = { n: 0 }
@@ -79,7 +153,7 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         assert.strictEqual((yield* store.get(m, "c"))!.crashes, 0)
       })))
 
-    it.live("a handler failure rolls back its writes and the mark; the retry applies them once", () =>
+    test("a handler failure rolls back its writes and the mark; the retry applies them once", () =>
       run(Effect.gen(function*() {
         const store = yield* InboxStore
         const outbox = yield* OutboxStore
@@ -104,7 +178,7 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         assert.strictEqual((yield* outbox.stats).pending, 1)
       })))
 
-    it.live("crash loop: attempts that started and never finished dead-letter the message with the reason", () =>
+    test("crash loop: attempts that started and never finished dead-letter the message with the reason", () =>
       run(Effect.gen(function*() {
         const store = yield* InboxStore
         const calls = { n: 0 }
@@ -127,20 +201,20 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         assert.strictEqual(calls.n, 1)
       })))
 
-    it.live("wrap: a consumer handler that acks duplicates and refuses deliveries without an id", () =>
+    test("wrap: a consumer handler that acks duplicates and refuses deliveries without an id", () =>
       run(Effect.gen(function*() {
         const store = yield* InboxStore
         const calls = { n: 0 }
-        const handler = Inbox.wrap("w", (d: { messageId: string | undefined; key: string }) => bump(store, d.key, calls))
+        const handler = Inbox.wrap("w", (d: Consumer.Delivery<string>) => bump(store, d.event, calls))
         const m = id()
-        yield* handler({ messageId: m, key: m })
-        yield* handler({ messageId: m, key: m })
+        yield* handler(delivery(m, m))
+        yield* handler(delivery(m, m))
         assert.strictEqual(calls.n, 1)
-        const missing = yield* Effect.exit(handler({ messageId: undefined, key: m }))
+        const missing = yield* Effect.exit(handler(delivery(undefined, m)))
         assert.strictEqual(failureTag(missing), "MissingMessageId")
       })))
 
-    it.live("list and count: the admin views, by status and consumer, newest first, bounded", () =>
+    test("list and count: the admin views, by status and consumer, newest first, bounded", () =>
       run(Effect.gen(function*() {
         const store = yield* InboxStore
         const consumer = `views-${id()}`
@@ -149,7 +223,7 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         for (const m of done) {
           yield* store.begin(m, consumer, "i1")
           assert.isTrue(yield* store.withTransaction(store.markProcessed(m, consumer)))
-          yield* Effect.sleep("5 millis") // distinct receive times: the order is observable
+          yield* elapse("5 millis") // distinct receive times: the order is observable
         }
         const dead = id()
         yield* store.begin(dead, consumer, "i1")
@@ -171,20 +245,21 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         assert.isTrue((yield* store.list({ consumer: other, limit: 100 })).every((r) => r.consumer === other))
       })))
 
-    it.live("retention deletes old rows in bounded batches", () =>
-      run(Effect.gen(function*() {
+    test("retention deletes old rows in bounded batches", () =>
+      runWith((stores) => Effect.gen(function*() {
         const store = yield* InboxStore
         for (let i = 0; i < 5; i++) yield* Inbox.handle("r", id(), Effect.void)
-        yield* Effect.sleep("400 millis")
+        // An hour passes (or the rows are made an hour older): no wall-clock window a slow machine could miss.
+        yield* stores.backdate === undefined ? elapse("1 hour") : Effect.orDie(stores.backdate(Duration.hours(1)))
         const fresh = id()
         yield* Inbox.handle("r", fresh, Effect.void)
-        assert.strictEqual(yield* store.prune({ olderThan: Duration.millis(250), limit: 2 }), 2)
-        assert.strictEqual(yield* Inbox.pruneOnce({ olderThan: Duration.millis(250), batchSize: 2 }), 3)
-        assert.strictEqual(yield* store.prune({ olderThan: Duration.millis(250), limit: 2 }), 0)
+        assert.strictEqual(yield* store.prune({ olderThan: Duration.minutes(30), limit: 2 }), 2)
+        assert.strictEqual(yield* Inbox.pruneOnce({ olderThan: Duration.minutes(30), batchSize: 2 }), 3)
+        assert.strictEqual(yield* store.prune({ olderThan: Duration.minutes(30), limit: 2 }), 0)
         assert.strictEqual((yield* store.get(fresh, "r"))?.status, "processed")
       })))
 
-    it.live("projection: in order per aggregate; stale events skipped, gaps refused, duplicates ignored", () =>
+    test("projection: in order per aggregate; stale events skipped, gaps refused, duplicates ignored", () =>
       run(Effect.gen(function*() {
         const view = new Map<string, Array<number>>()
         const p = Projection.make({
@@ -205,8 +280,9 @@ export const inboxContract = (name: string, makeStores: Effect.Effect<Stores, un
         assert.deepStrictEqual(view.get(agg), [1, 2])
         assert.strictEqual(yield* Projection.appliedVersion(p, agg), 2)
         yield* Projection.awaitApplied(p, ids[1]!, "1 second")
-        const lag = yield* Effect.exit(Projection.awaitApplied(p, id(), "50 millis"))
-        assert.strictEqual(failureTag(lag), "ProjectionLag")
+        const waiting = yield* Effect.forkChild(Effect.exit(Projection.awaitApplied(p, id(), "50 millis")))
+        yield* elapse("60 millis")
+        assert.strictEqual(failureTag(yield* Fiber.join(waiting)), "ProjectionLag")
       })))
   })
 }

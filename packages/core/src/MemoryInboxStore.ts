@@ -1,7 +1,15 @@
-import { Clock, Context, Duration, Effect, Exit, Option, Semaphore } from "effect"
-import { NotInTransaction } from "../Errors.ts"
-import type * as InboxStore from "../InboxStore.ts"
-import { pruneRows } from "./pruneRows.ts"
+/**
+ * The inbox store in memory, with the semantics of the Postgres one (the same contract tests):
+ * transactions run one at a time (a store-wide lock held from begin to commit, like row locks held
+ * to the end) and write to an overlay that is applied on success and dropped on failure, so a failed
+ * handler leaves nothing behind. For tests and demos.
+ * @since 0.1.0
+ * @module
+ */
+import { Clock, Context, Duration, Effect, Exit, Layer, Option, Semaphore } from "effect"
+import { NotInTransaction } from "./Errors.ts"
+import * as InboxStore from "./InboxStore.ts"
+import { pruneRows } from "./internal/pruneRows.ts"
 
 type Row = InboxStore.InboxRecord & { readonly startedBy: string | null }
 
@@ -9,6 +17,8 @@ const toRecord = ({ startedBy: _, ...record }: Row): InboxStore.InboxRecord => r
 
 interface Transaction {
   readonly rows: Map<string, Row>
+  /** Rows deleted in the transaction (a replay's reset), unless written again after. */
+  readonly deleted: Set<string>
   readonly positions: Map<string, number>
 }
 
@@ -19,11 +29,11 @@ const key = (a: string, b: string) => JSON.stringify([a, b])
 const compare = (a: string, b: string) => a < b ? -1 : a > b ? 1 : 0
 
 /**
- * The in-memory inbox store. Transactions run one at a time (a store-wide lock held from begin to
- * commit, like row locks held to the end) and write to an overlay that is applied on success and
- * dropped on failure, so a failed handler leaves nothing behind.
+ * Builds a fresh in-memory inbox store (one per call).
+ * @since 0.1.0
+ * @category constructors
  */
-export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.gen(function*() {
+export const make: Effect.Effect<InboxStore.Service> = Effect.gen(function*() {
   const Tx = Context.Service<Transaction>(`@tidings/core/MemoryInboxStore/Transaction/${++instances}`)
   const lock = yield* Semaphore.make(1)
   const rows = new Map<string, Row>()
@@ -35,12 +45,13 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
   const write = <A>(f: (tx: Transaction, now: number) => A): Effect.Effect<A> =>
     withTransaction(Effect.flatMap(currentTx, (open) => Effect.map(Clock.currentTimeMillis, (now) => f(Option.getOrThrow(open), now))))
 
-  const readRow = (tx: Transaction | undefined, k: string) => tx?.rows.get(k) ?? rows.get(k)
+  const readRow = (tx: Transaction | undefined, k: string) => tx?.rows.get(k) ?? (tx?.deleted.has(k) === true ? undefined : rows.get(k))
 
   /** The committed rows, overlaid with the open transaction's writes. */
   const visible = (tx: Transaction | undefined): Array<Row> => {
-    if (tx === undefined || tx.rows.size === 0) return [...rows.values()]
+    if (tx === undefined || (tx.rows.size === 0 && tx.deleted.size === 0)) return [...rows.values()]
     const merged = new Map(rows)
+    for (const k of tx.deleted) merged.delete(k)
     for (const [k, row] of tx.rows) merged.set(k, row)
     return [...merged.values()]
   }
@@ -48,12 +59,13 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
   const withTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
     Effect.flatMap(currentTx, (open) => {
       if (Option.isSome(open)) return effect
-      const tx: Transaction = { rows: new Map(), positions: new Map() }
+      const tx: Transaction = { rows: new Map(), deleted: new Set(), positions: new Map() }
       return lock.withPermits(1)(
         Effect.provideService(effect, Tx, tx).pipe(
           Effect.onExit((exit) =>
             Effect.sync(() => {
               if (Exit.isFailure(exit)) return
+              for (const k of tx.deleted) rows.delete(k)
               for (const [k, row] of tx.rows) rows.set(k, row)
               for (const [k, p] of tx.positions) positions.set(k, p)
             })
@@ -140,6 +152,14 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
           lastError: reason
         })
       }),
+    resetFailed: (messageId, consumer) =>
+      write((tx) => {
+        const k = key(messageId, consumer)
+        if (readRow(tx, k)?.status !== "failed") return false
+        tx.rows.delete(k)
+        tx.deleted.add(k)
+        return true
+      }),
     get: (messageId, consumer) =>
       Effect.map(currentTx, (open) => {
         const row = readRow(Option.getOrUndefined(open), key(messageId, consumer))
@@ -182,3 +202,10 @@ export const makeMemoryInboxStore: Effect.Effect<InboxStore.Service> = Effect.ge
   }
   return service
 })
+
+/**
+ * A fresh in-memory inbox store as the `InboxStore` layer.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<InboxStore.InboxStore> = Layer.effect(InboxStore.InboxStore, make)

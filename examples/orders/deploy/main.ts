@@ -1,0 +1,53 @@
+/**
+ * The orders service as a Deno Deploy-style entry: `Deno.serve` with the app's fetch handler, every
+ * dependency from npm specifiers (the import map `deno.json` beside this file), no `node_modules`:
+ *
+ *   TIDINGS_PG_URL=postgres://... deno run -A --no-config --import-map examples/orders/deploy/deno.json examples/orders/deploy/main.ts
+ *
+ * (`--no-config` keeps the repository's own Deno workspace, which uses `node_modules`, out of it.)
+ * The settings are the orders service's (see ../settings.ts), from the environment, plus `PORT`
+ * (default 8000) and `HOSTNAME` (default 127.0.0.1); there is no embedded database here. SIGTERM or
+ * SIGINT stops accepting requests, lets in-flight ones finish, then releases the layers.
+ */
+import { Runtime, Serve } from "@tidings/hono"
+import { Layer, References } from "effect"
+import * as App from "../app.ts"
+import * as Settings from "../settings.ts"
+import type * as Transport from "../transport.ts"
+import type { DenoApi } from "./denoApi.ts"
+
+declare const Deno: DenoApi
+
+const say = (line: string) => console.log(`[orders] ${line}`)
+
+const settings = Settings.parse([], Deno.env.toObject())
+if (settings === "help" || settings.pgUrl === undefined) {
+  console.error("[orders] set TIDINGS_PG_URL=postgres://... (this entry starts no database of its own)")
+  Deno.exit(2)
+}
+const transport: Transport.Transport = settings.amqpUrl === undefined
+  ? { _tag: "memory" }
+  : { _tag: "rabbitmq", url: settings.amqpUrl, prefix: `tidings.${settings.schema}` }
+const rt = await Runtime.make(
+  App.layer({ pgUrl: settings.pgUrl, schema: settings.schema, transport }).pipe(
+    Layer.provide(Layer.succeed(References.MinimumLogLevel, settings.logLevel))
+  )
+)
+const app = App.routes(rt, { schema: settings.schema, adminToken: settings.adminToken })
+const server = Deno.serve({
+  port: Number(Deno.env.get("PORT") ?? "8000"),
+  hostname: Deno.env.get("HOSTNAME") ?? "127.0.0.1",
+  onListen: ({ hostname, port }) => say(`listening on http://${hostname}:${port} (broker: ${transport._tag}, schema "${settings.schema}"); Ctrl-C stops`)
+}, Serve.denoHandler(app))
+
+let stopping = false
+const stop = async () => {
+  if (stopping) return
+  stopping = true
+  await server.shutdown()
+  await rt.dispose()
+  say("stopped")
+  Deno.exit(0)
+}
+Deno.addSignalListener("SIGTERM", stop)
+Deno.addSignalListener("SIGINT", stop)
