@@ -170,12 +170,20 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
         const failed = yield* store.listFailed({ limit: 10 })
         assert.deepStrictEqual(failed.map((f) => [f.message.orderingKey, nOf(f.message)]), [["poison", 2]])
         assert.match(failed[0]!.lastError ?? "", /no route/)
+        // The admin views (console, CLI) show it as they show the outbox's failed events.
+        const id = failed[0]!.message.id
+        assert.deepStrictEqual((yield* store.list({ status: "failed", limit: 10 })).map((e) => e.message.id), [id])
+        assert.strictEqual((yield* store.get(id))?.status, "failed")
+        assert.deepStrictEqual(yield* store.countByType({ status: "failed" }), [{ type: failed[0]!.message.type, count: 1 }])
         // Retried: appended to the log again for this group, published once more.
         yield* broker.setFault(undefined)
-        assert.strictEqual(yield* store.retryFailed([failed[0]!.message.id]), 1)
+        assert.strictEqual(yield* store.retryFailed([id, out[0]!.id]), 1, "a published event is no failed event to retry")
         yield* waitFor("the retried event", Effect.map(delivered, (d) => d.length === 8))
+        // A replay of a published event appends it again for every group.
+        assert.strictEqual(yield* store.requeue([out[0]!.id]), 1)
+        yield* waitFor("the replayed event", Effect.map(delivered, (d) => d.length === 9))
         yield* stop
-        assert.strictEqual((yield* delivered)[7]!.id, failed[0]!.message.id)
+        assert.deepStrictEqual((yield* delivered).slice(7).map((m) => m.id), [id, out[0]!.id])
         assert.strictEqual((yield* store.listFailed({ limit: 10 })).length, 0)
       })), 60_000)
 
