@@ -116,6 +116,11 @@ export interface Service {
   readonly member: string
   /** True while its workers run. */
   readonly isRunning: Effect.Effect<boolean>
+  /**
+   * True while an outage holds it back: a batch stopped because the publisher or the database was
+   * unavailable, and none has been published since (no attempts are counted meanwhile).
+   */
+  readonly isPaused: Effect.Effect<boolean>
   /** The partitions it holds right now. */
   readonly partitions: Effect.Effect<ReadonlyArray<number>>
   /** Wakes its workers now. */
@@ -219,13 +224,15 @@ export const layer = (config: Config = {}): Layer.Layer<LogRelay, InvalidConfig,
       settings: s,
       member,
       isRunning: running.isRunning,
+      isPaused: running.isPaused,
       partitions: Effect.sync(() => [...running.ownership.held.keys()].sort((a, b) => a - b)),
       wake: wakeups.signal("local")
     })
   }))
 
 /**
- * Readiness of the log relay: down when its workers do not run, or when reads are held back by a
+ * Readiness of the log relay: down when its workers do not run, while an outage pauses it (the
+ * publisher or the database unavailable), or when reads are held back by a
  * transaction open for longer than `maxHeldBack` (default 1 minute); the message names that
  * transaction's age (and what the store knows of it), so an operator sees why nothing is published.
  * @since 0.1.0
@@ -238,6 +245,9 @@ export const readiness = (options: { readonly maxHeldBack?: Duration.Input } = {
     run: Effect.gen(function*() {
       const relay = yield* LogRelay
       if (!(yield* relay.isRunning)) return yield* new Health.CheckFailed({ check: "log-relay", message: "the log relay is not running" })
+      if (yield* relay.isPaused) {
+        return yield* new Health.CheckFailed({ check: "log-relay", message: "the log relay is paused: the publisher or the database is unavailable" })
+      }
       const h = yield* LogStore.use((s) => s.horizon).pipe(
         Effect.mapError((e) => new Health.CheckFailed({ check: "log-relay", message: Errors.describe(e) }))
       )

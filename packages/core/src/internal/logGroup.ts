@@ -1,5 +1,5 @@
 import { Clock, Deferred, Duration, Effect, Fiber, Metric, Option, type Scope } from "effect"
-import type { StoreError } from "../Errors.ts"
+import { isUnavailable, type StoreError } from "../Errors.ts"
 import * as LogStore from "../LogStore.ts"
 import * as Metrics from "../Metrics.ts"
 import { noStack } from "../Tracing.ts"
@@ -49,6 +49,11 @@ export type Processor = (
 export interface Running {
   readonly ownership: Ownership
   readonly isRunning: Effect.Effect<boolean>
+  /**
+   * True while an outage (the publisher or the database unavailable) holds the work back: a batch
+   * stopped for it and none has been done since.
+   */
+  readonly isPaused: Effect.Effect<boolean>
   /** Completes when the workers have stopped (the layer is closing). */
   readonly stopped: Effect.Effect<void>
 }
@@ -74,6 +79,7 @@ export const run = (
     const stop = yield* Deferred.make<void>()
     const attrs = { group: s.group }
     let running = 0
+    let outage = false
     const leaseMs = Duration.toMillis(s.lease)
     const marginMs = Duration.toMillis(s.margin)
 
@@ -181,7 +187,9 @@ export const run = (
           }))
         )
         if (outcome !== "held-back") heldDelay = undefined
+        if (outcome === "worked") outage = false
         if (outcome === "paused") {
+          outage = true
           // An outage (broker or database away): wait until it is back, then a growing pause, so that
           // a dependency that says it is back but is not yet costs no busy loop.
           yield* Effect.raceFirst(Effect.andThen(awaitResumable, Effect.sleep(delay)), Deferred.await(stop))
@@ -253,7 +261,13 @@ export const run = (
         if (loops.length > 0) yield* Metric.update(Metrics.failed, loops.length)
         return paused ? "paused" as const : "worked" as const
       }).pipe(
-        Effect.catch((e) => Effect.as(Effect.logWarning(`log group ${s.group}: a batch failed; its partitions are read again`, e), "error" as const))
+        // The database away is an outage like the broker's: the worker pauses, no attempt is counted.
+        Effect.catch((e) =>
+          Effect.as(
+            Effect.logWarning(`log group ${s.group}: a batch failed; its partitions are read again`, e),
+            isUnavailable(e) ? "paused" as const : "error" as const
+          )
+        )
       )
 
     const leaser = yield* Effect.forkScoped(leaseLoop)
@@ -275,5 +289,10 @@ export const run = (
         yield* Metric.update(Metric.withAttributes(Metrics.log.partitions, attrs), 0)
       })
     )
-    return { ownership: own, isRunning: Effect.sync(() => running > 0), stopped: Effect.asVoid(Fiber.awaitAll(workers)) }
+    return {
+      ownership: own,
+      isRunning: Effect.sync(() => running > 0),
+      isPaused: Effect.sync(() => running > 0 && outage),
+      stopped: Effect.asVoid(Fiber.awaitAll(workers))
+    }
   })

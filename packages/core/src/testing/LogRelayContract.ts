@@ -229,14 +229,18 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
           awaitAvailable: Effect.suspend(() => (down ? Deferred.await(back) : Effect.void))
         })
         for (let n = 1; n <= 3; n++) yield* appendOne("k", n)
-        const { stop } = yield* startRelay({ group: "outage", maxAttempts: 1 }).pipe(Effect.provide(Layer.succeed(Publisher, flaky)))
+        const { relay, stop } = yield* startRelay({ group: "outage", maxAttempts: 1 }).pipe(Effect.provide(Layer.succeed(Publisher, flaky)))
         yield* waitFor("a failed publish", Effect.sync(() => calls > 0))
         yield* passTime("200 millis")
         const log = yield* LogStore.LogStore
         assert.deepStrictEqual((yield* log.groups).find((g) => g.group === "outage")?.retrying, 0, "no attempt counted")
+        assert.isTrue(yield* relay.isPaused)
+        const notReady = yield* Effect.flip(LogRelay.readiness().run.pipe(Effect.provideService(LogRelay.LogRelay, relay)))
+        assert.match(notReady.message, /paused: the publisher or the database is unavailable/)
         down = false
         yield* Deferred.succeed(back, undefined)
         yield* waitFor("published after the outage", Effect.map(delivered, (d) => d.length === 3))
+        yield* waitFor("no longer paused once a batch is done", Effect.map(relay.isPaused, (paused) => !paused))
         yield* stop
         assert.deepStrictEqual((yield* delivered).map(nOf), [1, 2, 3])
         assert.strictEqual((yield* (yield* OutboxStore).listFailed({ limit: 10 })).length, 0)
@@ -259,8 +263,9 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
           settle: (g, m, st) => away(log.settle(g, m, st))
         }
         for (let n = 1; n <= 3; n++) yield* appendOne("k", n)
-        const { stop } = yield* startRelay({ group: "db-outage", maxAttempts: 1 }).pipe(Effect.provide(Layer.succeed(LogStore.LogStore, flaky)))
+        const { relay, stop } = yield* startRelay({ group: "db-outage", maxAttempts: 1 }).pipe(Effect.provide(Layer.succeed(LogStore.LogStore, flaky)))
         yield* waitFor("refused reads", Effect.sync(() => refused >= 2))
+        yield* waitFor("paused", relay.isPaused)
         down = false
         yield* waitFor("published after the outage", Effect.map(delivered, (d) => d.length === 3))
         yield* stop
