@@ -28,13 +28,13 @@ const env = { ...process.env, npm_config_audit: "false", npm_config_fund: "false
 const bin = (name: string) => path.join(root, "node_modules/.bin", name)
 
 /** Imports @tidings/hono from its build, serves it and calls it over the network. */
-const honoCheck = `import * as OutboxStore from "@tidings/core/OutboxStore"
+const honoCheck = `import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
 import { Console, Routes, Runtime, Serve } from "@tidings/hono"
 import { Redacted } from "effect"
 import { Hono } from "hono"
 
 const token = "pack-token-0123456789abcdef-0123456789"
-const rt = await Runtime.make(OutboxStore.layerMemory)
+const rt = await Runtime.make(MemoryOutboxStore.layer)
 const app = new Hono()
 app.route("/admin", Routes.all(rt, { auth: Redacted.make(token) }))
 app.route("/console", Console.routes(rt, { auth: Redacted.make(token) }))

@@ -5,6 +5,7 @@
  * @module
  */
 import { writeStdout } from "./lib/stdio.ts" // first: keeps stray console output off stdout
+import * as EagerDispatch from "@tidings/core/EagerDispatch"
 import { Cause, Effect, Exit, Fiber, References, type Scope } from "effect"
 import * as Claim from "./claim.ts"
 import { parse, Reader, UsageError } from "./lib/cli.ts"
@@ -110,7 +111,10 @@ const main = async (): Promise<number> => {
     program().pipe(
       Effect.scoped,
       // Effect's loggers (relay warnings) write to stderr like everything else.
-      Effect.provideService(References.LogToStderr, true)
+      Effect.provideService(References.LogToStderr, true),
+      // Eager dispatch pairs the producers and relays of one store: the benchmarks provide their
+      // stores as values, so they provide the registry (a store's layer would bring its own).
+      Effect.provideService(EagerDispatch.Lanes, EagerDispatch.make())
     )
   )
   // Ctrl-C: interrupt, so that finalizers stop the embedded server and drop schemas.

@@ -1,11 +1,16 @@
 /**
  * Event types: a name, a version and a payload schema. `Outbox.append` validates and encodes the
  * payload with the schema before anything is written.
+ * @since 0.1.0
  * @module
  */
 import type { Schema } from "effect"
 
-/** A declared event type: name, version, the aggregate it belongs to, and its payload schema. */
+/**
+ * A declared event type: name, version, the aggregate it belongs to, and its payload schema.
+ * @since 0.1.0
+ * @category models
+ */
 export interface EventType<
   Type extends string = string,
   S extends Schema.Codec<any, any, never, never> = Schema.Codec<any, any, never, never>
@@ -18,7 +23,11 @@ export interface EventType<
   readonly make: (input: EventInput<S["Type"]>) => EventDraft<EventType<Type, S>>
 }
 
-/** What a caller gives to append one event. */
+/**
+ * What a caller gives to append one event.
+ * @since 0.1.0
+ * @category models
+ */
 export interface EventInput<Payload> {
   readonly aggregateId: string
   readonly payload: Payload
@@ -27,7 +36,11 @@ export interface EventInput<Payload> {
   readonly headers?: Readonly<Record<string, string>>
 }
 
-/** An event of a known type, not yet validated or written. */
+/**
+ * An event of a known type, not yet validated or written.
+ * @since 0.1.0
+ * @category models
+ */
 export interface EventDraft<E extends EventType<string, any> = EventType<string, any>> extends EventInput<E["schema"]["Type"]> {
   readonly eventType: E
 }
@@ -40,6 +53,8 @@ export interface EventDraft<E extends EventType<string, any> = EventType<string,
  *   aggregateType: "order",
  *   schema: Schema.Struct({ orderId: Schema.String, totalCents: Schema.Int })
  * })
+ * @since 0.1.0
+ * @category constructors
  */
 export const define = <const Type extends string, S extends Schema.Codec<any, any, never, never>>(
   type: Type,

@@ -4,13 +4,18 @@
  * runs them together, each under a timeout. Drivers export their own: `PgClient.readiness`
  * (`SELECT 1`), `AmqpConnection.readiness` (connected and not blocked); {@link relay} is here. An
  * app on the in-memory stores has nothing that can be down: {@link up} reports ready.
+ * @since 0.1.0
  * @module
  */
 import { Cause, Clock, Duration, Effect, Exit, Option, Schema } from "effect"
 import * as Errors from "./Errors.ts"
 import { Relay } from "./Relay.ts"
 
-/** Why a check failed; `message` is meant for operators (no credentials: drivers scrub them). */
+/**
+ * Why a check failed; `message` is meant for operators (no credentials: drivers scrub them).
+ * @since 0.1.0
+ * @category errors
+ */
 export class CheckFailed extends Schema.TaggedError<CheckFailed>()("CheckFailed", {
   check: Schema.String,
   message: Schema.String
@@ -21,7 +26,11 @@ export class CheckFailed extends Schema.TaggedError<CheckFailed>()("CheckFailed"
   }
 }
 
-/** A named readiness check. */
+/**
+ * A named readiness check.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Check<R = never> {
   readonly name: string
   readonly run: Effect.Effect<void, CheckFailed, R>
@@ -31,6 +40,8 @@ export interface Check<R = never> {
 /**
  * A check from an effect: ready when it succeeds with `true` or nothing; not ready when it returns
  * `false` (with `notReady` as the message), fails or dies (with the error's tag and message).
+ * @since 0.1.0
+ * @category constructors
  */
 export const make = <E, R>(name: string, check: Effect.Effect<boolean | void, E, R>, notReady = "not ready"): Check<R> => ({
   name,
@@ -44,16 +55,41 @@ export const make = <E, R>(name: string, check: Effect.Effect<boolean | void, E,
   )
 })
 
-/** Always ready: for in-memory stores and brokers, which cannot be unreachable. */
+/**
+ * Always ready: for in-memory stores and brokers, which cannot be unreachable.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const up = (name: string): Check => ({ name, run: Effect.void })
 
-/** Ready while the relay's pollers run (`Relay.isRunning`). */
-export const relay: Check<Relay> = make("relay", Relay.use((r) => r.isRunning), "the relay is not running")
+/**
+ * Ready while the relay's pollers run and can publish: down when they stopped, or when all of them
+ * are paused because the publisher is unavailable (`Relay.status`).
+ * @since 0.1.0
+ * @category checks
+ */
+export const relay: Check<Relay> = {
+  name: "relay",
+  run: Effect.flatMap(Relay.use((r) => r.status), (s) =>
+    s.pollers === 0
+      ? Effect.fail(new CheckFailed({ check: "relay", message: "the relay is not running" }))
+      : s.paused >= s.pollers
+      ? Effect.fail(new CheckFailed({ check: "relay", message: "paused: the publisher is unavailable" }))
+      : Effect.void)
+}
 
-/** What a union of checks requires (distributive, so that no checks require nothing). */
+/**
+ * What a union of checks requires (distributive, so that no checks require nothing).
+ * @since 0.1.0
+ * @category models
+ */
 export type Requirements<C> = C extends Check<infer R> ? R : never
 
-/** The outcome of one check. */
+/**
+ * The outcome of one check.
+ * @since 0.1.0
+ * @category models
+ */
 export interface CheckResult {
   readonly name: string
   readonly status: "up" | "down"
@@ -62,7 +98,11 @@ export interface CheckResult {
   readonly message?: string
 }
 
-/** The outcome of all checks: `up` when every one is. */
+/**
+ * The outcome of all checks: `up` when every one is.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Report {
   readonly status: "up" | "down"
   readonly checks: ReadonlyArray<CheckResult>
@@ -71,6 +111,8 @@ export interface Report {
 /**
  * Runs the checks concurrently, each under `timeout` (default 2 s; a check that takes longer is
  * down). Never fails: a failing check is reported, not raised.
+ * @since 0.1.0
+ * @category running
  */
 export const run = <const C extends ReadonlyArray<Check<any>>>(
   checks: C,

@@ -13,7 +13,7 @@
  * {@link Service.deadLetters}). Nothing survives the process: it is a broker for tests and demos.
  * @module
  */
-import { Clock, Context, Duration, Effect, Layer, Metric, PubSub, Queue, Ref, Schema, type Scope, Stream } from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Exit, Layer, Metric, PubSub, Queue, Ref, Schema, type Scope, Stream } from "effect"
 import * as Consumers from "./Consumer.ts"
 import * as ConsumerRunner from "./ConsumerRunner.ts"
 import * as Errors from "./Errors.ts"
@@ -73,6 +73,11 @@ export interface Service {
   readonly subscription: Effect.Effect<PubSub.Subscription<Delivery>, never, Scope.Scope>
   /** Replaces the fault injector (`undefined` = accept everything). */
   readonly setFault: (fault: FaultInjector | undefined) => Effect.Effect<void>
+  /**
+   * Takes the broker away (`false`: every publish fails with a `PublishError` whose reason is
+   * `Unavailable`, and the publisher's `awaitAvailable` waits) or brings it back (`true`).
+   */
+  readonly setAvailable: (available: boolean) => Effect.Effect<void>
   /** Messages dead-lettered by the consumers of this broker, oldest first. */
   readonly deadLetters: Effect.Effect<ReadonlyArray<DeadLetter>>
   /** Records a dead letter (consumers call it). */
@@ -98,8 +103,12 @@ export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publish
     const dead = yield* Ref.make<Array<DeadLetter>>([])
     const hub = yield* PubSub.unbounded<Delivery>()
     let fault = options.fault
+    // While unavailable, `back` completes when the broker returns.
+    let back: Deferred.Deferred<void> | undefined
+    const awaitAvailable = Effect.suspend(() => back === undefined ? Effect.void : Deferred.await(back))
     const publish = (messages: ReadonlyArray<Message>) =>
       Effect.gen(function*() {
+        if (back !== undefined) return yield* new PublishError({ message: "the memory broker is unavailable", reason: new Errors.Unavailable() })
         const now = yield* Clock.currentTimeMillis
         const results: Array<Publisher.PublishResult> = []
         const accepted: Array<Delivery> = []
@@ -126,11 +135,20 @@ export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publish
       subscribe: Stream.fromPubSub(hub),
       subscription: PubSub.subscribe(hub),
       setFault: (f) => Effect.sync(() => void (fault = f)),
+      setAvailable: (available) =>
+        Effect.sync(() => {
+          if (available && back !== undefined) {
+            Deferred.doneUnsafe(back, Exit.void)
+            back = undefined
+          } else if (!available && back === undefined) {
+            back = Deferred.makeUnsafe<void>()
+          }
+        }),
       deadLetters: Effect.map(Ref.get(dead), (xs) => xs.slice()),
       deadLetter: (letter) => Ref.update(dead, (xs) => (xs.push(letter), xs)),
       clear: Effect.andThen(Ref.set(log, []), Ref.set(dead, []))
     })
-    return Context.make(MemoryBroker, broker).pipe(Context.add(Publisher.Publisher, Publisher.Publisher.of({ publish })))
+    return Context.make(MemoryBroker, broker).pipe(Context.add(Publisher.Publisher, Publisher.Publisher.of({ publish, awaitAvailable })))
   }))
 
 // ---------------------------------------------------------------------------------------------

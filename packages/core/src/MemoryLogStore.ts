@@ -297,6 +297,8 @@ export const make = (config: Config = {}) =>
       afterCommit: (effect) =>
         Effect.flatMap(Effect.serviceOption(Tx), (open) =>
           Option.match(open, { onNone: () => effect, onSome: (tx) => Effect.sync(() => void tx.afterCommit.push(effect)) })),
+      inTransaction: Effect.map(Effect.serviceOption(Tx), Option.isSome),
+      defersAfterCommit: Effect.map(Effect.serviceOption(Tx), Option.isSome),
       claim: () => logMode("claim"),
       settle: () => logMode("settle"),
       settleAndClaim: () => logMode("settleAndClaim"),

@@ -1,19 +1,36 @@
 /**
  * The message model: what the outbox stores, the relay publishes and consumers receive.
+ * @since 0.1.0
  * @module
  */
 import { Schema } from "effect"
 
-/** A UUIDv7 string: time-ordered, so ids sort roughly by creation. */
+/**
+ * A UUIDv7 string: time-ordered, so ids sort roughly by creation.
+ * @since 0.1.0
+ * @category schemas
+ */
 export const MessageId = Schema.String.check(Schema.isUUID())
 
 const NonEmpty = Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(255))
 
-/** String headers carried with a message; `traceparent` holds the W3C trace context of the append. */
+/**
+ * String headers carried with a message; `traceparent` holds the W3C trace context of the append.
+ * @since 0.1.0
+ * @category schemas
+ */
 export const Headers = Schema.Record(Schema.String, Schema.String)
+/**
+ * @since 0.1.0
+ * @category schemas
+ */
 export type Headers = typeof Headers.Type
 
-/** An event as written to the outbox and published: payload already encoded by its schema (JSON). */
+/**
+ * An event as written to the outbox and published: payload already encoded by its schema (JSON).
+ * @since 0.1.0
+ * @category schemas
+ */
 export const Message = Schema.Struct({
   id: MessageId,
   type: NonEmpty,
@@ -26,12 +43,24 @@ export const Message = Schema.Struct({
   headers: Headers,
   occurredAt: Schema.Date
 })
+/**
+ * @since 0.1.0
+ * @category schemas
+ */
 export interface Message extends Schema.Schema.Type<typeof Message> {}
 
-/** Message with its dates as ISO strings: the wire format. */
+/**
+ * Message with its dates as ISO strings: the wire format.
+ * @since 0.1.0
+ * @category schemas
+ */
 export const MessageJson = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
 
-/** Header names Tidings sets itself. */
+/**
+ * Header names Tidings sets itself.
+ * @since 0.1.0
+ * @category constants
+ */
 export const HeaderNames = {
   traceparent: "traceparent"
 } as const
@@ -44,6 +73,8 @@ const rawJson: unique symbol = Symbol.for("@tidings/core/Message/rawJson")
  * A message whose payload is parsed from `json` only when read. A relay that only forwards the
  * message never parses it, and a publisher sends `json` as it is ({@link payloadJson}): parsing and
  * re-encoding were the largest share of the relay's own CPU per event.
+ * @since 0.1.0
+ * @category constructors
  */
 export const fromStoredJson = (fields: Omit<Message, "payload">, json: string): Message => {
   let parsed: unknown
@@ -71,7 +102,11 @@ export const fromStoredJson = (fields: Omit<Message, "payload">, json: string): 
   return message
 }
 
-/** A copy of `message` with other headers; the payload stays unparsed if it was. */
+/**
+ * A copy of `message` with other headers; the payload stays unparsed if it was.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const withHeaders = (message: Message, headers: Headers): Message => {
   const json = (message as { readonly [rawJson]?: string })[rawJson]
   if (json === undefined) return { ...message, headers }
@@ -87,6 +122,10 @@ export const withHeaders = (message: Message, headers: Headers): Message => {
   }, json)
 }
 
-/** The payload as JSON text: the stored text when the message came from a store, else encoded now. */
+/**
+ * The payload as JSON text: the stored text when the message came from a store, else encoded now.
+ * @since 0.1.0
+ * @category accessors
+ */
 export const payloadJson = (message: Message): string | undefined =>
   (message as { readonly [rawJson]?: string })[rawJson] ?? JSON.stringify(message.payload)

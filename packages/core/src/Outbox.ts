@@ -3,13 +3,15 @@
  * next to the business change, and never opens one of its own: the events commit or roll back with
  * the change. Relays publish them after the commit: a relay running in this process on the same
  * store gets them at once (eager dispatch: written already claimed for it, handed over after the
- * commit); otherwise they are written pending and relays claim them, woken after the commit.
+ * commit; the two find each other through the `EagerDispatch` registry that the store's layer
+ * provides); otherwise they are written pending and relays claim them, woken after the commit.
+ * @since 0.1.0
  * @module
  */
 import { Clock, Effect, Option, Schema, SchemaIssue } from "effect"
 import { InvalidEvent, type NotInTransaction, type StoreError } from "./Errors.ts"
 import type { EventDraft, EventInput, EventType } from "./Event.ts"
-import * as DispatchLanes from "./internal/dispatchLanes.ts"
+import * as EagerDispatch from "./EagerDispatch.ts"
 import * as Tracing from "./Tracing.ts"
 import { uuidv7 } from "./internal/uuid.ts"
 import { HeaderNames, Message } from "./Message.ts"
@@ -17,7 +19,11 @@ import { OutboxStore } from "./OutboxStore.ts"
 import { Wakeups } from "./Wakeup.ts"
 import { noStack } from "./Tracing.ts"
 
-/** What `append` can fail with. */
+/**
+ * What `append` can fail with.
+ * @since 0.1.0
+ * @category errors
+ */
 export type AppendError = InvalidEvent | NotInTransaction | StoreError
 
 const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
@@ -26,7 +32,11 @@ const validateMessage = Schema.decodeUnknownExit(Message)
 const invalid = (draft: EventDraft, message: string, issues: InvalidEvent["issues"] = []) =>
   new InvalidEvent({ eventType: draft.eventType.type, version: draft.eventType.version, message, issues })
 
-/** Validates and encodes one draft into a message; fails without side effects. */
+/**
+ * Validates and encodes one draft into a message; fails without side effects.
+ * @since 0.1.0
+ * @category encoding
+ */
 export const encode = (draft: EventDraft, now: number, traceparent: Option.Option<string>): Effect.Effect<Message, InvalidEvent> =>
   Effect.gen(function*() {
     const { eventType } = draft
@@ -66,21 +76,23 @@ export const encode = (draft: EventDraft, now: number, traceparent: Option.Optio
   })
 
 /**
- * The lane of a relay in this process serving `store` (eager dispatch), when it has room and the
- * transaction really defers after-commit work: where `afterCommit` runs at once (a transaction the
- * store did not start), handing events over would publish what may still roll back.
+ * The lane of a relay in this process serving `store` (eager dispatch, registered in the
+ * `EagerDispatch` registry provided with the store), when it has room and the transaction defers
+ * after-commit work: where `afterCommit` would run at once, handing events over could publish what
+ * may still roll back.
  */
 const eagerLane = (store: OutboxStore["Service"], n: number) =>
-  Effect.suspend(() => {
-    const lane = DispatchLanes.lookup(store, n)
+  Effect.flatMap(EagerDispatch.Lanes, (lanes) => {
+    const lane = lanes.lookup(store, n)
     if (lane === undefined) return Effect.succeed(undefined)
-    let ranAtOnce = false
-    return Effect.map(store.afterCommit(Effect.sync(() => void (ranAtOnce = true))), () => ranAtOnce ? undefined : lane)
+    return Effect.map(store.defersAfterCommit, (defers) => defers ? lane : undefined)
   })
 
 /**
  * Appends events in the current transaction. All drafts are validated first: if any fails its
  * schema, nothing is written. Returns the messages as written (ids, headers, timestamps).
+ * @since 0.1.0
+ * @category appending
  */
 export const appendAll = (drafts: ReadonlyArray<EventDraft>): Effect.Effect<ReadonlyArray<Message>, AppendError, OutboxStore> =>
   Effect.gen(function*() {
@@ -101,10 +113,18 @@ export const appendAll = (drafts: ReadonlyArray<EventDraft>): Effect.Effect<Read
     return messages
   }).pipe(Effect.withSpan("tidings.outbox.append", { attributes: { "tidings.outbox.count": drafts.length } }, noStack))
 
-/** Appends one event of a declared type in the current transaction. */
+/**
+ * Appends one event of a declared type in the current transaction.
+ * @since 0.1.0
+ * @category appending
+ */
 export const append = <E extends EventType<string, any>>(eventType: E, input: EventInput<E["schema"]["Type"]>): Effect.Effect<Message, AppendError, OutboxStore> =>
   Effect.map(appendAll([eventType.make(input)]), (messages) => messages[0]!)
 
-/** Runs `effect` in a transaction of the outbox store (an app with its own SqlClient can use `sql.withTransaction`). */
+/**
+ * Runs `effect` in a transaction of the outbox store (an app with its own SqlClient can use `sql.withTransaction`).
+ * @since 0.1.0
+ * @category appending
+ */
 export const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | StoreError, R | OutboxStore> =>
   OutboxStore.use((store) => store.withTransaction(effect))

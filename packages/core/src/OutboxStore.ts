@@ -1,17 +1,20 @@
 /**
  * The outbox storage port. The relay engine is written once against it; `@tidings/postgres`
- * implements it on Postgres and {@link layerMemory} in memory, and both pass the same contract tests.
+ * implements it on Postgres and `MemoryOutboxStore` in memory, and both pass the same contract
+ * suite (`outboxStoreContract` in `@tidings/core/testing`, which a third-party store runs too).
+ * @since 0.1.0
  * @module
  */
-import { Context, type Duration, type Effect, Layer } from "effect"
+import { Context, type Duration, type Effect } from "effect"
 import type { NotInTransaction, StoreError } from "./Errors.ts"
-import { makeMemoryOutboxStore } from "./internal/memoryOutboxStore.ts"
 import type { Message } from "./Message.ts"
 
 /**
  * Lifecycle of an outbox row. `failed` is the dead-letter state, kept for inspection and replay;
  * `suspect` marks an event whose relay died while publishing it (retried alone, failed after too
  * many crashes).
+ * @since 0.1.0
+ * @category models
  */
 export type Status = "pending" | "processing" | "published" | "failed" | "suspect"
 
@@ -19,17 +22,27 @@ export type Status = "pending" | "processing" | "published" | "failed" | "suspec
  * How events are claimed. `unordered` (the default, and the fastest) takes any due events.
  * `per-key` publishes the events of one ordering key strictly in order, (transaction id, append
  * order), while different keys go in parallel; every relay on a table must use the same mode.
+ * @since 0.1.0
+ * @category models
  */
 export type Ordering = "unordered" | "per-key"
 
-/** A row claimed by a relay: the message plus how often it has been claimed (this claim included). */
+/**
+ * A row claimed by a relay: the message plus how often it has been claimed (this claim included).
+ * @since 0.1.0
+ * @category models
+ */
 export interface ClaimedEvent {
   readonly message: Message
   readonly attempts: number
   readonly createdAt: Date
 }
 
-/** What to claim. */
+/**
+ * What to claim.
+ * @since 0.1.0
+ * @category models
+ */
 export interface ClaimOptions {
   readonly relayId: string
   readonly batchSize: number
@@ -41,16 +54,27 @@ export interface ClaimOptions {
   readonly afterKey?: string
 }
 
-/** The outcome of one claimed batch, written back in one statement. */
+/**
+ * The outcome of one claimed batch, written back in one statement.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Settlement {
   readonly published: ReadonlyArray<string>
   readonly retry: ReadonlyArray<{ readonly id: string; readonly delay: Duration.Duration; readonly error: string }>
   readonly failed: ReadonlyArray<{ readonly id: string; readonly error: string }>
-  /** Claimed but not attempted (held back behind a failed event of their key): back to pending, attempt not counted. */
+  /**
+   * Claimed but not attempted (held back behind a failed event of their key, or not sent because
+   * the publisher was unavailable): given back without counting the attempt, as `release` does.
+   */
   readonly released?: ReadonlyArray<string>
 }
 
-/** What `reclaimExpired` did with rows whose lease expired. */
+/**
+ * What `reclaimExpired` did with rows whose lease expired.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Reclaimed {
   /** Made claimable again, as `suspect` (retried alone). */
   readonly suspect: number
@@ -58,7 +82,11 @@ export interface Reclaimed {
   readonly failed: number
 }
 
-/** Counts by status and the age of the oldest pending event. */
+/**
+ * Counts by status and the age of the oldest pending event.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Stats {
   readonly pending: number
   readonly processing: number
@@ -68,7 +96,11 @@ export interface Stats {
   readonly oldestPendingAgeMs: number | null
 }
 
-/** A failed (dead-lettered) event, for the admin views. */
+/**
+ * A failed (dead-lettered) event, for the admin views.
+ * @since 0.1.0
+ * @category models
+ */
 export interface FailedEvent {
   readonly message: Message
   readonly attempts: number
@@ -121,13 +153,19 @@ export interface Holder {
  * their first attempt counted as started, so that the relay in the writer's process publishes them
  * right after the commit without a claim, and a crash before it settles them is recovered like any
  * other expired claim.
+ * @since 0.1.0
+ * @category models
  */
 export interface AppendClaim {
   readonly relayId: string
   readonly lease: Duration.Duration
 }
 
-/** The storage port used by `Outbox.append` and the relay. */
+/**
+ * The storage port used by `Outbox.append` and the relay.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Service {
   /**
    * Writes messages in the caller's current transaction, pending or (with `claim`) already claimed;
@@ -138,6 +176,15 @@ export interface Service {
   readonly withTransaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | StoreError, R>
   /** Runs `effect` after the current transaction commits (at once outside a transaction). */
   readonly afterCommit: (effect: Effect.Effect<void>) => Effect.Effect<void>
+  /** Whether the current fiber is inside a transaction of this store (`append` needs one). */
+  readonly inTransaction: Effect.Effect<boolean>
+  /**
+   * Whether `afterCommit` work waits for the commit of the current transaction (false outside a
+   * transaction, or in one whose after-commit hooks would run at once). `Outbox.append` hands
+   * events to a relay's eager lane only then: handing them over earlier could publish what may
+   * still roll back.
+   */
+  readonly defersAfterCommit: Effect.Effect<boolean>
   /** Claims up to `batchSize` due events for a lease, in a short transaction of its own. */
   readonly claim: (options: ClaimOptions) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
   /** Settles a claimed batch; rows no longer claimed by `relayId` (lease lost) are left alone. */
@@ -147,15 +194,29 @@ export interface Service {
    * two). Returns the new claim.
    */
   readonly settleAndClaim: (relayId: string, settlement: Settlement, next: ClaimOptions) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
-  /** Gives claimed rows back (shutdown) without counting the attempt. */
+  /**
+   * Gives claimed rows back without counting the attempt (shutdown, an unavailable publisher, the
+   * eager lane's overflow): the claim counted it as started, release takes that back, so the
+   * crash-loop guard's count (attempts started minus attempts finished) is unchanged. A row goes
+   * back to `pending`, or to `suspect` when an earlier attempt of it never finished (a suspect
+   * stays isolated).
+   */
   readonly release: (relayId: string, ids: ReadonlyArray<string>) => Effect.Effect<number, StoreError>
   /**
    * Takes back rows whose lease expired (their relay died or hung mid-publish): as `suspect`, or as
    * `failed` once `maxCrashes` publish attempts started and none finished.
    */
   readonly reclaimExpired: (options: { readonly maxCrashes: number }) => Effect.Effect<Reclaimed, StoreError>
-  /** Claims the oldest `suspect` event, alone, so that a poison event cannot take a batch down with it. */
-  readonly claimSuspect: (options: { readonly relayId: string; readonly lease: Duration.Duration }) => Effect.Effect<ClaimedEvent | undefined, StoreError>
+  /**
+   * Claims the oldest `suspect` event, alone, so that a poison event cannot take a batch down with
+   * it. `per-key`: only a suspect that heads its key (no earlier unsettled event of the key);
+   * `unordered` (default): any suspect, as unordered claims take any due event.
+   */
+  readonly claimSuspect: (options: {
+    readonly relayId: string
+    readonly lease: Duration.Duration
+    readonly ordering?: Ordering
+  }) => Effect.Effect<ClaimedEvent | undefined, StoreError>
   /**
    * Deletes up to `limit` published rows older than `olderThan`. Only one instance prunes at a time:
    * returns `undefined` when another holds the retention lock.
@@ -184,11 +245,9 @@ export interface Service {
   readonly requeue: (ids: ReadonlyArray<string>) => Effect.Effect<number, StoreError>
 }
 
-/** The outbox storage service. */
+/**
+ * The outbox storage service.
+ * @since 0.1.0
+ * @category services
+ */
 export class OutboxStore extends Context.Service<OutboxStore, Service>()("@tidings/core/OutboxStore") {}
-
-/** An in-memory store with the same semantics as Postgres (transactions, leases, retention). */
-export const layerMemory: Layer.Layer<OutboxStore> = Layer.effect(OutboxStore, makeMemoryOutboxStore)
-
-/** Builds a fresh in-memory store (one per call). */
-export const makeMemory: Effect.Effect<Service> = makeMemoryOutboxStore

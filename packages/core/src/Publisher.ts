@@ -10,12 +10,20 @@ import { Context, type Effect } from "effect"
 import type { PublishError } from "./Errors.ts"
 import type { Message } from "./Message.ts"
 
-/** The per-message outcome of a batch publish. */
+/**
+ * The per-message outcome of a batch publish.
+ * @since 0.1.0
+ * @category models
+ */
 export type PublishResult =
   | { readonly _tag: "Published"; readonly id: string }
   | { readonly _tag: "Rejected"; readonly id: string; readonly error: PublishError }
 
-/** The publisher service. */
+/**
+ * The publisher service.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Service {
   /**
    * Publishes a batch and waits for the broker's confirms. A failure of the whole batch (connection
@@ -30,11 +38,23 @@ export interface Service {
   readonly awaitAvailable?: Effect.Effect<void>
 }
 
-/** The publisher the relay uses. */
+/**
+ * The publisher the relay uses.
+ * @since 0.1.0
+ * @category services
+ */
 export class Publisher extends Context.Service<Publisher, Service>()("@tidings/core/Publisher") {}
 
-/** A confirmed publish. */
+/**
+ * A confirmed publish.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const published = (id: string): PublishResult => ({ _tag: "Published", id })
 
-/** A rejected publish. */
+/**
+ * A rejected publish.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const rejected = (id: string, error: PublishError): PublishResult => ({ _tag: "Rejected", id, error })

@@ -4,15 +4,24 @@
  * of signals wakes one relay each. When no relay is idle, every relay keeps the signal in a
  * one-slot mailbox, so a signal that arrives while relays are busy is remembered (never dropped)
  * and many coalesce into one extra claim.
+ * @since 0.1.0
  * @module
  */
 import { Context, Effect, Metric, Queue, type Scope } from "effect"
 import * as Metrics from "./Metrics.ts"
 
-/** Where a wake-up came from. */
+/**
+ * Where a wake-up came from.
+ * @since 0.1.0
+ * @category models
+ */
 export type Source = "local" | "notify" | "poll"
 
-/** One relay's mailbox. */
+/**
+ * One relay's mailbox.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Mailbox {
   /** Waits for a signal; while waiting, the relay counts as idle. */
   readonly take: Effect.Effect<Source>
@@ -20,12 +29,18 @@ export interface Mailbox {
   readonly clear: Effect.Effect<void>
 }
 
-/** The wake-up hub of a process. */
+/**
+ * The wake-up hub of a process.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Service {
   /** Wakes one idle relay, or, when none is idle, leaves the signal with every relay. */
   readonly signal: (source: Source) => Effect.Effect<void>
   /** A mailbox for one relay, removed when the scope closes. */
   readonly subscribe: Effect.Effect<Mailbox, never, Scope.Scope>
+  /** How many relays are waiting for a signal now. */
+  readonly idle: Effect.Effect<number>
 }
 
 interface Entry {
@@ -65,15 +80,26 @@ const make = (): Service => {
         }
       }),
       (m) => Effect.sync(() => void entries.delete(m.entry))
-    )
+    ),
+    idle: Effect.sync(() => {
+      let n = 0
+      for (const e of entries) if (e.idleSince !== undefined) n++
+      return n
+    })
   }
 }
 
 /**
  * The process-wide hub: every relay in this process hears every producer in this process, which is
  * what "wake relays in the same process after commit" needs without any wiring.
+ * @since 0.1.0
+ * @category services
  */
 export const Wakeups: Context.Reference<Service> = Context.Reference<Service>("@tidings/core/Wakeups", { defaultValue: make })
 
-/** A fresh, private hub (tests that must not hear other tests' producers). */
+/**
+ * A fresh, private hub (tests that must not hear other tests' producers).
+ * @since 0.1.0
+ * @category constructors
+ */
 export const makeHub: () => Service = make

@@ -9,17 +9,18 @@ import * as Event from "../src/Event.ts"
 import * as InboxStore from "../src/InboxStore.ts"
 import * as MemoryInboxStore from "../src/MemoryInboxStore.ts"
 import * as Outbox from "../src/Outbox.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as MemorySagaStore from "../src/MemorySagaStore.ts"
 import * as Saga from "../src/Saga.ts"
 import * as SagaStore from "../src/SagaStore.ts"
-import { failureTag } from "./OutboxStoreContract.ts"
+import { failureTag } from "@tidings/core/testing"
 import { localOrder, makeScript } from "./SagaFixtures.ts"
 
 const Shipped = Event.define("parcel.shipped", { aggregateType: "parcel", schema: Schema.Struct({ n: Schema.Int }) })
 const Billed = Event.define("invoice.billed", { aggregateType: "invoice", schema: Schema.Struct({ n: Schema.Int }) })
 
-const stores = Layer.mergeAll(OutboxStore.layerMemory, MemoryInboxStore.layer, MemorySagaStore.layer)
+const stores = Layer.mergeAll(MemoryOutboxStore.layer, MemoryInboxStore.layer, MemorySagaStore.layer)
 const run = <A, E>(effect: Effect.Effect<A, E, OutboxStore.OutboxStore | InboxStore.InboxStore | SagaStore.SagaStore>) =>
   // Sagas log every failed attempt; the assertions say what happened.
   effect.pipe(Effect.provide(Layer.fresh(stores)), Effect.provideService(References.MinimumLogLevel, "None"))

@@ -3,8 +3,9 @@ import { Effect, Layer, Schedule } from "effect"
 import { PublishError, Unavailable } from "../src/Errors.ts"
 import * as Health from "../src/Health.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
-import * as OutboxStore from "../src/OutboxStore.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as Relay from "../src/Relay.ts"
+import { startRelay, testTime } from "@tidings/core/testing"
 
 const statusOf = (report: Health.Report) => report.checks.map((c) => [c.name, c.status, c.message ?? null])
 
@@ -44,15 +45,30 @@ describe("Health", () => {
 
   it.live("relay: up while the relay's pollers run, down when the relay says it is not running", () =>
     Effect.gen(function*() {
-      const live = Relay.layer({ statsInterval: false, retention: false }).pipe(Layer.provide(Layer.merge(OutboxStore.layerMemory, MemoryBroker.layer())))
+      const live = Relay.layer({ statsInterval: false, retention: false }).pipe(Layer.provide(Layer.merge(MemoryOutboxStore.layer, MemoryBroker.layer())))
       // The pollers start right after the layer is built: ready once they run.
       const up = yield* Health.run([Health.relay]).pipe(
         Effect.repeat({ schedule: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 300 })), until: (r) => r.status === "up" }),
         Effect.provide(live)
       )
       assert.deepStrictEqual(statusOf(up), [["relay", "up", null]])
-      const stopped = Layer.succeed(Relay.Relay, Relay.Relay.of({ settings: undefined as never, relayIds: [], isRunning: Effect.succeed(false), wake: Effect.void }))
+      const stopped = Layer.succeed(Relay.Relay, Relay.Relay.of({ settings: undefined as never, relayIds: [], isRunning: Effect.succeed(false), status: Effect.succeed({ pollers: 0, idle: 0, paused: 0, claims: 0 }), wake: Effect.void }))
       const down = yield* Health.run([Health.relay]).pipe(Effect.provide(stopped))
       assert.deepStrictEqual(statusOf(down), [["relay", "down", "the relay is not running"]])
     }))
+
+  it.effect("relay: down while all its pollers wait for an unavailable publisher, up again when it is back", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const broker = yield* MemoryBroker.MemoryBroker
+      const { relay, stop } = yield* startRelay({ concurrency: 2, statsInterval: false, retention: false })
+      const check = Effect.map(Health.run([Health.relay]), statusOf).pipe(Effect.provideService(Relay.Relay, relay))
+      yield* testTime.eventually(Effect.map(check, (c) => c[0]![1] === "up"), "5 seconds", "ready")
+      yield* broker.setAvailable(false)
+      yield* relay.wake // the pollers look again and find the publisher away
+      yield* testTime.eventually(Effect.map(check, (c) => c[0]![1] === "down"), "5 seconds", "not ready")
+      assert.deepStrictEqual(yield* check, [["relay", "down", "paused: the publisher is unavailable"]])
+      yield* broker.setAvailable(true)
+      yield* testTime.eventually(Effect.map(check, (c) => c[0]![1] === "up"), "5 seconds", "ready again")
+      yield* testTime.run(stop)
+    }).pipe(Effect.provide(Layer.merge(MemoryOutboxStore.layer, MemoryBroker.layer())))))
 })

@@ -1,6 +1,6 @@
 import { inboxContract } from "@tidings/core/testing"
 import { Effect } from "effect"
 import * as MemoryInboxStore from "../src/MemoryInboxStore.ts"
-import * as OutboxStore from "../src/OutboxStore.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 
-inboxContract("memory", Effect.all({ inbox: MemoryInboxStore.make, outbox: OutboxStore.makeMemory }), { clock: "test" })
+inboxContract("memory", Effect.all({ inbox: MemoryInboxStore.make, outbox: MemoryOutboxStore.make }), { clock: "test" })

@@ -14,7 +14,7 @@ import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as MemoryInboxStore from "../src/MemoryInboxStore.ts"
 import type { Message } from "../src/Message.ts"
 import * as Outbox from "../src/Outbox.ts"
-import * as OutboxStore from "../src/OutboxStore.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as Publisher from "../src/Publisher.ts"
 
 const OrderPlaced = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ n: Schema.Int }) })
@@ -172,7 +172,7 @@ describe("MemoryBroker.consume", () => {
       yield* publish(m) // at-least-once: the broker delivers a copy
       yield* eventually(Effect.sync(() => handled.length), (n) => n === 2)
       assert.strictEqual(effects, 1)
-    })).pipe(Effect.provide(Layer.mergeAll(MemoryBroker.layer(), MemoryInboxStore.layer, OutboxStore.layerMemory))))
+    })).pipe(Effect.provide(Layer.mergeAll(MemoryBroker.layer(), MemoryInboxStore.layer, MemoryOutboxStore.layer))))
 
   it.effect("while a handler finds its database unavailable, the consumer pauses: other deliveries wait, none is counted", () =>
     Effect.scoped(Effect.gen(function*() {

@@ -1,4 +1,5 @@
-import * as OutboxStore from "../src/OutboxStore.ts"
-import { outboxStoreContract } from "./OutboxStoreContract.ts"
+import { outboxStoreContract } from "@tidings/core/testing"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 
-outboxStoreContract("memory", OutboxStore.makeMemory)
+// The memory store reads `Clock`: its leases, retry delays and retention run on `TestClock`.
+outboxStoreContract("memory", MemoryOutboxStore.make, { clock: "test" })

@@ -1,4 +1,5 @@
-import * as OutboxStore from "../src/OutboxStore.ts"
-import { relayContract } from "./RelayContract.ts"
+import { relayContract } from "@tidings/core/testing"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 
-relayContract("memory", OutboxStore.makeMemory)
+// On `TestClock`: polls, backoffs, leases, outages and shutdown deadlines pass in simulated time.
+relayContract("memory", MemoryOutboxStore.make, { clock: "test" })

@@ -7,11 +7,11 @@ import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Metrics from "../src/Metrics.ts"
 import * as Outbox from "../src/Outbox.ts"
 import * as Publisher from "../src/Publisher.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Relay from "../src/Relay.ts"
 import * as Retry from "../src/Retry.ts"
-import { failureTag } from "./OutboxStoreContract.ts"
-import { eventually, startRelay } from "./RelayContract.ts"
+import { failureTag, startRelay, testTime } from "@tidings/core/testing"
 
 const OrderPlaced = Event.define("order.placed", {
   aggregateType: "order",
@@ -30,7 +30,7 @@ const firstError = <E>(exit: Exit.Exit<unknown, E>): E => {
   return Option.getOrThrow(Cause.findErrorOption(exit.cause))
 }
 
-const withStore = <A, E>(body: Effect.Effect<A, E, OutboxStore.OutboxStore>) => Effect.provide(body, OutboxStore.layerMemory)
+const withStore = <A, E>(body: Effect.Effect<A, E, OutboxStore.OutboxStore>) => Effect.provide(body, MemoryOutboxStore.layer)
 
 describe("Outbox.append", () => {
   it.effect("encodes the payload with its schema and fills the envelope", () =>
@@ -95,7 +95,7 @@ describe("Outbox.append", () => {
       assert.notStrictEqual(message.headers["traceparent"], `00-${span.traceId}-${span.spanId}-01`)
     })))
 
-  it.live("the relay's publish span continues the append's trace", () => {
+  it.effect("the relay's publish span continues the append's trace", () => {
     const spans: Array<Tracer.Span> = []
     const tracer = Tracer.make({ span: (options) => (spans.push(new Tracer.NativeSpan(options)), spans.at(-1)!) })
     return Effect.gen(function*() {
@@ -104,8 +104,8 @@ describe("Outbox.append", () => {
         Effect.withSpan("http.request")
       )
       const { stop } = yield* startRelay({ statsInterval: false, retention: false })
-      yield* eventually(Effect.sync(() => spans.some((s) => s.name === "tidings.relay.publish" && s.status._tag === "Ended")), "5 seconds")
-      yield* stop
+      yield* testTime.eventually(Effect.sync(() => spans.some((s) => s.name === "tidings.relay.publish" && s.status._tag === "Ended")), "5 seconds")
+      yield* testTime.run(stop)
       const publish = spans.find((s) => s.name === "tidings.relay.publish")!
       assert.strictEqual(publish.traceId, appendSpan.traceId)
       assert.strictEqual(`00-${publish.traceId}-${Option.getOrThrow(publish.parent).spanId}-01`, message.headers["traceparent"])
@@ -114,14 +114,14 @@ describe("Outbox.append", () => {
       const [delivered] = yield* MemoryBroker.MemoryBroker.use((b) => b.delivered)
       assert.strictEqual(delivered!.message.headers["traceparent"], `00-${publish.traceId}-${publish.spanId}-01`)
     }).pipe(
-      Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer())),
+      Effect.provide(Layer.mergeAll(MemoryOutboxStore.layer, MemoryBroker.layer())),
       Effect.provideService(Tracer.Tracer, tracer)
     )
   })
 })
 
 describe("Relay metrics", () => {
-  it.live("counters, the latency histogram and the pending gauge follow what the relay does", () =>
+  it.effect("counters, the latency histogram and the pending gauge follow what the relay does", () =>
     Effect.gen(function*() {
       const store = yield* OutboxStore.OutboxStore
       const before = {
@@ -141,11 +141,11 @@ describe("Relay metrics", () => {
         retry: Schedule.spaced("300 millis"),
         pollInterval: { base: "10 millis", max: "20 millis" }
       })
-      yield* eventually(Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 7), "3 seconds", "pending gauge = 7")
+      yield* testTime.eventually(Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 7), "3 seconds", "pending gauge = 7")
       yield* MemoryBroker.MemoryBroker.use((b) => b.setFault(undefined))
       yield* store.withTransaction(Outbox.append(Loose, { aggregateId: "late", payload: 1 }))
-      yield* eventually(Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 0), "5 seconds", "pending gauge = 0")
-      yield* relay.stop
+      yield* testTime.eventually(Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 0), "5 seconds", "pending gauge = 0")
+      yield* testTime.run(relay.stop)
       const after = {
         published: (yield* Metric.value(Metrics.published)).count,
         latency: (yield* Metric.value(Metrics.publishLatency)).count,
@@ -154,7 +154,7 @@ describe("Relay metrics", () => {
       assert.strictEqual(after.published - before.published, 8)
       assert.strictEqual(after.latency - before.latency, 8)
       assert.isAtLeast(after.wakeups - before.wakeups, 2, "one wake-up per committed append transaction")
-    }).pipe(Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer()))))
+    }).pipe(Effect.provide(Layer.mergeAll(MemoryOutboxStore.layer, MemoryBroker.layer()))))
 })
 
 describe("Relay settings", () => {
@@ -219,16 +219,16 @@ describe("Relay settings", () => {
     Effect.gen(function*() {
       const exit = yield* Effect.exit(Layer.build(Relay.layer({ batchSize: 0 })).pipe(
         Effect.scoped,
-        Effect.provide(Layer.mergeAll(OutboxStore.layerMemory, MemoryBroker.layer()))
+        Effect.provide(Layer.mergeAll(MemoryOutboxStore.layer, MemoryBroker.layer()))
       ))
       assert.strictEqual(failureTag(exit), "InvalidConfig")
     }))
 })
 
 describe("Relay claim concurrency", () => {
-  it.live("at most claimConcurrency claims run at once, while all pollers publish", () =>
+  it.effect("at most claimConcurrency claims run at once, while all pollers publish", () =>
     Effect.gen(function*() {
-      const inner = yield* OutboxStore.makeMemory
+      const inner = yield* MemoryOutboxStore.make
       let running = 0
       let most = 0
       let publishing = 0
@@ -260,8 +260,8 @@ describe("Relay claim concurrency", () => {
         const { stop } = yield* startRelay({ concurrency: 6, claimConcurrency: 2, batchSize: 10, statsInterval: false, retention: false }).pipe(
           Effect.provideService(Publisher.Publisher, slow)
         )
-        yield* eventually(Effect.map(broker.delivered, (d) => d.length === 200), "10 seconds", "all events published")
-        yield* stop
+        yield* testTime.eventually(Effect.map(broker.delivered, (d) => d.length === 200), "10 seconds", "all events published")
+        yield* testTime.run(stop)
       }).pipe(Effect.provideService(OutboxStore.OutboxStore, store), Effect.provide(MemoryBroker.layer()))
       assert.strictEqual(most, 2)
       assert.isAbove(mostPublishing, 2)

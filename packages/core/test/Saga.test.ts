@@ -6,6 +6,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schedule, Schema } from "effect"
 import { TestClock } from "effect/testing"
 import * as MemorySagaStore from "../src/MemorySagaStore.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Saga from "../src/Saga.ts"
 import * as SagaRecovery from "../src/SagaRecovery.ts"
@@ -28,7 +29,7 @@ import {
 } from "./SagaFixtures.ts"
 
 const withStores = <A, E, R>(body: Effect.Effect<A, E, R>) =>
-  Effect.provide(body, Layer.mergeAll(Layer.fresh(MemorySagaStore.layer), Layer.fresh(OutboxStore.layerMemory)))
+  Effect.provide(body, Layer.mergeAll(Layer.fresh(MemorySagaStore.layer), Layer.fresh(MemoryOutboxStore.layer)))
 
 const order = { orderId: "o-1", sku: "book", cents: 2599 }
 

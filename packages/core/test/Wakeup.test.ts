@@ -2,49 +2,61 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import * as Wakeup from "../src/Wakeup.ts"
 
+/** Lets forked fibers run until `n` relays wait on the hub (they have started their `take`). */
+const idle = (hub: Wakeup.Service, n: number) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 1000; i++) {
+      if ((yield* hub.idle) === n) return
+      yield* Effect.yieldNow
+    }
+    assert.fail(`expected ${n} idle relays, got ${yield* hub.idle}`)
+  })
+
 describe("Wakeup hub", () => {
-  it.live("a signal wakes one idle relay (the longest idle), a second signal the next one", () =>
-    Effect.scoped(Effect.gen(function*() {
+  it.effect("a signal wakes one idle relay (the longest idle), a second signal the next one", () =>
+    Effect.gen(function*() {
       const hub = Wakeup.makeHub()
       const [a, b, c] = yield* Effect.all([hub.subscribe, hub.subscribe, hub.subscribe])
       const fa = yield* Effect.forkChild(a!.take)
-      yield* Effect.sleep("10 millis")
+      yield* idle(hub, 1) // a waits first
       const fb = yield* Effect.forkChild(b!.take)
+      yield* idle(hub, 2) // then b
       const fc = yield* Effect.forkChild(c!.take)
-      yield* Effect.sleep("10 millis")
+      yield* idle(hub, 3)
       yield* hub.signal("local")
-      yield* Effect.sleep("10 millis")
-      assert.isDefined(fa.pollUnsafe(), "the longest idle relay is woken")
-      assert.isUndefined(fb.pollUnsafe())
-      assert.isUndefined(fc.pollUnsafe())
+      assert.strictEqual(yield* Fiber.join(fa), "local", "the longest idle relay is woken")
+      assert.strictEqual(yield* hub.idle, 2, "and only it")
       yield* hub.signal("notify")
       assert.strictEqual(yield* Fiber.join(fb), "notify")
+      assert.strictEqual(yield* hub.idle, 1)
       assert.isUndefined(fc.pollUnsafe())
       yield* Fiber.interrupt(fc)
-    })))
+      assert.strictEqual(yield* hub.idle, 0)
+    }))
 
-  it.live("with no relay idle, every relay keeps the signal; many signals coalesce into one", () =>
-    Effect.scoped(Effect.gen(function*() {
+  it.effect("with no relay idle, every relay keeps the signal; many signals coalesce into one", () =>
+    Effect.gen(function*() {
       const hub = Wakeup.makeHub()
       const [a, b] = yield* Effect.all([hub.subscribe, hub.subscribe])
       for (let i = 0; i < 5; i++) yield* hub.signal("local") // both busy
       assert.strictEqual(yield* a!.take, "local")
       assert.strictEqual(yield* b!.take, "local")
+      // a waits again: its mailbox is empty, the five signals were one
       const again = yield* Effect.forkChild(a!.take)
-      yield* Effect.sleep("20 millis")
-      assert.isUndefined(again.pollUnsafe(), "the five signals were one")
+      yield* idle(hub, 1)
+      assert.isUndefined(again.pollUnsafe())
       yield* Fiber.interrupt(again)
-    })))
+    }))
 
-  it.live("clear drops a remembered signal", () =>
-    Effect.scoped(Effect.gen(function*() {
+  it.effect("clear drops a remembered signal", () =>
+    Effect.gen(function*() {
       const hub = Wakeup.makeHub()
       const a = yield* hub.subscribe
       yield* hub.signal("local")
       yield* a.clear
       const waiting = yield* Effect.forkChild(a.take)
-      yield* Effect.sleep("20 millis")
+      yield* idle(hub, 1) // waiting: nothing was left in the mailbox
       assert.isUndefined(waiting.pollUnsafe())
       yield* Fiber.interrupt(waiting)
-    })))
+    }))
 })

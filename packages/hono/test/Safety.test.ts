@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { InvalidConfig, Rejected, StoreError, Unavailable } from "@tidings/core/Errors"
 import * as Health from "@tidings/core/Health"
+import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
 import * as OutboxStore from "@tidings/core/OutboxStore"
 import { Effect, Redacted, Schema } from "effect"
 import { Hono } from "hono"
@@ -36,7 +37,7 @@ describe(`Safety: the safe HTTP defaults on a real ${runtimeName} server`, () =>
   const logged: Array<string> = []
 
   beforeAll(async () => {
-    rt = await Runtime.make(OutboxStore.layerMemory)
+    rt = await Runtime.make(MemoryOutboxStore.layer)
     const app = Safety.app()
     app.post("/orders", rt.handler((c) =>
       Effect.map(Input.json(c, Order), (order) => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as OutboxStore from "@tidings/core/OutboxStore"
+import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
+import type * as OutboxStore from "@tidings/core/OutboxStore"
 import { Effect, Exit, Redacted, Scope } from "effect"
 import { Hono } from "hono"
 import * as HttpErrors from "../src/HttpErrors.ts"
@@ -21,7 +22,7 @@ const appWith = (rt: Runtime.Runtime<OutboxStore.OutboxStore>) => {
 
 describe(`Serve on ${typeof Deno !== "undefined" ? "Deno (Deno.serve)" : "Node (@hono/node-server)"}`, () => {
   it("listens on a free port, answers fetch() over the network, and stops on close()", async () => {
-    const rt = await Runtime.make(OutboxStore.layerMemory)
+    const rt = await Runtime.make(MemoryOutboxStore.layer)
     const server = await Serve.serve(appWith(rt))
     try {
       expect(server.port).toBeGreaterThan(0)
@@ -51,7 +52,7 @@ describe(`Serve on ${typeof Deno !== "undefined" ? "Deno (Deno.serve)" : "Node (
   })
 
   it("close() lets an in-flight request finish", async () => {
-    const rt = await Runtime.make(OutboxStore.layerMemory)
+    const rt = await Runtime.make(MemoryOutboxStore.layer)
     const server = await Serve.serve(appWith(rt), { gracePeriodMs: 5_000 })
     try {
       const inFlight = fetch(`${server.url}/slow`)

@@ -5,7 +5,7 @@
  */
 import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
 import * as MemoryBroker from "@tidings/core/MemoryBroker"
-import * as OutboxStore from "@tidings/core/OutboxStore"
+import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
 import * as Relay from "@tidings/core/Relay"
 import * as MemorySagaStore from "@tidings/core/MemorySagaStore"
 import * as Migrator from "@tidings/postgres/Migrator"
@@ -39,7 +39,7 @@ const withRelay = <A, E, R>(stores: Layer.Layer<A, E, R>, options: LayerOptions)
 
 /** Memory stores, the memory broker and a relay. */
 export const memoryLayer = (options: LayerOptions = {}) =>
-  withRelay(Layer.mergeAll(OutboxStore.layerMemory, MemorySagaStore.layer, MemoryInboxStore.layer, MemoryBroker.layer()), options)
+  withRelay(Layer.mergeAll(MemoryOutboxStore.layer, MemorySagaStore.layer, MemoryInboxStore.layer, MemoryBroker.layer()), options)
 
 /** A migrated schema for the runtime's life, dropped when it is disposed. */
 const schemaLayer = (schema: string) =>

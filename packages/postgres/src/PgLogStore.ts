@@ -288,6 +288,8 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
         }),
       withTransaction: inner.withTransaction,
       afterCommit: inner.afterCommit,
+      inTransaction,
+      defersAfterCommit: inner.defersAfterCommit,
       claim: () => logMode("claim"),
       settle: () => logMode("settle"),
       settleAndClaim: () => logMode("settleAndClaim"),

@@ -1,22 +1,27 @@
 /**
  * The outbox store on Postgres, written against effect/sql's `SqlClient`: `Outbox.append` joins the
  * app's `sql.withTransaction`, whatever driver provides the client (this package's `PgClient`, or
- * `@effect/sql-pg`). Every batch operation is one statement, with its rows passed as one JSON
- * parameter so that no driver-specific array binding is needed.
+ * `@effect/sql-pg`). Its statements are in `internal/outboxSql.ts`.
+ * @since 0.1.0
  * @module
  */
+import * as EagerDispatch from "@tidings/core/EagerDispatch"
 import { type InvalidConfig, NotInTransaction } from "@tidings/core/Errors"
-import { type ClaimedEvent, type ClaimOptions, OutboxStore, type Service, type Settlement } from "@tidings/core/OutboxStore"
-import { Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
+import { OutboxStore, type Service } from "@tidings/core/OutboxStore"
+import { Context, Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import { instanceId } from "./internal/instance.ts"
 import { outboxAdmin } from "./internal/outboxAdmin.ts"
-import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
+import { claimedEvents, failedEvent, outboxSql, seconds, settlementRows } from "./internal/outboxSql.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
 
-/** Options of the Postgres outbox store. */
+/**
+ * Options of the Postgres outbox store.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Options {
   /** Schema holding the tables (see `Migrator`); default `tidings`. */
   readonly schema?: string
@@ -41,64 +46,25 @@ export interface Options {
 
 const notifyGap = Duration.millis(5)
 
-/** The `NOTIFY` channel of a schema's outbox. */
+/**
+ * The `NOTIFY` channel of a schema's outbox.
+ * @since 0.1.0
+ * @category constants
+ */
 export const channel = (schema: string): string => `tidings_outbox_${schema}`
 
-interface ClaimRow extends OutboxRow {
-  readonly seq: string | number
-  readonly tx_id: string
-  readonly created_at_ms: number | string
-  readonly attempts: number
-  readonly last_error?: string | null
-}
-
-
-const columns = (t: string) => `${t}.id, ${t}.seq, ${t}.tx_id::text AS tx_id, ${t}.event_type, ${t}.event_version, ${t}.aggregate_type, ${t}.aggregate_id,
-  ${t}.ordering_key, ${t}.payload::text AS payload, ${t}.headers::text AS headers,
-  (extract(epoch FROM ${t}.occurred_at) * 1000)::float8 AS occurred_at_ms,
-  (extract(epoch FROM ${t}.created_at) * 1000)::float8 AS created_at_ms, ${t}.attempts`
-
-const seconds = (d: Duration.Duration) => Duration.toMillis(d) / 1000
-
-const toClaimed = (rows: ReadonlyArray<ClaimRow>, ordering?: ClaimOptions["ordering"]): Array<ClaimedEvent> =>
-  [...rows].sort(ordering === "per-key" ? byKeyOrder : bySeq).map((row) => ({
-    message: toMessage(row),
-    attempts: Number(row.attempts),
-    createdAt: new Date(Number(row.created_at_ms))
-  }))
-
-// Rows come back from RETURNING in no particular order: restore (key, tx_id, seq) for per-key
-// batches and append order otherwise.
-const bySeq = (a: ClaimRow, b: ClaimRow) => Number(a.seq) - Number(b.seq)
-const byKeyOrder = (a: ClaimRow, b: ClaimRow) =>
-  a.ordering_key < b.ordering_key ? -1 : a.ordering_key > b.ordering_key ? 1 :
-  BigInt(a.tx_id) < BigInt(b.tx_id) ? -1 : BigInt(a.tx_id) > BigInt(b.tx_id) ? 1 :
-  Number(a.seq) - Number(b.seq)
-
-interface SettlementRow {
-  readonly id: string
-  readonly status: string
-  readonly delay_ms: number
-  readonly error: string | null
-  readonly released: boolean
-}
-
-const settlementRows = (settlement: Settlement): Array<SettlementRow> => [
-  ...settlement.published.map((id) => ({ id, status: "published", delay_ms: 0, error: null, released: false })),
-  ...settlement.retry.map((r) => ({ id: r.id, status: "pending", delay_ms: Duration.toMillis(r.delay), error: r.error, released: false })),
-  ...settlement.failed.map((f) => ({ id: f.id, status: "failed", delay_ms: 0, error: f.error, released: false })),
-  ...(settlement.released ?? []).map((id) => ({ id, status: "pending", delay_ms: 0, error: null, released: true }))
-]
-
-/** Builds the store; fails with `InvalidConfig` for a bad schema name. */
+/**
+ * Builds the store; fails with `InvalidConfig` for a bad schema name.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfig, SqlClient.SqlClient | Scope.Scope> =>
   Effect.gen(function*() {
     const schema = yield* resolveSchema(options.schema)
     const sql = yield* SqlClient.SqlClient
-    const outbox = sql(`${schema}.outbox`)
+    const q = outboxSql(sql, schema, options.bookkeepingCommit)
     const notifyChannel = channel(schema)
     const lockKey = `tidings.retention.${schema}`
-    const cols = sql.literal(columns("o"))
 
     // Coalesced cross-process wake-up: a one-slot mailbox and one fiber sending NOTIFYs outside the
     // producers' transactions. A signal during a NOTIFY in flight is kept for the next one.
@@ -123,130 +89,9 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         )
       )
     }
+    // A transaction of this client; every one is opened by effect/sql's `withTransaction`, which
+    // defers after-commit work to the commit.
     const inTransaction = Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
-
-    const xmin = sql.literal("pg_snapshot_xmin(pg_current_snapshot())")
-    const unsettled = sql.literal("('pending', 'processing', 'suspect')")
-
-    // The CTEs choosing the rows to claim, ending in one named `picked (id)`. `afterSettle`: the
-    // statement also settles (a CTE named `settled`), and must finish that before it locks rows to
-    // claim. A concurrent claim can hold the lock of a row we settle: its SKIP LOCKED scan, whose
-    // snapshot still saw the row pending, locks the newest version before rechecking it and keeps
-    // the lock to its end. Waiting for that lock while holding our own new claim's locks can close a
-    // cycle, which Postgres breaks only after `deadlock_timeout` (a one-second stall and an aborted
-    // statement). Settling first, a statement waits only while it holds no claim lock, and a claim
-    // in progress never waits (SKIP LOCKED), so no cycle can form. The gate is an InitPlan: a
-    // one-time filter evaluated before the scan starts.
-    const claimCtes = (options: ClaimOptions, afterSettle = false) => {
-      const gate = afterSettle ? sql`AND (SELECT count(*) FROM settled) >= 0` : sql``
-      // Literal limits: a generic plan for `LIMIT $n` assumes a tenth of the table, and can pick a
-      // plan that reads far more than the batch (prepared statements switch to generic plans).
-      const limit = (n: number) => sql.literal(String(Math.max(1, Math.trunc(n))))
-      const batch = limit(options.batchSize)
-      if (options.ordering !== "per-key") {
-        return sql`picked AS (
-          SELECT id FROM ${outbox}
-          WHERE status = 'pending' AND available_at <= now() ${gate}
-          ORDER BY available_at, seq
-          LIMIT ${batch}
-          FOR UPDATE SKIP LOCKED
-        )`
-      }
-      // Per key, the head is the first unsettled event in (tx_id, seq) order. A key is claimable when
-      // its head is pending, due, and written by a transaction older than every running one (so no
-      // earlier event of the key can still commit). Heads are found with a skip scan over the index
-      // of unsettled rows, (ordering_key, tx_id, seq), one probe per key, from after the relay's last
-      // key, so the cost follows the number of keys,
-      // not of events, and concurrent relays spread over the key space. Each locked key contributes
-      // its fair share of the batch, so a claim reads about `batchSize` rows however long runs are.
-      return sql`heads AS (
-          (SELECT o.ordering_key, o.id, o.status, o.available_at, o.tx_id FROM ${outbox} o
-            WHERE o.status IN ${unsettled} AND o.ordering_key > ${options.afterKey ?? ""}
-            ORDER BY o.ordering_key, o.tx_id, o.seq LIMIT 1)
-          UNION ALL
-          SELECT n.ordering_key, n.id, n.status, n.available_at, n.tx_id FROM heads h
-          CROSS JOIN LATERAL (
-            SELECT o.ordering_key, o.id, o.status, o.available_at, o.tx_id FROM ${outbox} o
-            WHERE o.status IN ${unsettled} AND o.ordering_key > h.ordering_key
-            ORDER BY o.ordering_key, o.tx_id, o.seq LIMIT 1
-          ) n
-        ),
-        eligible AS (
-          SELECT id FROM heads
-          WHERE status = 'pending' AND available_at <= now() AND tx_id < ${xmin}
-          LIMIT ${limit(options.batchSize * 2)}
-        ),
-        locked AS (
-          SELECT o.id, o.ordering_key FROM ${outbox} o
-          WHERE o.id IN (SELECT id FROM eligible) AND o.status = 'pending' ${gate}
-          ORDER BY o.ordering_key
-          LIMIT ${batch}
-          FOR UPDATE SKIP LOCKED
-        ),
-        runs AS (
-          SELECT r.id, l.ordering_key, r.tx_id, r.seq FROM locked l
-          CROSS JOIN LATERAL (
-            SELECT s.id, s.tx_id, s.seq, bool_and(s.ok) OVER (ORDER BY s.tx_id, s.seq) AS ok FROM (
-              SELECT o.id, o.tx_id, o.seq, (o.status = 'pending' AND o.available_at <= now() AND o.tx_id < ${xmin}) AS ok
-              FROM ${outbox} o
-              WHERE o.ordering_key = l.ordering_key AND o.status IN ${unsettled}
-              ORDER BY o.tx_id, o.seq LIMIT (SELECT greatest(1, ceil(${batch}::float8 / greatest(count(*), 1)))::int FROM locked)
-            ) s
-          ) r
-          WHERE r.ok
-        ),
-        picked AS (
-          SELECT id FROM runs ORDER BY ordering_key, tx_id, seq LIMIT ${batch}
-        )`
-    }
-
-    // `set_config(..., true)` lasts for the statement's own transaction, so only this commit is
-    // asynchronous. Joined by every writing part, so it runs whenever the statement writes.
-    const commitMode = options.bookkeepingCommit === "sync"
-      ? sql.literal("commit_mode AS MATERIALIZED (SELECT 1 AS on)")
-      : sql.literal("commit_mode AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS on)")
-
-    // The picked ids as an array: the primary key finds each row. A join with `picked` lets the
-    // planner hash it against a scan of the whole table (about 3× slower for 500 rows of 60,000).
-    const claimUpdate = (options: ClaimOptions) =>
-      sql`UPDATE ${outbox} o SET status = 'processing', attempts = o.attempts + 1, claimed_by = ${options.relayId},
-          claimed_until = now() + make_interval(secs => ${seconds(options.lease)})
-        FROM commit_mode WHERE o.id = ANY(ARRAY(SELECT id FROM picked))
-        RETURNING ${cols}`
-
-    // Settles rows still claimed by this relay; `released` rows go back without counting the attempt.
-    // Rows are found by primary key (`id = ANY(array)`) and `claimed_by` alone: a claimed row is a
-    // 'processing' row (migration 0005 checks it), and a `status = 'processing'` condition would let
-    // the planner scan the processing index instead, which holds a dead entry for every event since
-    // the last vacuum (measured: 7 ms instead of 0.1 ms, and PostgreSQL CPU per settle growing with
-    // the traffic).
-    const settleCte = (relayId: string, rows: ReadonlyArray<SettlementRow>) => {
-      const ids = `{${rows.map((r) => r.id).join(",")}}`
-      if (rows.every((r) => r.status === "published")) {
-        // The common case, kept lean: one array parameter, no per-row record to unpack.
-        return sql`settled AS (
-          UPDATE ${outbox} o SET status = 'published', published_at = now(), finished_attempts = o.finished_attempts + 1,
-            claimed_by = NULL, claimed_until = NULL
-          FROM commit_mode
-          WHERE o.id = ANY(${ids}::text::uuid[]) AND o.claimed_by = ${relayId}
-          RETURNING 1
-        )`
-      }
-      return sql`settled AS (
-        UPDATE ${outbox} o SET
-          status = v.status,
-          published_at = CASE WHEN v.status = 'published' THEN now() ELSE o.published_at END,
-          available_at = CASE WHEN v.status = 'pending' THEN now() + make_interval(secs => v.delay_ms / 1000.0) ELSE o.available_at END,
-          last_error = COALESCE(v.error, o.last_error),
-          attempts = CASE WHEN v.released THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
-          finished_attempts = CASE WHEN v.released THEN o.finished_attempts ELSE o.finished_attempts + 1 END,
-          claimed_by = NULL,
-          claimed_until = NULL
-        FROM json_to_recordset(${JSON.stringify(rows)}::json) AS v(id uuid, status text, delay_ms float8, error text, released boolean), commit_mode
-        WHERE o.id = ANY(${ids}::text::uuid[]) AND o.id = v.id AND o.claimed_by = ${relayId}
-        RETURNING 1
-      )`
-    }
 
     const store: Service = {
       append: (messages, claim) =>
@@ -270,10 +115,10 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           const recordset = sql`json_to_recordset(${rows}::json) AS x(id uuid, aggregate_type text, aggregate_id text, ordering_key text,
               event_type text, event_version integer, payload json, headers json, occurred_at timestamptz)`
           yield* (claim === undefined
-            ? sql`INSERT INTO ${outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at)
+            ? sql`INSERT INTO ${q.outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at)
                 SELECT id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at
                 FROM ${recordset}`
-            : sql`INSERT INTO ${outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at,
+            : sql`INSERT INTO ${q.outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at,
                   status, attempts, claimed_by, claimed_until)
                 SELECT id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at,
                   'processing', 1, ${claim.relayId}, now() + make_interval(secs => ${seconds(claim.lease)})
@@ -287,94 +132,42 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       // SqlErrors of the transaction (BEGIN/COMMIT, or the caller's own queries) become StoreErrors.
       withTransaction: (effect) =>
         sql.withTransaction(effect).pipe(
-          Effect.catchIf(SqlError.isSqlError, (e) =>
-            Effect.fail(fromSqlError("transaction", e)))
+          Effect.catchIf(SqlError.isSqlError, (e) => Effect.fail(fromSqlError("transaction", e)))
         ),
 
       afterCommit: (effect) => sql.afterCommit(effect),
+      inTransaction,
+      defersAfterCommit: inTransaction,
 
-      claim: (options) =>
-        sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${claimCtes(options)} ${claimUpdate(options)}`.pipe(
-          Effect.map((rows) => toClaimed(rows, options.ordering)),
-          mapSqlError("claim")
-        ),
+      claim: (options) => q.claim(options).pipe(Effect.map((rows) => claimedEvents(rows, options.ordering)), mapSqlError("claim")),
 
       settle: (relayId, settlement) => {
         const rows = settlementRows(settlement)
         if (rows.length === 0) return Effect.succeed(0)
-        return sql<{ n: number | string }>`WITH ${commitMode}, ${settleCte(relayId, rows)} SELECT count(*)::int AS n FROM settled`.pipe(
-          Effect.map((r) => Number(r[0]?.n ?? 0)),
-          mapSqlError("settle")
-        )
+        return q.settle(relayId, rows).pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("settle"))
       },
 
-      // One statement, so one commit: data-modifying CTEs all run, on the same snapshot; the rows
-      // being settled are 'processing' in it, so the claim cannot take them. The settle runs first
-      // (see claimCtes).
       settleAndClaim: (relayId, settlement, next) => {
         const rows = settlementRows(settlement)
         if (rows.length === 0) return store.claim(next)
-        return sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${settleCte(relayId, rows)}, ${claimCtes(next, true)} ${claimUpdate(next)}`.pipe(
-          Effect.map((rows) => toClaimed(rows, next.ordering)),
-          mapSqlError("settleAndClaim")
-        )
+        return q.settleAndClaim(relayId, rows, next).pipe(Effect.map((rows) => claimedEvents(rows, next.ordering)), mapSqlError("settleAndClaim"))
       },
 
       release: (relayId, ids) => store.settle(relayId, { published: [], retry: [], failed: [], released: ids }),
 
       reclaimExpired: ({ maxCrashes }) =>
-        sql<{ suspect: number; failed: number }>`WITH expired AS (
-            UPDATE ${outbox} SET
-              status = CASE WHEN attempts - finished_attempts >= ${maxCrashes} THEN 'failed' ELSE 'suspect' END,
-              last_error = CASE WHEN attempts - finished_attempts >= ${maxCrashes}
-                THEN 'crash loop: ' || (attempts - finished_attempts) || ' publish attempts started and none finished'
-                ELSE 'lease expired: the relay holding it stopped' END,
-              claimed_by = NULL, claimed_until = NULL
-            WHERE id IN (
-              SELECT id FROM ${outbox} WHERE status = 'processing' AND claimed_until < now()
-              LIMIT 10000 FOR UPDATE SKIP LOCKED
-            )
-            RETURNING status
-          ) SELECT count(*) FILTER (WHERE status = 'suspect')::int AS suspect, count(*) FILTER (WHERE status = 'failed')::int AS failed FROM expired`.pipe(
+        q.reclaimExpired(maxCrashes).pipe(
           Effect.map(([r]) => ({ suspect: Number(r?.suspect ?? 0), failed: Number(r?.failed ?? 0) })),
           mapSqlError("reclaim")
         ),
 
-      claimSuspect: ({ lease, relayId }) =>
-        sql<ClaimRow>`WITH picked AS (
-            SELECT s.id FROM ${outbox} s
-            WHERE s.status = 'suspect' AND NOT EXISTS (
-              SELECT 1 FROM ${outbox} e WHERE e.ordering_key = s.ordering_key AND e.status IN ${unsettled}
-                AND (e.tx_id, e.seq) < (s.tx_id, s.seq)
-            )
-            ORDER BY s.seq LIMIT 1 FOR UPDATE SKIP LOCKED
-          )
-          UPDATE ${outbox} o SET status = 'processing', attempts = o.attempts + 1, claimed_by = ${relayId},
-            claimed_until = now() + make_interval(secs => ${seconds(lease)})
-          FROM picked WHERE o.id = picked.id
-          RETURNING ${cols}`.pipe(Effect.map((rows) => toClaimed(rows)[0]), mapSqlError("claimSuspect")),
+      claimSuspect: ({ lease, ordering, relayId }) =>
+        q.claimSuspect(relayId, lease, ordering).pipe(Effect.map((rows) => claimedEvents(rows)[0]), mapSqlError("claimSuspect")),
 
       // One pruner at a time per schema; the others skip this round.
-      prune: ({ limit, olderThan }) =>
-        pruneUnderLock(
-          sql,
-          lockKey,
-          "prune",
-          sql`DELETE FROM ${outbox} WHERE id IN (
-            SELECT id FROM ${outbox}
-            WHERE status = 'published' AND published_at < now() - make_interval(secs => ${seconds(olderThan)})
-            ORDER BY published_at LIMIT ${limit}
-          )
-          RETURNING 1`
-        ),
+      prune: ({ limit, olderThan }) => pruneUnderLock(sql, lockKey, "prune", q.prune(olderThan, limit)),
 
-      stats: sql<{ pending: number; processing: number; published: number; failed: number; suspect: number; oldest_ms: number | string | null }>`SELECT
-          (SELECT count(*)::int FROM ${outbox} WHERE status = 'pending') AS pending,
-          (SELECT count(*)::int FROM ${outbox} WHERE status = 'processing') AS processing,
-          (SELECT count(*)::int FROM ${outbox} WHERE status = 'published') AS published,
-          (SELECT count(*)::int FROM ${outbox} WHERE status = 'failed') AS failed,
-          (SELECT count(*)::int FROM ${outbox} WHERE status = 'suspect') AS suspect,
-          (SELECT (extract(epoch FROM now() - min(created_at)) * 1000)::float8 FROM ${outbox} WHERE status = 'pending') AS oldest_ms`.pipe(
+      stats: q.stats.pipe(
         Effect.map(([r]) => ({
           pending: Number(r?.pending ?? 0),
           processing: Number(r?.processing ?? 0),
@@ -386,39 +179,23 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         mapSqlError("stats")
       ),
 
-      listFailed: ({ limit }) =>
-        sql<ClaimRow>`SELECT ${cols}, o.last_error FROM ${outbox} o WHERE status = 'failed' ORDER BY created_at LIMIT ${limit}`.pipe(
-          Effect.map((rows) =>
-            rows.map((row) => ({
-              message: toMessage(row),
-              attempts: Number(row.attempts),
-              lastError: row.last_error ?? null,
-              createdAt: new Date(Number(row.created_at_ms))
-            }))
-          ),
-          mapSqlError("listFailed")
-        ),
+      listFailed: ({ limit }) => q.listFailed(limit).pipe(Effect.map((rows) => rows.map(failedEvent)), mapSqlError("listFailed")),
 
-      retryFailed: (ids) => {
-        const filter = ids === undefined
-          ? sql`status = 'failed'`
-          : sql`status = 'failed' AND id IN (SELECT jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)::uuid)`
-        return sql<{ n: number | string }>`WITH retried AS (
-            UPDATE ${outbox} SET status = 'pending', attempts = 0, finished_attempts = 0, available_at = now() WHERE ${filter} RETURNING 1
-          ) SELECT count(*)::int AS n FROM retried`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("retryFailed"))
-      },
+      retryFailed: (ids) => q.retryFailed(ids).pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("retryFailed")),
 
       discardFailed: (ids) =>
-        ids.length === 0 ? Effect.succeed(0) : sql<{ n: number | string }>`WITH discarded AS (
-            DELETE FROM ${outbox} WHERE status = 'failed' AND id IN (SELECT jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)::uuid)
-            RETURNING 1
-          ) SELECT count(*)::int AS n FROM discarded`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("discardFailed")),
+        ids.length === 0 ? Effect.succeed(0) : q.discardFailed(ids).pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("discardFailed")),
 
       ...outboxAdmin(sql, `${schema}.outbox`)
     }
     return store
   })
 
-/** The Postgres outbox store as a layer over the app's `SqlClient`. */
+/**
+ * The Postgres outbox store as a layer over the app's `SqlClient`, with its eager-dispatch registry
+ * (`EagerDispatch`): an app's producers and relay built on this layer share both.
+ * @since 0.1.0
+ * @category layers
+ */
 export const layer = (options: Options = {}): Layer.Layer<OutboxStore, InvalidConfig, SqlClient.SqlClient> =>
-  Layer.effect(OutboxStore, make(options))
+  Layer.effectContext(Effect.map(make(options), (store) => Context.make(OutboxStore, store).pipe(Context.add(EagerDispatch.Lanes, EagerDispatch.make()))))

@@ -3,6 +3,7 @@
  * process appends (with `PgOutboxStore` option `notify: true`). Relays in the appending process are
  * woken after commit without it. A notification is only a hint: if one is lost (connection drop),
  * the relay's polling still finds the events.
+ * @since 0.1.0
  * @module
  */
 import * as Retry from "@tidings/core/Retry"
@@ -12,7 +13,11 @@ import { PgClient } from "./PgClient.ts"
 import { instanceId } from "./internal/instance.ts"
 import { channel } from "./PgOutboxStore.ts"
 
-/** Options of {@link layer}. */
+/**
+ * Options of {@link layer}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Options {
   /** The outbox schema whose appends to listen for; default `tidings`. */
   readonly schema?: string
@@ -23,7 +28,11 @@ export interface Options {
   readonly ignoreOwn?: boolean
 }
 
-/** Listens while the layer is alive; reconnects with backoff if the listening connection fails. */
+/**
+ * Listens while the layer is alive; reconnects with backoff if the listening connection fails.
+ * @since 0.1.0
+ * @category layers
+ */
 export const layer = (options: Options = {}): Layer.Layer<never, never, PgClient> =>
   Layer.effectDiscard(Effect.gen(function*() {
     const pg = yield* PgClient

@@ -8,7 +8,7 @@ import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { eventually, startRelay } from "../../core/test/RelayContract.ts"
+import { eventually, startRelay } from "@tidings/core/testing"
 import { freshSchema, pgClientLayer, pgUrl } from "../../../test/support/pg.ts"
 import { exited, spawnScript } from "../../../test/support/processes.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
@@ -28,7 +28,7 @@ describe("per-key ordering on Postgres", () => {
         const store = yield* OutboxStore
         const broker = yield* MemoryBroker.MemoryBroker
         const [before] = yield* store.withTransaction(Outbox.appendAll([Step.make({ aggregateId: "other", payload: { n: 0 } })]))
-        const { stop } = yield* startRelay({ ordering: "per-key", statsInterval: false, retention: false, pollInterval: { base: "20 millis", max: "50 millis" } })
+        const { relay, stop } = yield* startRelay({ ordering: "per-key", statsInterval: false, retention: false, pollInterval: { base: "20 millis", max: "50 millis" } })
         // T1 starts first and appends for key K, then stays open.
         const t1Appended = yield* Deferred.make<void>()
         const commitT1 = yield* Deferred.make<void>()
@@ -41,7 +41,9 @@ describe("per-key ordering on Postgres", () => {
         // T2 starts later, appends for K and commits first.
         yield* store.withTransaction(Outbox.append(Step, { aggregateId: "K", payload: { n: 2 } }))
         yield* eventually(Effect.map(broker.delivered, (d) => d.length >= 1), "5 seconds", "the unrelated event")
-        yield* Effect.sleep("300 millis")
+        // the relay has looked at K's events several times since, and left them
+        const claims = (yield* relay.status).claims
+        yield* eventually(Effect.map(relay.status, (s) => s.claims >= claims + 3), "5 seconds", "three more claims")
         const early = yield* broker.delivered
         assert.deepStrictEqual(early.map((d) => d.message.id), [before!.id], "K's later event waits while T1 may still commit")
         yield* Deferred.succeed(commitT1, undefined)
@@ -77,8 +79,12 @@ describe("per-key ordering on Postgres", () => {
         yield* eventually(Effect.map(claim("per-key"), (got) => got.length === 1), "5 seconds", "the per-key claim after the transaction ended")
         // unordered never waits
         const held = yield* Deferred.make<void>()
-        const another = yield* Effect.forkChild(sql.withTransaction(Effect.andThen(sql`INSERT INTO ${blockerTable} VALUES (2)`, Deferred.await(held))))
-        yield* Effect.sleep("100 millis")
+        const inserted = yield* Deferred.make<void>()
+        const another = yield* Effect.forkChild(sql.withTransaction(sql`INSERT INTO ${blockerTable} VALUES (2)`.pipe(
+          Effect.andThen(Deferred.succeed(inserted, undefined)),
+          Effect.andThen(Deferred.await(held))
+        )))
+        yield* Deferred.await(inserted)
         yield* store.withTransaction(Outbox.append(Step, { aggregateId: "J", payload: { n: 1 } }))
         assert.strictEqual((yield* claim("unordered")).length, 1)
         yield* Deferred.succeed(held, undefined)
@@ -110,7 +116,13 @@ describe("crash-loop guard with a real process", () => {
             break
           }
           assert.strictEqual(code, "SIGKILL", child.output())
-          yield* Effect.sleep("700 millis") // the dead process's lease runs out
+          // the dead process's lease runs out
+          const sql = yield* SqlClient.SqlClient
+          yield* eventually(
+            Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${schema}.outbox`)} WHERE status = 'processing' AND claimed_until >= now()`, ([r]) => r?.n === 0),
+            "5 seconds",
+            "the lease to expire"
+          )
         }
         assert.deepStrictEqual(outcomes, ["SIGKILL", "SIGKILL", "SIGKILL", 0])
         const failed = yield* store.listFailed({ limit: 10 })

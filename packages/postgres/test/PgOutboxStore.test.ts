@@ -2,7 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { Deferred, Duration, Effect, Fiber } from "effect"
 import { SqlClient } from "effect/sql"
-import { outboxStoreContract, seed } from "../../core/test/OutboxStoreContract.ts"
+import { outboxStoreContract, seed } from "@tidings/core/testing"
 import { freshSchema, makePgStore, pgClientLayer, sqlPgLayer } from "../../../test/support/pg.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 

@@ -1,4 +1,4 @@
-import { relayContract } from "../../core/test/RelayContract.ts"
+import { relayContract } from "@tidings/core/testing"
 import { makePgStore, pgClientLayer } from "../../../test/support/pg.ts"
 
 relayContract("postgres", makePgStore(pgClientLayer()))

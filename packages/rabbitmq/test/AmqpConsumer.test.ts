@@ -12,6 +12,7 @@ import * as EventRegistry from "@tidings/core/EventRegistry"
 import * as Inbox from "@tidings/core/Inbox"
 import * as InboxStore from "@tidings/core/InboxStore"
 import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
+import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
 import * as OutboxStore from "@tidings/core/OutboxStore"
 import type * as Message from "@tidings/core/Message"
 import { consumerContract } from "@tidings/core/testing"
@@ -197,7 +198,7 @@ describe("AmqpConsumer: a database that is down", () => {
       const downError = new Errors.StoreError({ operation: "inbox.begin", message: "connect ECONNREFUSED 127.0.0.1:5432", reason: new Errors.Unavailable() })
       // The inbox store of a database that refuses connections (until `down` is cleared).
       const flaky: InboxStore.Service = { ...memory, begin: (...args) => down ? Effect.fail(downError) : memory.begin(...args) }
-      const outbox = yield* OutboxStore.makeMemory
+      const outbox = yield* MemoryOutboxStore.make
       const effects: Array<string | undefined> = []
       const handler = Inbox.wrap("db-down", (d: Consumer.Delivery<EventRegistry.Decoded>) => Effect.sync(() => void effects.push(d.messageId)))
       const c = yield* t.start({

@@ -11,7 +11,7 @@ import type { InboxStore } from "@tidings/core/InboxStore"
 import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
 import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
-import * as OutboxStores from "@tidings/core/OutboxStore"
+import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
 import { Publisher } from "@tidings/core/Publisher"
 import * as Relay from "@tidings/core/Relay"
 import * as Retry from "@tidings/core/Retry"
@@ -152,7 +152,7 @@ describe("RabbitMQ outages (private broker node)", () => {
       const effects = new Map<string, number>()
       const firstTries = new Set<string>()
       // The effect runs through the inbox: at most once per message, whatever the broker redelivers.
-      const stores = yield* Layer.build(Layer.mergeAll(MemoryInboxStore.layer, OutboxStores.layerMemory))
+      const stores = yield* Layer.build(Layer.mergeAll(MemoryInboxStore.layer, MemoryOutboxStore.layer))
       const effect = Inbox.wrap("retry-effects", (d: AmqpConsumer.Delivery<EventRegistry.Decoded>) =>
         Effect.sync(() => void effects.set(d.messageId!, (effects.get(d.messageId!) ?? 0) + 1)))
       yield* AmqpConsumer.make({

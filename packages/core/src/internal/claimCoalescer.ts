@@ -7,7 +7,7 @@
  * throughput, while each poller still publishes `batchSize` events at a time.
  * @module
  */
-import { Deferred, type Duration, Effect, Exit, Queue, type Scope } from "effect"
+import { Deferred, type Duration, Effect, Exit, type Fiber, Queue } from "effect"
 import type { StoreError } from "../Errors.ts"
 import type { ClaimedEvent, OutboxStore, Settlement } from "../OutboxStore.ts"
 
@@ -41,8 +41,9 @@ export const mergeSettlements = (settlements: ReadonlyArray<Settlement>): Settle
 export const maxRows = 500
 
 /**
- * Starts `statements` claiming fibers in the scope. A statement merges the requests of at most
- * `pollers / statements` pollers (so that all statements get work) and at most `maxRows` rows.
+ * Starts `statements` claiming fibers with `fork` (the relay group's, which stops them at
+ * shutdown). A statement merges the requests of at most `pollers / statements` pollers (so that
+ * all statements get work) and at most `maxRows` rows.
  */
 export const make = (options: {
   readonly store: OutboxStore["Service"]
@@ -51,7 +52,8 @@ export const make = (options: {
   readonly lease: Duration.Duration
   readonly statements: number
   readonly pollers: number
-}): Effect.Effect<Claimer, never, Scope.Scope> =>
+  readonly fork: <A, E>(effect: Effect.Effect<A, E>) => Effect.Effect<Fiber.Fiber<A, E>>
+}): Effect.Effect<Claimer> =>
   Effect.gen(function*() {
     const { batchSize, holder, store } = options
     const requests = yield* Queue.unbounded<Request>()
@@ -71,7 +73,7 @@ export const make = (options: {
         taken.forEach((r, i) => Deferred.doneUnsafe(r.result, Exit.succeed(rows.slice(i * batchSize, (i + 1) * batchSize))))
       })
 
-    // Waiting for requests can be interrupted (the scope closing); a statement and the hand-over of
+    // Waiting for requests can be interrupted (shutdown); a statement and the hand-over of
     // its rows cannot, so that no claim is made without reaching its poller.
     const worker = Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
@@ -81,7 +83,7 @@ export const make = (options: {
         }
       })
     )
-    for (let i = 0; i < options.statements; i++) yield* Effect.forkScoped(worker)
+    for (let i = 0; i < options.statements; i++) yield* options.fork(worker)
 
     const submit = (settlement: Settlement | undefined) =>
       Effect.suspend(() => {

@@ -1,54 +1,68 @@
 /**
- * The contract every `OutboxStore` passes: the memory store here, the Postgres store in
- * `@tidings/postgres`. Time-dependent cases use short real durations so that both a Clock-driven
- * store and a database using `now()` can run them.
+ * The contract every `OutboxStore` passes: the memory store and the Postgres store in this
+ * repository, and any third-party store (see docs/writing-a-driver.md). Time-dependent cases (leases,
+ * retry delays, retention) let time pass through a {@link Time}: on `TestClock` for a store whose
+ * time comes from `Clock` (`clock: "test"`), in real time for a database (`clock: "live"`, the
+ * default).
+ * @since 0.1.0
+ * @module
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Duration, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, type Scope } from "effect"
-import * as Event from "../src/Event.ts"
-import * as Outbox from "../src/Outbox.ts"
-import { type ClaimedEvent, OutboxStore, type Service } from "../src/OutboxStore.ts"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option, type Scope } from "effect"
+import * as EagerDispatch from "../EagerDispatch.ts"
+import * as Outbox from "../Outbox.ts"
+import { type ClaimedEvent, OutboxStore, type Service } from "../OutboxStore.ts"
+import { draft, failureTag, liveTime, seed, Thing, type Time, testTime } from "./helpers.ts"
 
-export const Thing = Event.define("thing.happened", {
-  aggregateType: "thing",
-  schema: Schema.Struct({ n: Schema.Int, label: Schema.String })
-})
+/**
+ * Options of the contract suites.
+ * @since 0.1.0
+ * @category models
+ */
+export interface ContractOptions {
+  /** `test`: run on `TestClock` (the store reads `Clock`); `live` (default): real time. */
+  readonly clock?: "test" | "live"
+}
 
-const draft = (n: number, aggregateId = `a${n % 3}`) => Thing.make({ aggregateId, payload: { n, label: `#${n}` } })
-
-/** Appends `count` events in one committed transaction; returns their ids in order. */
-export const seed = (count: number, from = 0) =>
-  Effect.gen(function*() {
-    const store = yield* OutboxStore
-    const messages = yield* store.withTransaction(Outbox.appendAll(Array.from({ length: count }, (_, i) => draft(from + i))))
-    return messages.map((m) => m.id)
-  })
-
-/** The `_tag` of an exit's first typed failure, if any. */
-export const failureTag = (exit: Exit.Exit<unknown, unknown>): string | undefined =>
-  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { _tag?: string })._tag)) : undefined
+/**
+ * The suite's time and test registrar for `options`.
+ * @since 0.1.0
+ * @category time
+ */
+export const timeOf = (options: ContractOptions = {}): { readonly time: Time; readonly test: typeof it.live } => {
+  const time = options.clock === "test" ? testTime : liveTime
+  return { time, test: options.clock === "test" ? it.effect : it.live }
+}
 
 /**
  * A per-key claim that expects events: per-key claims wait for every older transaction in the
  * database to end, and tests in other files may hold one open for a moment.
  */
-const claimSome = (store: Service, options: Parameters<Service["claim"]>[0]) =>
-  store.claim(options).pipe(
-    Effect.flatMap((got) => got.length > 0 ? Effect.succeed(got) : Effect.fail("none" as const)),
-    Effect.retry(Schedule.spaced("25 millis").pipe(Schedule.upTo({ duration: "5 seconds" }))),
-    Effect.catch(() => Effect.succeed([] as ReadonlyArray<ClaimedEvent>))
-  )
+const claimSome = (time: Time, store: Service, options: Parameters<Service["claim"]>[0]) =>
+  Effect.gen(function*() {
+    const until = (yield* time.now) + 5_000
+    while (true) {
+      const got: ReadonlyArray<ClaimedEvent> = yield* store.claim(options)
+      if (got.length > 0 || (yield* time.now) >= until) return got
+      yield* time.advance("25 millis")
+    }
+  })
 
 const ids = (claimed: ReadonlyArray<{ readonly message: { readonly id: string } }>) => claimed.map((c) => c.message.id)
 const lease = Duration.seconds(30)
 
-/** Registers the contract suite for a store built fresh for each test. */
-export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>) => {
+/**
+ * Registers the outbox store contract for a store built fresh for each test (in the test's scope).
+ * @since 0.1.0
+ * @category contracts
+ */
+export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>, options: ContractOptions = {}) => {
+  const { test, time } = timeOf(options)
   const run = <A, E>(body: Effect.Effect<A, E, OutboxStore>) =>
-    Effect.scoped(Effect.flatMap(makeStore, (store) => Effect.provide(body, Layer.succeed(OutboxStore, store))))
+    Effect.scoped(Effect.flatMap(makeStore, (store) => Effect.provide(body, Layer.mergeAll(Layer.succeed(OutboxStore, store), Layer.fresh(EagerDispatch.layer)))))
 
   describe(`OutboxStore contract: ${name}`, () => {
-    it.live("append outside a transaction is a typed error and writes nothing", () =>
+    test("append outside a transaction is a typed error and writes nothing", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const exit = yield* Effect.exit(Outbox.append(Thing, { aggregateId: "x", payload: { n: 1, label: "a" } }))
@@ -56,7 +70,7 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.strictEqual((yield* store.stats).pending, 0)
       })))
 
-    it.live("committed events are claimed in append order with their fields intact", () =>
+    test("committed events are claimed in append order with their fields intact", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const written = yield* store.withTransaction(
@@ -80,7 +94,7 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.deepStrictEqual(yield* store.claim({ relayId: "r2", batchSize: 10, lease }), [])
       })))
 
-    it.live("a rolled-back transaction writes nothing and runs no after-commit hook", () =>
+    test("a rolled-back transaction writes nothing and runs no after-commit hook", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         let hooks = 0
@@ -96,16 +110,20 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.strictEqual(hooks, 1)
       })))
 
-    it.live("interruption of the transaction rolls it back", () =>
+    test("interruption of the transaction rolls it back", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
-        const fiber = yield* Effect.forkChild(store.withTransaction(Effect.andThen(Outbox.appendAll([draft(1)]), Effect.never)))
-        yield* Effect.sleep("100 millis")
+        const appended = yield* Deferred.make<void>()
+        const fiber = yield* Effect.forkChild(store.withTransaction(Outbox.appendAll([draft(1)]).pipe(
+          Effect.andThen(Deferred.succeed(appended, undefined)),
+          Effect.andThen(Effect.never)
+        )))
+        yield* Deferred.await(appended)
         yield* Fiber.interrupt(fiber)
         assert.strictEqual((yield* store.stats).pending, 0)
       })))
 
-    it.live("concurrent claims take disjoint batches that cover every event", () =>
+    test("concurrent claims take disjoint batches that cover every event", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const all = yield* seed(200)
@@ -122,7 +140,7 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         for (const c of claims) assert.isAtMost(c.length, 30)
       })))
 
-    it.live("settle: published, retried after its delay, failed; a lost claim is left alone", () =>
+    test("settle: published, retried after its delay, failed; a lost claim is left alone", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const [a, b, c, d] = yield* seed(4)
@@ -138,7 +156,7 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         let stats = yield* store.stats
         assert.deepStrictEqual([stats.published, stats.pending, stats.processing, stats.failed], [1, 1, 1, 1])
         assert.deepStrictEqual(yield* store.claim({ relayId: "r2", batchSize: 10, lease }), [])
-        yield* Effect.sleep("600 millis")
+        yield* time.advance("600 millis")
         const again = yield* store.claim({ relayId: "r2", batchSize: 10, lease })
         assert.deepStrictEqual(ids(again), [b!])
         assert.strictEqual(again[0]!.attempts, 2)
@@ -155,7 +173,7 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.strictEqual(stats.published, 1)
       })))
 
-    it.live("an expired lease is reclaimed; release gives events back without counting the attempt", () =>
+    test("an expired lease is reclaimed; release gives events back without counting the attempt", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const [a, b] = yield* seed(2)
@@ -163,7 +181,7 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         yield* store.claim({ relayId: "stopping", batchSize: 1, lease })
         assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 3 }), { suspect: 0, failed: 0 })
         assert.strictEqual(yield* store.release("stopping", [b!]), 1)
-        yield* Effect.sleep("500 millis")
+        yield* time.advance("500 millis")
         assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 3 }), { suspect: 1, failed: 0 })
         // the crashed relay's event is now suspect: not in normal batches, claimed alone
         const claimed = yield* store.claim({ relayId: "survivor", batchSize: 10, lease })
@@ -177,7 +195,7 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.strictEqual(yield* store.settle("crashed", { published: [a!], retry: [], failed: [] }), 0)
       })))
 
-    it.live("append with a claim: the rows are the claimant's; settled by it, or reclaimed as suspects when its lease ends", () =>
+    test("append with a claim: the rows are the claimant's; settled by it, or reclaimed as suspects when its lease ends", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const write = (relayId: string, lease: Duration.Duration, from: number) =>
@@ -200,7 +218,7 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.deepStrictEqual(ids(retried), [b!])
         assert.strictEqual(retried[0]!.attempts, 2)
         // the claimant died before settling: after the lease, its rows are suspects (a started, unfinished attempt)
-        yield* Effect.sleep("500 millis")
+        yield* time.advance("500 millis")
         assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 3 }), { suspect: 2, failed: 0 })
         const first = yield* store.claimSuspect({ relayId: "other", lease })
         assert.strictEqual(first?.message.id, c!)
@@ -208,51 +226,51 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.strictEqual((yield* store.claimSuspect({ relayId: "other", lease }))?.message.id, d!)
       })))
 
-    it.live("per-key: a key's events are claimed in order, and a key with an event in flight is skipped", () =>
+    test("per-key: a key's events are claimed in order, and a key with an event in flight is skipped", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const [a1, a2, b1] = yield* store.withTransaction(Outbox.appendAll([draft(1, "A"), draft(2, "A"), draft(3, "B")])).pipe(
           Effect.map((ms) => ms.map((m) => m.id))
         )
-        const first = yield* claimSome(store, { relayId: "r1", batchSize: 1, lease, ordering: "per-key" })
+        const first = yield* claimSome(time, store, { relayId: "r1", batchSize: 1, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(first), [a1!])
-        const second = yield* claimSome(store, { relayId: "r2", batchSize: 10, lease, ordering: "per-key" })
+        const second = yield* claimSome(time, store, { relayId: "r2", batchSize: 10, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(second), [b1!], "A is blocked while A1 is in flight")
         const next = yield* store.settleAndClaim("r1", { published: [a1!], retry: [], failed: [] }, { relayId: "r1", batchSize: 10, lease, ordering: "per-key" })
-        const after = next.length > 0 ? next : yield* claimSome(store, { relayId: "r1", batchSize: 10, lease, ordering: "per-key" })
+        const after = next.length > 0 ? next : yield* claimSome(time, store, { relayId: "r1", batchSize: 10, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(after), [a2!])
       })))
 
-    it.live("per-key: a claim takes a key's consecutive events; a retried event holds back its key until due", () =>
+    test("per-key: a claim takes a key's consecutive events; a retried event holds back its key until due", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const written = yield* store.withTransaction(Outbox.appendAll([draft(1, "A"), draft(2, "A"), draft(3, "A"), draft(4, "B")]))
         const [a1, a2, a3, b1] = written.map((m) => m.id)
-        const claimed = yield* claimSome(store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })
+        const claimed = yield* claimSome(time, store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(claimed), [a1!, a2!, a3!, b1!])
         // A1 failed once: A2 and A3 were never attempted and go back behind it
         yield* store.settle("r", { published: [b1!], retry: [{ id: a1!, delay: Duration.millis(400), error: "nack" }], failed: [], released: [a2!, a3!] })
         assert.deepStrictEqual(yield* store.claim({ relayId: "r", batchSize: 10, lease, ordering: "per-key" }), [])
-        yield* Effect.sleep("550 millis")
-        const again = yield* claimSome(store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })
+        yield* time.advance("550 millis")
+        const again = yield* claimSome(time, store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(again), [a1!, a2!, a3!])
         assert.deepStrictEqual(again.map((c) => c.attempts), [2, 1, 1])
         // a failed head lets its key move on
         yield* store.settle("r", { published: [], retry: [], failed: [{ id: a1!, error: "poison" }], released: [a2!, a3!] })
-        assert.deepStrictEqual(ids(yield* claimSome(store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })), [a2!, a3!])
+        assert.deepStrictEqual(ids(yield* claimSome(time, store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })), [a2!, a3!])
       })))
 
-    it.live("crash-loop guard: an event whose publish keeps dying is failed after maxCrashes, with the reason", () =>
+    test("crash-loop guard: an event whose publish keeps dying is failed after maxCrashes, with the reason", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const [poison] = yield* seed(1)
         const short = Duration.millis(150)
         yield* store.claim({ relayId: "dies-1", batchSize: 10, lease: short })
-        yield* Effect.sleep("250 millis")
+        yield* time.advance("250 millis")
         assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 2 }), { suspect: 1, failed: 0 })
         const suspect = yield* store.claimSuspect({ relayId: "dies-2", lease: short })
         assert.strictEqual(suspect?.message.id, poison!)
-        yield* Effect.sleep("250 millis")
+        yield* time.advance("250 millis")
         assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 2 }), { suspect: 0, failed: 1 })
         const failed = yield* store.listFailed({ limit: 10 })
         assert.strictEqual(failed[0]?.message.id, poison!)
@@ -262,7 +280,7 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         yield* store.claim({ relayId: "r", batchSize: 1, lease: short })
         yield* store.settle("r", { published: [], retry: [{ id: poison!, delay: Duration.zero, error: "nack" }], failed: [] })
         yield* store.claim({ relayId: "r", batchSize: 1, lease: short })
-        yield* Effect.sleep("250 millis")
+        yield* time.advance("250 millis")
         assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 2 }), { suspect: 1, failed: 0 })
       })))
 
@@ -311,19 +329,74 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.strictEqual(yield* store.requeue([]), 0)
       })))
 
-    it.live("retention prunes old published rows in bounded batches and nothing else", () =>
+    test("retention prunes old published rows in bounded batches and nothing else", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         yield* seed(5)
         const claimed = yield* store.claim({ relayId: "r", batchSize: 4, lease })
         yield* store.settle("r", { published: ids(claimed), retry: [], failed: [] })
         assert.strictEqual(yield* store.prune({ olderThan: Duration.hours(1), limit: 10 }), 0)
-        yield* Effect.sleep("50 millis")
+        yield* time.advance("50 millis")
         assert.strictEqual(yield* store.prune({ olderThan: Duration.millis(10), limit: 3 }), 3)
         assert.strictEqual(yield* store.prune({ olderThan: Duration.millis(10), limit: 3 }), 1)
         const stats = yield* store.stats
         assert.deepStrictEqual([stats.published, stats.pending], [0, 1])
         assert.isNotNull(stats.oldestPendingAgeMs)
+      })))
+    test("the store says when the current fiber is in one of its transactions, whose after-commit work waits for the commit", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        assert.isFalse(yield* store.inTransaction)
+        assert.isFalse(yield* store.defersAfterCommit)
+        let ran = false
+        const inside = yield* store.withTransaction(Effect.gen(function*() {
+          const facts = [yield* store.inTransaction, yield* store.defersAfterCommit]
+          yield* store.afterCommit(Effect.sync(() => void (ran = true)))
+          return [...facts, ran]
+        }))
+        assert.deepStrictEqual(inside, [true, true, false], "in a transaction, deferring, and the hook had not run yet")
+        assert.isTrue(ran, "the hook ran after the commit")
+      })))
+
+    test("release takes back the claim's attempt: the next claim counts the same attempt again; a released suspect stays a suspect", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const [a, b] = yield* seed(2)
+        for (let i = 0; i < 3; i++) {
+          const claimed = yield* store.claim({ relayId: `r${i}`, batchSize: 10, lease })
+          assert.deepStrictEqual(claimed.map((c) => c.attempts), [1, 1], `claim ${i + 1}: released claims counted nothing`)
+          assert.strictEqual(yield* store.release(`r${i}`, ids(claimed)), 2)
+        }
+        // a crashed attempt stays counted: b becomes a suspect; released, it stays one
+        yield* store.claim({ relayId: "dies", batchSize: 10, lease: Duration.millis(100) })
+        yield* time.advance("200 millis")
+        assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 3 }), { suspect: 2, failed: 0 })
+        const suspect = yield* store.claimSuspect({ relayId: "r", lease })
+        assert.strictEqual(suspect?.message.id, a!)
+        assert.strictEqual(suspect?.attempts, 2)
+        assert.strictEqual(yield* store.release("r", [a!]), 1)
+        const stats = yield* store.stats
+        assert.deepStrictEqual([stats.suspect, stats.pending, stats.processing], [2, 0, 0])
+        assert.deepStrictEqual(yield* store.claim({ relayId: "r", batchSize: 10, lease }), [], "suspects are not claimed in batches")
+        const again = yield* store.claimSuspect({ relayId: "r", lease })
+        assert.strictEqual(again?.message.id, a!)
+        assert.strictEqual(again?.attempts, 2, "the released claim was not counted")
+        assert.strictEqual((yield* store.claimSuspect({ relayId: "r", lease }))?.message.id, b!)
+      })))
+
+    test("claimSuspect: unordered takes a suspect even behind an earlier unsettled event of its key; per-key does not", () =>
+      run(Effect.gen(function*() {
+        const store = yield* OutboxStore
+        const [first, second] = (yield* store.withTransaction(Outbox.appendAll([draft(1, "K"), draft(2, "K")]))).map((m) => m.id)
+        // first: retried later (pending, not due); second: its relay died (suspect)
+        yield* store.claim({ relayId: "a", batchSize: 1, lease })
+        yield* store.claim({ relayId: "dies", batchSize: 1, lease: Duration.millis(100) })
+        yield* store.settle("a", { published: [], retry: [{ id: first!, delay: Duration.hours(1), error: "nack" }], failed: [] })
+        yield* time.advance("200 millis")
+        assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 3 }), { suspect: 1, failed: 0 })
+        assert.isUndefined(yield* store.claimSuspect({ relayId: "r", lease, ordering: "per-key" }), "per key, it waits behind the first")
+        const unordered = yield* store.claimSuspect({ relayId: "r", lease, ordering: "unordered" })
+        assert.strictEqual(unordered?.message.id, second!)
       })))
   })
 }

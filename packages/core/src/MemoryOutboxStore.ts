@@ -1,8 +1,17 @@
-import { Clock, Context, Duration, Effect, Option } from "effect"
-import { NotInTransaction } from "../Errors.ts"
-import type { Message } from "../Message.ts"
-import type * as OutboxStore from "../OutboxStore.ts"
-import { pruneRows } from "./pruneRows.ts"
+/**
+ * The outbox store in memory, with the same semantics as the Postgres store (transactions that
+ * commit or roll back, leases, suspects and the crash-loop guard, per-key order, retention), and
+ * the same contract suite. Time comes from `Clock`, so tests can drive it with `TestClock`. For
+ * tests, demos and the in-process examples; nothing survives the process.
+ * @since 0.1.0
+ * @module
+ */
+import { Clock, Context, Duration, Effect, Layer, Option } from "effect"
+import * as EagerDispatch from "./EagerDispatch.ts"
+import { NotInTransaction } from "./Errors.ts"
+import { pruneRows } from "./internal/pruneRows.ts"
+import type { Message } from "./Message.ts"
+import * as OutboxStore from "./OutboxStore.ts"
 
 interface Row {
   readonly message: Message
@@ -28,8 +37,13 @@ let instances = 0
 
 const unsettled = (row: Row) => row.status === "pending" || row.status === "processing" || row.status === "suspect"
 
-/** The in-memory store. Mutations are synchronous, so each one is atomic, as a statement would be. */
-export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
+/**
+ * Builds a fresh in-memory store (one per run). Mutations are synchronous, so each one is atomic,
+ * as a statement would be.
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
   // One key per store instance, so two memory stores never join each other's transactions.
   const Tx = Context.Service<Transaction>(`@tidings/core/MemoryOutboxStore/Transaction/${++instances}`)
   const rows = new Map<string, Row>()
@@ -64,6 +78,8 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
         )
       )
     })
+
+  const inTransaction = Effect.map(Effect.serviceOption(Tx), Option.isSome)
 
   const claimedBy = (relayId: string, id: string): Row | undefined => {
     const row = rows.get(id)
@@ -128,7 +144,11 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
     for (const id of settlement.released ?? []) {
       const row = claimedBy(relayId, id)
       if (row === undefined) continue
-      Object.assign(row, { status: "pending", attempts: Math.max(0, row.attempts - 1), claimedBy: null, claimedUntil: 0 })
+      // The claim counted the attempt as started; giving the row back takes that back. An attempt
+      // still unfinished after that is an earlier crash: the row stays a suspect.
+      const attempts = Math.max(0, row.attempts - 1)
+      const status = attempts > row.finishedAttempts ? "suspect" : "pending"
+      Object.assign(row, { status, attempts, claimedBy: null, claimedUntil: 0 })
       n++
     }
     return n
@@ -157,6 +177,9 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
     afterCommit: (effect) =>
       Effect.flatMap(Effect.serviceOption(Tx), (open) =>
         Option.match(open, { onNone: () => effect, onSome: (tx) => Effect.sync(() => void tx.afterCommit.push(effect)) })),
+    inTransaction,
+    // Every transaction of this store defers its after-commit work.
+    defersAfterCommit: inTransaction,
     claim: (options) => Effect.map(Clock.currentTimeMillis, (now) => claimNow(options, now)),
     settle: (relayId, settlement) => Effect.map(Clock.currentTimeMillis, (now) => settleNow(relayId, settlement, now)),
     settleAndClaim: (relayId, settlement, next) =>
@@ -186,9 +209,16 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
         }
         return result
       }),
-    claimSuspect: ({ lease, relayId }) =>
+    claimSuspect: ({ lease, ordering, relayId }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        // The oldest suspect that heads its key: an earlier unsettled event of the key goes first.
+        if (ordering !== "per-key") {
+          let oldest: Row | undefined
+          for (const row of rows.values()) {
+            if (row.status === "suspect" && (oldest === undefined || row.seq < oldest.seq)) oldest = row
+          }
+          return oldest === undefined ? undefined : take(oldest, relayId, lease, now)
+        }
+        // Per key, the oldest suspect that heads its key: an earlier unsettled event of the key goes first.
         const heads = new Map<string, Row>()
         for (const row of rows.values()) {
           if (!unsettled(row)) continue
@@ -304,3 +334,13 @@ export const makeMemoryOutboxStore: Effect.Effect<OutboxStore.Service> = Effect.
   }
   return service
 })
+
+/**
+ * A fresh in-memory store as a layer, with its eager-dispatch registry (`EagerDispatch`): an app's
+ * producers and relay built on this layer share both.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<OutboxStore.OutboxStore> = Layer.effectContext(
+  Effect.map(make, (store) => Context.make(OutboxStore.OutboxStore, store).pipe(Context.add(EagerDispatch.Lanes, EagerDispatch.make())))
+)
