@@ -11,7 +11,7 @@
  * @module
  */
 import { Clock, Context, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
-import { NotInTransaction, Rejected, StoreError } from "./Errors.ts"
+import { type InvalidConfig, NotInTransaction, Rejected, StoreError } from "./Errors.ts"
 import { memoryLogAdmin } from "./internal/memoryLogAdmin.ts"
 import { type Cursor, firstAfter, MemoryLog, type Row } from "./internal/memoryLogState.ts"
 import * as LogStore from "./LogStore.ts"
@@ -42,6 +42,16 @@ interface Transaction {
   readonly afterCommit: Array<Effect.Effect<void>>
 }
 
+/**
+ * The store's two faces: the log, and the outbox whose `append` writes into it.
+ * @since 0.1.0
+ * @category models
+ */
+export interface Stores {
+  readonly log: LogStore.Service
+  readonly outbox: OutboxStore.Service
+}
+
 let instances = 0
 
 /**
@@ -63,7 +73,7 @@ const logMode = (operation: string) =>
  * @since 0.1.0
  * @category constructors
  */
-export const make = (config: Config = {}) =>
+export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> =>
   Effect.gen(function*() {
     const { partitions } = yield* Settings.decode(ConfigSchema, config)
     const log = new MemoryLog(partitions)
@@ -325,5 +335,5 @@ export const make = (config: Config = {}) =>
  * @since 0.1.0
  * @category layers
  */
-export const layer = (config: Config = {}) =>
+export const layer = (config: Config = {}): Layer.Layer<LogStore.LogStore | OutboxStore.OutboxStore, InvalidConfig> =>
   Layer.effectContext(Effect.map(make(config), ({ log, outbox }) => Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore.OutboxStore, outbox))))

@@ -2,7 +2,7 @@ import { Duration, Effect, Schema } from "effect"
 import type { InvalidConfig } from "../Errors.ts"
 import * as Settings from "../Settings.ts"
 
-const d = (input: Duration.Input) => Effect.succeed<Duration.Input>(input)
+const d = (input: Duration.Input): Effect.Effect<Duration.Input> => Effect.succeed<Duration.Input>(input)
 
 /** A group name: what cursors and leases are kept under. */
 export const GroupName = Schema.String.check(Schema.makeFilter((g: string) =>
