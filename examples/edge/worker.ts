@@ -5,10 +5,10 @@
  * Nothing runs at module scope (Workers allow no I/O, timers or random values there): each request
  * and each cron event builds its runtime from the bindings and releases it when done.
  */
+import * as Relay from "@tidings/core/Relay"
 import { Runtime } from "@tidings/hono"
 import { Effect } from "effect"
 import * as App from "./app.ts"
-import { drain } from "./drain.ts" // TEMPORARY: becomes Relay.drain from @tidings/core
 import * as Layers from "./layers.ts"
 import { type Env, fromEnv, SettingsError } from "./settings.ts"
 
@@ -51,7 +51,7 @@ export default {
 
   async scheduled(controller: ScheduledController, env: Env, _ctx: ExecutionContext): Promise<void> {
     const settings = fromEnv(env)
-    const pass = drain({ name: "edge", batchSize: 50, maxEvents: settings.maxEvents, budget: `${settings.budgetMs} millis` })
+    const pass = Relay.drain({ name: "edge", batchSize: 50, maxEvents: settings.maxEvents, budget: `${settings.budgetMs} millis` })
     // A failure (database down) rejects: Workers log the cron run as failed, and the next run tries again.
     const report = await Effect.runPromise(pass.pipe(Effect.provide(Layers.relay(settings))))
     console.log(`tidings relay pass (${controller.cron}): ${JSON.stringify(report)}`)

@@ -63,6 +63,14 @@ export const splitStatements = (script: string): Array<string> => {
   return out
 }
 
+/**
+ * A line `-- tidings:commit` splits a migration into transactions that commit one after the other
+ * (e.g. `ADD CONSTRAINT ... NOT VALID`, then `VALIDATE CONSTRAINT` without the first one's lock).
+ * Every part before the last may run again (when a later one did not commit): it must tolerate that.
+ */
+export const splitTransactions = (script: string): Array<Array<string>> =>
+  script.split(/^--\s*tidings:commit\s*$/m).map(splitStatements).filter((statements) => statements.length > 0)
+
 export const compile = (): string => {
   const dir = path.join(root, "migrations")
   const files = fs.readdirSync(dir).filter((f) => /^\d{4}_[a-z0-9_]+\.sql$/.test(f)).sort()
@@ -70,11 +78,15 @@ export const compile = (): string => {
     const version = Number(file.slice(0, 4))
     const name = file.slice(5, -4)
     const sql = fs.readFileSync(path.join(dir, file), "utf8")
-    const statements = splitStatements(sql).map((st) => `      ${JSON.stringify(st)}`).join(",\n")
-    return `  {\n    version: ${version},\n    name: ${JSON.stringify(name)},\n    statements: [\n${statements}\n    ]\n  }`
+    const transactions = splitTransactions(sql).map((statements) =>
+      `      [\n${statements.map((st) => `        ${JSON.stringify(st)}`).join(",\n")}\n      ]`
+    ).join(",\n")
+    return `  {\n    version: ${version},\n    name: ${JSON.stringify(name)},\n    transactions: [\n${transactions}\n    ]\n  }`
   })
   return `// Generated from migrations/*.sql by packages/postgres/scripts/compile-migrations.ts. Do not edit.\n` +
-    `export interface Migration {\n  readonly version: number\n  readonly name: string\n  readonly statements: ReadonlyArray<string>\n}\n\n` +
+    `export interface Migration {\n  readonly version: number\n  readonly name: string\n` +
+    `  /** The statements, in transactions that commit one after the other (usually one). */\n` +
+    `  readonly transactions: ReadonlyArray<ReadonlyArray<string>>\n}\n\n` +
     `export const migrations: ReadonlyArray<Migration> = [\n${entries.join(",\n")}\n]\n`
 }
 

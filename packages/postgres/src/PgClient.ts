@@ -14,28 +14,49 @@
  * decides: a non-string value (object, array, number) is JSON-encoded, and a **string is sent as JSON
  * text as is**, so both `${obj}` and `${JSON.stringify(obj)}::jsonb` store the object (a plain JS
  * string meant as a JSON string value must be encoded first: `${JSON.stringify("text")}`). Where the
- * server cannot infer json (e.g. `SELECT ${x}`), use {@link jsonb}.
+ * server cannot infer json (e.g. `SELECT ${x}`), use {@link jsonb}. An array parameter takes the type
+ * the server infers (`text[]`, `uuid[]` for `= ANY(${ids})` on a uuid, `timestamptz[]`, ...), and the
+ * array types of the database's own types (enums, domains) are read when the client starts; an array
+ * of a type created later comes back as its text form (`{a,b}`) until the client is restarted.
+ *
+ * Connection faults: each connection lives exactly as long as its socket. A statement whose
+ * connection is lost (terminated backend, server restart, network) fails with a retryable
+ * `SqlError` (see {@link isRetryableSqlError}); nothing it sent is sent again, and the next
+ * statement gets a new connection. No connection failure escapes as an unhandled rejection.
  *
  * @module
  */
 import * as Health from "@tidings/core/Health"
-import { Config, Context, Duration, Effect, Layer, Option, Queue, Redacted, Schema, type Scope, Stream } from "effect"
+import { Config, Context, type Duration, Effect, Layer, Redacted, Schema, type Stream } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient, type SqlConnection, SqlError, Statement } from "effect/sql"
 import postgres from "postgres"
-import { type PgConnection, makeConnection, type QueryOptions } from "./internal/pgConnection.ts"
+import { InvalidSetting, resolve, type ResolvedConfig } from "./internal/pgConfig.ts"
+import { heldAccess, makeConnection, type PgConnection, poolAccess, type QueryOptions } from "./internal/pgConnection.ts"
 import { clientSqlError, errorCode, isRetryableCode, scrubString, toSqlError } from "./internal/pgError.ts"
+import { makeListener } from "./internal/pgListener.ts"
+import { closeSockets, makePool } from "./internal/pgPool.ts"
+import { connectionError, type SocketRegistry, socketFactory } from "./internal/pgSocket.ts"
+import { type ArrayType, builtinArrayTypes, registerArrayTypes, userArrayTypesQuery } from "./internal/pgTypes.ts"
 
 /** Settings of {@link layer}. Only `url` is required. */
 export interface PgClientConfig {
   /** `postgres://user:password@host:port/database?sslmode=...`; wrap it in `Redacted` where it is read. */
   readonly url: Redacted.Redacted<string> | string
-  /** Size of the pool; an open transaction holds one of them. `listen` uses one more, outside it. Default 10. */
+  /**
+   * Size of the pool; a statement or an open transaction holds one of them. `listen` uses one more,
+   * outside it, and `PgClient.sql` up to two of its own once used. Default 10.
+   */
   readonly maxConnections?: number | undefined
   /** Close pooled connections idle for this long. Default: never. */
   readonly idleTimeout?: Duration.Input | undefined
   /** Give up opening a connection after this long. Default 10 seconds. */
   readonly connectTimeout?: Duration.Input | undefined
+  /**
+   * When the layer is released, statements still running get this long before their connections are
+   * closed (idle connections close at once). Default 500 milliseconds.
+   */
+  readonly endTimeout?: Duration.Input | undefined
   /** `application_name` shown in `pg_stat_activity`. Default `"tidings"`. */
   readonly applicationName?: string | undefined
   /** Use named prepared statements. Turn off behind PgBouncer in transaction mode. Default true. */
@@ -50,14 +71,19 @@ export class PgConfigError extends Schema.TaggedError<PgConfigError>()("PgConfig
 /** What the {@link PgClient} service offers beyond `SqlClient`. */
 export interface PgClientShape {
   /**
-   * The underlying postgres.js instance, for what effect/sql does not cover (COPY, large objects).
-   * Its queries bypass `withTransaction`, spans and interruption: prefer `SqlClient` otherwise.
+   * A plain postgres.js instance (up to two connections of its own, opened on first use), for what
+   * effect/sql does not cover (COPY, large objects). Its queries bypass `withTransaction`, spans,
+   * interruption and the client's fault handling (and, as it does not fetch array types either, its
+   * `reserve()` may wait for another query on a cold pool: porsager/postgres#751; `begin` is fine):
+   * prefer `SqlClient` otherwise. Ending it ends the whole client.
    */
   readonly sql: postgres.Sql
   /**
-   * Notifications sent to `channel`, as payload strings. LISTEN runs on a dedicated connection that
-   * postgres.js re-establishes (and re-LISTENs) after a connection loss; notifications sent while it
-   * was down are lost, so use them as wake-up hints, not as the data. UNLISTEN when the stream ends.
+   * Notifications sent to `channel`, as payload strings. LISTEN runs on a connection of its own,
+   * shared by all channels. When that connection is lost the stream fails with a retryable
+   * `SqlError`: listen again (e.g. `Effect.retry` with a backoff), and treat notifications as
+   * wake-up hints, not as the data, since those sent in between are lost. UNLISTEN when the stream
+   * ends.
    */
   readonly listen: (channel: string) => Stream.Stream<string, SqlError.SqlError>
   /**
@@ -124,82 +150,18 @@ const jsonType: Record<string, postgres.PostgresType> = {
   }
 }
 
-interface ResolvedConfig {
-  readonly url: string
-  readonly secrets: ReadonlyArray<string>
-  readonly host: string
-  readonly port: number
-  readonly database: string
-  readonly maxConnections: number
-  readonly idleTimeoutSeconds: number | undefined
-  readonly connectTimeoutSeconds: number
-  readonly applicationName: string
-  readonly prepare: boolean
-}
-
-const invalid = (message: string) => Effect.fail(new PgConfigError({ message: `PgClient config: ${message}` }))
-
-const seconds = (name: string, input: Duration.Input | undefined, fallback: number | undefined, min: number) => {
-  if (input === undefined) return Effect.succeed(fallback)
-  const duration = Duration.fromInput(input)
-  if (Option.isNone(duration)) return invalid(`${name} is not a duration`)
-  const value = Duration.toSeconds(duration.value)
-  return Number.isFinite(value) && value >= min ? Effect.succeed(value) : invalid(`${name} is out of range`)
-}
-
 /** Validates the config. The URL (which may hold a password) never appears in an error. */
 const resolveConfig = (config: PgClientConfig): Effect.Effect<ResolvedConfig, PgConfigError> =>
-  Effect.gen(function*() {
-    const raw: unknown = Redacted.isRedacted(config.url) ? Redacted.value(config.url) : config.url
-    if (typeof raw !== "string" || !/^postgres(ql)?:\/\//i.test(raw)) {
-      return yield* invalid("url must be a postgres:// or postgresql:// URL")
-    }
-    let url: URL
-    try {
-      url = new URL(raw)
-    } catch {
-      // The URL error's message and `input` would repeat the URL, password included.
-      return yield* invalid("url is not a valid URL (multi-host URLs are not supported)")
-    }
-    const secrets = new Set<string>()
-    if (url.password !== "") {
-      secrets.add(url.password)
-      try {
-        secrets.add(decodeURIComponent(url.password))
-      } catch {
-        // keep the encoded form only
-      }
-    }
-    const envPassword = globalThis.process?.env?.["PGPASSWORD"]
-    if (url.password === "" && envPassword !== undefined && envPassword !== "") secrets.add(envPassword)
-    const maxConnections = config.maxConnections ?? 10
-    if (!Number.isInteger(maxConnections) || maxConnections < 1) {
-      return yield* invalid("maxConnections must be an integer >= 1")
-    }
-    const applicationName = config.applicationName ?? "tidings"
-    if (typeof applicationName !== "string") return yield* invalid("applicationName must be a string")
-    const prepare = config.prepare ?? true
-    if (typeof prepare !== "boolean") return yield* invalid("prepare must be a boolean")
-    const idleTimeoutSeconds = yield* seconds("idleTimeout", config.idleTimeout, undefined, 0)
-    const connectTimeoutSeconds = (yield* seconds("connectTimeout", config.connectTimeout, 10, 0.001)) ?? 10
-    let database = url.pathname.replace(/^\//, "")
-    try {
-      database = decodeURIComponent(database)
-    } catch {
-      // keep it encoded
-    }
-    return {
-      url: raw,
-      secrets: [...secrets].sort((a, b) => b.length - a.length),
-      host: url.hostname === "" ? "localhost" : url.hostname,
-      port: url.port === "" ? 5432 : Number(url.port),
-      database: database === "" ? "postgres" : database,
-      maxConnections,
-      idleTimeoutSeconds,
-      connectTimeoutSeconds,
-      applicationName,
-      prepare
-    }
+  Effect.try({
+    try: () =>
+      resolve(
+        { ...config, url: Redacted.isRedacted(config.url) ? Redacted.value(config.url) : config.url },
+        globalThis.process?.env ?? {}
+      ),
+    catch: (error) =>
+      new PgConfigError({
+        message: `PgClient config: ${error instanceof InvalidSetting ? error.message : "invalid settings"}`
+      })
   })
 
 /** PostgreSQL says `ROLLBACK` to a `COMMIT` of a transaction in which a statement failed. */
@@ -209,74 +171,100 @@ const commit = (conn: SqlConnection.Connection): Effect.Effect<void, SqlError.Sq
       ? Effect.fail(clientSqlError("COMMIT rolled back an aborted transaction", "commit"))
       : Effect.void)
 
-/** Builds both services; the postgres.js pool is ended when the scope closes. */
+/** Builds both services; every connection is closed when the scope closes. */
 const make = Effect.fnUntraced(function*(config: PgClientConfig) {
   const resolved = yield* resolveConfig(config)
-  const { secrets } = resolved
   const context = yield* Effect.context<never>()
-  const sql = yield* Effect.acquireRelease(
-    Effect.try({
-      try: () =>
-        postgres(resolved.url, {
-          max: resolved.maxConnections,
-          ...(resolved.idleTimeoutSeconds === undefined ? {} : { idle_timeout: resolved.idleTimeoutSeconds }),
-          connect_timeout: resolved.connectTimeoutSeconds,
-          prepare: resolved.prepare,
-          connection: { application_name: resolved.applicationName },
-          types: jsonType,
-          transform: { undefined: null },
-          // postgres.js prints notices with console.log by default
-          onnotice: (notice) =>
-            Effect.runForkWith(context)(
-              Effect.logDebug("PgClient: notice", scrubString(String(notice["message"] ?? ""), secrets))
-            )
-        }) as unknown as postgres.Sql,
-      catch: (error) =>
-        new PgConfigError({
-          message: `PgClient config: ${scrubString(error instanceof Error ? error.message : String(error), secrets)}`
-        })
-    }),
-    // A grace period for in-flight queries, then postgres.js destroys the sockets.
-    (sql) => Effect.promise(() => sql.end({ timeout: 5 }).catch(() => {}))
-  )
+  const sockets: SocketRegistry = new Set()
+  // the array types of this database's own types, read when the client starts
+  const arrayTypes: Array<ArrayType> = [...builtinArrayTypes]
+
+  const options = {
+    ...(resolved.idleTimeoutSeconds === undefined ? {} : { idle_timeout: resolved.idleTimeoutSeconds }),
+    connect_timeout: resolved.connectTimeoutSeconds,
+    prepare: resolved.prepare,
+    connection: { application_name: resolved.applicationName },
+    types: jsonType,
+    // postgres.js would query the array types on every new connection without awaiting it: a
+    // connection lost in that window ends the process (see internal/pgTypes.ts).
+    fetch_types: false,
+    transform: { undefined: null },
+    // postgres.js prints notices with console.log by default
+    onnotice: (notice: postgres.Notice) =>
+      Effect.runForkWith(context)(
+        Effect.logDebug("PgClient: notice", scrubString(String(notice["message"] ?? "")))
+      )
+  }
+  /** One connection (see internal/pgPool.ts): its own postgres.js instance on a guarded socket. */
+  const open = (onDead: () => void, onReady?: () => void, extra: postgres.Options<{}> = {}): postgres.Sql => {
+    const sql = postgres(resolved.url, {
+      ...options,
+      ...extra,
+      max: 1,
+      ssl: false,
+      // postgres.js clears its timers only on a close it never hears of (see internal/pgSocket.ts):
+      // the socket keeps the connect timeout, the pool the idle timeout and the lifetime.
+      connect_timeout: null,
+      idle_timeout: null,
+      max_lifetime: null,
+      socket: socketFactory(resolved.target, sockets, onDead, onReady)
+    } as unknown as postgres.Options<{}>) as unknown as postgres.Sql
+    registerArrayTypes(sql, arrayTypes)
+    return sql
+  }
+  const pool = makePool({
+    size: resolved.maxConnections,
+    open: (onDead, onReady) => open(onDead, onReady),
+    ended: () => toSqlError(connectionError("CONNECTION_ENDED", resolved.target), "connect"),
+    sockets,
+    idleTimeoutMillis: resolved.idleTimeoutSeconds === undefined ? undefined : resolved.idleTimeoutSeconds * 1000,
+    // as postgres.js: 30 to 60 minutes, so that connections are renewed but not all at once
+    maxLifetimeMillis: () => (30 + Math.random() * 30) * 60_000
+  })
+  const listener = makeListener({
+    open: (onDead, onNotify) => open(onDead, undefined, { onnotify: onNotify } as postgres.Options<{}>),
+    target: resolved.target
+  })
+
+  // `PgClient.sql`: a plain postgres.js instance of its own, made on first use.
+  let raw: postgres.Sql | undefined
+  let rawInstance: postgres.Sql | undefined
+  const rawSql = (): postgres.Sql => {
+    if (raw !== undefined) return raw
+    const instance = postgres(resolved.originalUrl, { ...options, max: 2 } as postgres.Options<{}>) as unknown as postgres.Sql
+    rawInstance = instance
+    registerArrayTypes(instance, arrayTypes)
+    // Ending it ends the whole client, as when it was the client's own pool.
+    raw = new Proxy(instance, {
+      get: (target, key, receiver) =>
+        key === "end"
+          ? (options?: { timeout?: number }) => Promise.all([target.end(options), shutdown(0)]).then(() => {})
+          : Reflect.get(target, key, receiver)
+    })
+    return raw
+  }
+
+  let closing: Promise<void> | undefined
+  const shutdown = (graceMillis: number): Promise<void> =>
+    closing ??= Promise.all([
+      rawInstance?.end({ timeout: 0 }).catch(() => {}),
+      Promise.resolve(listener.close()),
+      pool.close(graceMillis)
+    ]).then(() => closeSockets(sockets))
+  yield* Effect.addFinalizer(() => Effect.promise(() => shutdown(resolved.endTimeoutMillis)))
 
   const queryOptions: QueryOptions = {
     prepare: resolved.prepare,
-    secrets,
     cancelWaitMillis: Math.min(resolved.connectTimeoutSeconds * 1000, 10_000)
   }
-  const pool = makeConnection(sql, queryOptions)
-
-  // One reserved connection per transaction (and per `sql.reserve`). The wait for a free connection
-  // is interruptible; a connection that arrives after the waiter gave up goes back to the pool.
-  const reserve: Effect.Effect<PgConnection, SqlError.SqlError, Scope.Scope> = Effect.acquireRelease(
-    Effect.callback<readonly [postgres.ReservedSql, PgConnection], SqlError.SqlError>((resume) => {
-      let abandoned = false
-      let delivered: postgres.ReservedSql | undefined
-      sql.reserve().then(
-        (reserved) => {
-          if (abandoned) return reserved.release()
-          delivered = reserved
-          resume(Effect.succeed([reserved, makeConnection(reserved, queryOptions, true)] as const))
-        },
-        (error: unknown) => resume(Effect.fail(toSqlError(error, "reserve", secrets)))
-      )
-      return Effect.sync(() => {
-        abandoned = true
-        delivered?.release()
-      })
-    }),
-    // A connection whose socket was lost is already back in postgres.js' closed queue, and handing
-    // it to the idle queue again would make the pool write to a dead socket.
-    ([reserved, connection]) => Effect.sync(() => connection.broken() ? undefined : reserved.release()),
-    { interruptible: true }
-  ).pipe(Effect.map(([, connection]) => connection))
+  const poolConnection = makeConnection(poolAccess(pool), queryOptions)
 
   const client = yield* SqlClient.make({
-    acquirer: Effect.succeed(pool),
-    // Pool statements need no scope of their own: postgres.js picks a connection per query.
-    borrower: (f) => f(pool),
-    transactionAcquirer: reserve,
+    acquirer: Effect.succeed(poolConnection),
+    // Pool statements need no scope of their own: each takes a connection for itself.
+    borrower: (f) => f(poolConnection),
+    // One connection per transaction, the wait for it interruptible (see internal/pgPool.ts).
+    transactionAcquirer: Effect.map(pool.hold, (held) => makeConnection(heldAccess(held), queryOptions)),
     compiler: makeCompiler(),
     driver: "postgres-js",
     spanAttributes: [
@@ -292,8 +280,9 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
     isTransaction: (conn) => !(conn as PgConnection).broken()
   })
 
-  // Fail the layer now rather than at the first query: bad host, bad password, server down.
-  yield* pool.executeUnprepared("SELECT 1", [], undefined).pipe(
+  // Fail the layer now rather than at the first query: bad host, bad password, server down. The
+  // query reads the array types the database defines itself (enums, domains, ...), once.
+  const userArrays = yield* poolConnection.executeUnprepared(userArrayTypesQuery, [], undefined).pipe(
     Effect.mapError((error) =>
       error.reason._tag === "UnknownError"
         ? new SqlError.SqlError({
@@ -302,22 +291,21 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
         : error
     )
   )
-
-  const listen = (channel: string): Stream.Stream<string, SqlError.SqlError> =>
-    Stream.callback<string, SqlError.SqlError>((queue) =>
-      Effect.acquireRelease(
-        Effect.tryPromise({
-          try: () => sql.listen(channel, (payload) => void Queue.offerUnsafe(queue, payload)),
-          catch: (error) => toSqlError(error, "listen", secrets)
-        }),
-        (meta) => Effect.promise(() => meta.unlisten().catch(() => {}))
-      )
-    )
+  arrayTypes.push(...(userArrays as ReadonlyArray<ArrayType>))
+  // connections opened before this (the one that ran the query) learn them as well
+  yield* pool.withLink((link) => Effect.sync(() => registerArrayTypes(link.sql, arrayTypes)))
 
   const notify = (channel: string, payload: string): Effect.Effect<void, SqlError.SqlError> =>
     Effect.asVoid(client`SELECT pg_notify(${channel}, ${payload})`)
 
-  return { client, pg: PgClient.of({ sql, listen, notify }) }
+  const pg: PgClientShape = {
+    get sql() {
+      return rawSql()
+    },
+    listen: listener.listen,
+    notify
+  }
+  return { client, pg: PgClient.of(pg) }
 })
 
 const fromResolved = <E, R>(config: Effect.Effect<PgClientConfig, E, R>) =>
@@ -329,8 +317,9 @@ const fromResolved = <E, R>(config: Effect.Effect<PgClientConfig, E, R>) =>
   ).pipe(Layer.provide(Reactivity.layer))
 
 /**
- * Provides {@link PgClient} and `SqlClient.SqlClient` on one postgres.js pool. Building it checks the
- * server with `SELECT 1`; releasing it ends the pool (in-flight queries get 5 s).
+ * Provides {@link PgClient} and `SqlClient.SqlClient` on one pool of connections. Building it checks
+ * the server with a first query; releasing it closes every connection (statements still running get
+ * `endTimeout`, 500 ms by default).
  */
 export const layer = (
   config: PgClientConfig

@@ -29,18 +29,22 @@ describe("Migrator", () => {
       assert.deepStrictEqual(tables.map((t) => t.table_name), ["inbox", "log", "log_cursor", "log_member", "log_stream", "outbox", "projection_position", "saga", "saga_step", "tidings_migrations"])
     })))
 
-  it.live("concurrent migrators serialize on the advisory lock: one applies, the others see it done", () =>
+  it.live("concurrent migrators serialize on the advisory lock: every migration is applied once, in order", () =>
     run(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
       const schema = schemaName("mig")
       yield* dropAfter(schema)
       const results = yield* Effect.forEach(Array.from({ length: 4 }), () => Migrator.run({ schema }), { concurrency: "unbounded" })
-      assert.deepStrictEqual(results.map((r) => r.length).sort(), [0, 0, 0, Migrator.all.length])
+      const versions = results.flat().map((m) => m.version).sort((a, b) => a - b)
+      assert.deepStrictEqual(versions, Migrator.all.map((m) => m.version), "each applied by exactly one migrator")
+      const recorded = yield* sql<{ version: number }>`SELECT version FROM ${sql(`${schema}.tidings_migrations`)} ORDER BY applied_at, version`
+      assert.deepStrictEqual(recorded.map((r) => Number(r.version)), Migrator.all.map((m) => m.version), "in order")
     })))
 
   it.live("invalid schema names are rejected before any SQL runs", () =>
     run(Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const names = ["", "Tidings", "1abc", "x\"; DROP TABLE outbox; --", "a-b", "a.b", "x".repeat(64), "tidings "]
+      const names = ["", "Tidings", "1abc", "x\"; DROP TABLE outbox; --", "a-b", "a.b", "x".repeat(64), "x".repeat(49), "tidings "]
       for (const schema of names) {
         assert.strictEqual(failureTag(yield* Effect.exit(Migrator.run({ schema }))), "InvalidConfig", schema)
         assert.strictEqual(failureTag(yield* Effect.exit(PgOutboxStore.make({ schema }))), "InvalidConfig", schema)

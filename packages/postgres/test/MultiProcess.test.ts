@@ -4,20 +4,21 @@ import * as MemoryBroker from "@tidings/core/MemoryBroker"
 import * as Metrics from "@tidings/core/Metrics"
 import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
-import { Effect, Layer, Metric, Schema } from "effect"
+import { Effect, Layer, Metric, Schema, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"
-import * as os from "node:os"
 import * as path from "node:path"
 import { eventually, startRelay } from "@tidings/core/testing"
 import { freshSchema, pgUrl, sqlPgLayer } from "../../../test/support/pg.ts"
 import { exited, spawnScript, waitForOutput } from "../../../test/support/processes.ts"
+import { tempDir } from "../../../test/support/tempDir.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 
 const script = path.join(import.meta.dirname, "fixtures", "relayProcess.ts")
 const Tick = Event.define("tick", { aggregateType: "clock", schema: Schema.Struct({ n: Schema.Int }) })
 
-const tmpFile = (name: string) => path.join(fs.mkdtempSync(path.join(os.tmpdir(), "tidings-mp-")), name)
+/** A file path in a temporary folder removed when the test's scope closes. */
+const tmpFile = (name: string) => Effect.map(tempDir("tidings-mp"), (dir) => path.join(dir, name))
 
 const seed = (count: number, chunk = 1000) =>
   Effect.gen(function*() {
@@ -32,7 +33,7 @@ const seed = (count: number, chunk = 1000) =>
   })
 
 /** A fresh schema and a Postgres store for it, for the test's own process. */
-const withSchema = <A, E>(body: (schema: string) => Effect.Effect<A, E, OutboxStore | SqlClient.SqlClient | MemoryBroker.MemoryBroker | import("@tidings/core/Publisher").Publisher>) =>
+const withSchema = <A, E>(body: (schema: string) => Effect.Effect<A, E, OutboxStore | SqlClient.SqlClient | MemoryBroker.MemoryBroker | import("@tidings/core/Publisher").Publisher | Scope.Scope>) =>
   Effect.scoped(Effect.gen(function*() {
     const schema = yield* freshSchema("mp")
     return yield* body(schema).pipe(Effect.provide(Layer.mergeAll(PgOutboxStore.layer({ schema }), MemoryBroker.layer())))
@@ -43,7 +44,7 @@ describe("relays in several processes", () => {
     withSchema((schema) =>
       Effect.gen(function*() {
         const ids = yield* seed(20_000)
-        const outs = [tmpFile("a.json"), tmpFile("b.json")]
+        const outs = [yield* tmpFile("a.json"), yield* tmpFile("b.json")]
         const children = outs.map((out) => spawnScript(script, { TIDINGS_TEST_PG_URL: pgUrl(), SCHEMA: schema, OUT: out, MODE: "drain", RELAYS: "4", BATCH: "100" }))
         const codes = yield* Effect.promise(() => Promise.all(children.map(exited)))
         assert.deepStrictEqual(codes, [0, 0], children.map((c) => c.output()).join("\n"))
@@ -63,7 +64,7 @@ describe("relays in several processes", () => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const ids = yield* seed(20)
-        const out = tmpFile("claimed.json")
+        const out = yield* tmpFile("claimed.json")
         const leaseMs = 1500
         const doomed = spawnScript(script, { TIDINGS_TEST_PG_URL: pgUrl(), SCHEMA: schema, OUT: out, MODE: "claim", BATCH: "10", LEASE_MS: String(leaseMs) })
         yield* Effect.promise(() => waitForOutput(doomed, "claimed"))
@@ -104,7 +105,7 @@ describe("relays in several processes", () => {
         const sql = yield* SqlClient.SqlClient
         const outbox = sql(`${schema}.outbox`)
         const leaseMs = 1000
-        const doomed = spawnScript(script, { TIDINGS_TEST_PG_URL: pgUrl(), SCHEMA: schema, OUT: tmpFile("unused.json"), MODE: "append", COUNT: "5", POISON: "2", LEASE_MS: String(leaseMs) })
+        const doomed = spawnScript(script, { TIDINGS_TEST_PG_URL: pgUrl(), SCHEMA: schema, OUT: yield* tmpFile("unused.json"), MODE: "append", COUNT: "5", POISON: "2", LEASE_MS: String(leaseMs) })
         assert.strictEqual(yield* Effect.promise(() => exited(doomed)), "SIGKILL")
         const rows = () => sql<{ n: number; status: string; attempts: number; claimed_by: string | null }>`
           SELECT (payload->>'n')::int AS n, status, attempts, claimed_by FROM ${outbox} ORDER BY seq`

@@ -10,11 +10,11 @@ import type { Message } from "@tidings/core/Message"
 import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"
-import * as os from "node:os"
 import * as path from "node:path"
 import { amqpUrl, declareRaw, drain, eventually, rawChannel, unique } from "../../rabbitmq/test/helpers.ts"
 import { freshSchema, pgClientLayer, pgUrl } from "../../../test/support/pg.ts"
 import { exited, spawnScript, waitForOutput } from "../../../test/support/processes.ts"
+import { tempDir } from "../../../test/support/tempDir.ts"
 import { Numbered, queueOf } from "./fixtures/inboxConsumer.ts"
 import * as PgInboxStore from "../src/PgInboxStore.ts"
 
@@ -82,7 +82,7 @@ describe("Inbox with RabbitMQ consumers in child processes", () => {
       const t = yield* setup
       const ns = Array.from({ length: 30 }, (_, i) => i)
       const ids = yield* t.publish(ns, 2)
-      const mark = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "tidings-inbox-")), "killed")
+      const mark = path.join(yield* tempDir("tidings-inbox"), "killed")
       const first = t.spawn({ KILL_AFTER_COMMIT: "7", MARK: mark, FAIL_ONCE: "1" })
       assert.strictEqual(yield* Effect.promise(() => exited(first)), "SIGKILL", first.output())
       assert.isTrue(fs.existsSync(mark))

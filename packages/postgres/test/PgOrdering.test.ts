@@ -3,19 +3,19 @@ import * as Event from "@tidings/core/Event"
 import * as MemoryBroker from "@tidings/core/MemoryBroker"
 import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
-import { Deferred, Duration, Effect, Fiber, Layer, Schema } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer, Schema, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"
-import * as os from "node:os"
 import * as path from "node:path"
 import { eventually, startRelay } from "@tidings/core/testing"
 import { freshSchema, pgClientLayer, pgUrl } from "../../../test/support/pg.ts"
 import { exited, spawnScript } from "../../../test/support/processes.ts"
+import { tempDir } from "../../../test/support/tempDir.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 
 const Step = Event.define("step", { aggregateType: "flow", schema: Schema.Struct({ n: Schema.Int }) })
 
-const withStore = <A, E>(body: (schema: string) => Effect.Effect<A, E, OutboxStore | SqlClient.SqlClient | MemoryBroker.MemoryBroker | import("@tidings/core/Publisher").Publisher>) =>
+const withStore = <A, E>(body: (schema: string) => Effect.Effect<A, E, OutboxStore | SqlClient.SqlClient | MemoryBroker.MemoryBroker | import("@tidings/core/Publisher").Publisher | Scope.Scope>) =>
   Effect.scoped(Effect.gen(function*() {
     const schema = yield* freshSchema("ord")
     return yield* body(schema).pipe(Effect.provide(Layer.mergeAll(PgOutboxStore.layer({ schema }), MemoryBroker.layer())))
@@ -103,8 +103,9 @@ describe("crash-loop guard with a real process", () => {
         const script = path.join(import.meta.dirname, "fixtures", "relayProcess.ts")
         const outcomes: Array<number | string> = []
         const published: Array<string> = []
+        const dir = yield* tempDir("tidings-crash")
         for (let run = 0; run < 6; run++) {
-          const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "tidings-crash-")), "out.json")
+          const out = path.join(dir, `out-${run}.json`)
           const child = spawnScript(script, {
             TIDINGS_TEST_PG_URL: pgUrl(), SCHEMA: schema, OUT: out, MODE: "drain", RELAYS: "1", BATCH: "10",
             LEASE_MS: "600", MAX_CRASHES: "3", POISON: "3"

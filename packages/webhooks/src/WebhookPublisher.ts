@@ -151,16 +151,16 @@ type Failure = Extract<Delivery.Outcome, { ok: false }>
 const resultOf = (message: Message, outcomes: ReadonlyArray<Delivery.Outcome>): Publisher.PublishResult => {
   const failures = outcomes.filter((o): o is Failure => !o.ok)
   if (failures.length === 0) return Publisher.published(message.id)
-  // One endpoint that refuses for good fails the event: retrying cannot change its answer. Only
-  // when every failed endpoint was unreachable is it unavailability (no attempt counted).
+  // One endpoint that refuses for good fails the event: retrying cannot change its answer. An
+  // unreachable receiver is a retryable failure of this delivery, not unavailability of the
+  // publisher: Unavailable would pause the whole relay (every endpoint, every event) for one
+  // receiver that is down, so it counts attempts like a 503, as the README says.
   const retryable = failures.every((f) => f.retryable)
   const waits = failures.flatMap((f) => f.retryAfter === undefined ? [] : [f.retryAfter])
   const text = failures.map((f) => f.reason).join("; ")
   const status = failures.find((f) => f.status !== undefined && !f.retryable)?.status ?? failures.find((f) => f.status !== undefined)?.status
   const reason: Errors.PublishErrorReason = !retryable
     ? new Errors.Refused({ retryable: false, ...(status === undefined ? {} : { status }) })
-    : failures.every((f) => f.kind === "unavailable")
-    ? new Errors.Unavailable()
     : failures.every((f) => f.kind === "timeout")
     ? new Errors.Timeout()
     : new Errors.Refused({

@@ -43,25 +43,43 @@ export const isRetryableCode = (code: string | undefined): boolean =>
   code !== undefined && (isConnectionCode(code) || code === "40001" || code === "40P01")
 
 /**
- * Removes secrets (the password, in every spelling a URL may hold it) from an error's message and
- * stack, in place, so the original error (its class, SQLSTATE `code`, `detail`, ...) stays usable as a
- * cause. Drivers and runtimes are free to echo a connection string (e.g. `new URL` errors), so this runs
- * on every error that leaves the client.
+ * Credentials as they appear in text: the password of a URL's userinfo (`postgres://user:pw@host`),
+ * and the value of a password field, as in a connection string (`password=pw`), an inspected options
+ * object (`pass: 'pw'`, `password: "pw"`) or JSON (`"password":"pw"`). Only the credential is
+ * replaced: a password that also occurs elsewhere (e.g. `postgres`, in a path) stays as it is there.
  */
-export const scrub = (cause: unknown, secrets: ReadonlyArray<string>, depth = 0): unknown => {
-  if (secrets.length === 0 || depth > 3) return cause
-  if (typeof cause === "string") return scrubString(cause, secrets)
+const credentials: ReadonlyArray<readonly [RegExp, string]> = [
+  [/\b([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*:)([^\s/@]*)@/gi, "$1<redacted>@"],
+  [/(["']?\b(?:password|passwd|pass|pwd|pgpassword)\b["']?\s*[=:]\s*)(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;&})\]]+)/gi, "$1<redacted>"]
+]
+
+/** Replaces the credentials in `text` by `<redacted>` (see {@link credentials}). */
+export const scrubString = (text: string): string => {
+  let out = text
+  for (const [pattern, replacement] of credentials) out = out.replace(pattern, replacement)
+  return out
+}
+
+/**
+ * Removes credentials from an error's message, stack and other text fields, in place, so the
+ * original error (its class, SQLSTATE `code`, `detail`, ...) stays usable as a cause. Drivers and
+ * runtimes are free to echo a connection string (e.g. `new URL` errors), so this runs on every error
+ * that leaves the client.
+ */
+export const scrub = (cause: unknown, depth = 0): unknown => {
+  if (depth > 3) return cause
+  if (typeof cause === "string") return scrubString(cause)
   if (typeof cause !== "object" || cause === null) return cause
-  for (const key of ["message", "stack", "detail", "hint", "address", "input"] as const) {
+  for (const key of ["message", "stack", "detail", "hint", "address", "input", "query"] as const) {
     const value: unknown = (cause as Record<string, unknown>)[key]
     if (typeof value === "string") {
-      const clean = scrubString(value, secrets)
+      const clean = scrubString(value)
       if (clean !== value) {
         try {
           Object.defineProperty(cause, key, { value: clean, writable: true, configurable: true, enumerable: key !== "stack" && key !== "message" })
         } catch {
           // A frozen error cannot be cleaned: replace it by a plain one that keeps the code.
-          return Object.assign(new Error(scrubString(String((cause as { message?: unknown }).message), secrets)), {
+          return Object.assign(new Error(scrubString(String((cause as { message?: unknown }).message))), {
             code: errorCode(cause)
           })
         }
@@ -70,7 +88,7 @@ export const scrub = (cause: unknown, secrets: ReadonlyArray<string>, depth = 0)
   }
   const nested = (cause as { cause?: unknown }).cause
   if (nested !== undefined && nested !== cause) {
-    const clean = scrub(nested, secrets, depth + 1)
+    const clean = scrub(nested, depth + 1)
     if (clean !== nested) {
       try {
         Object.defineProperty(cause, "cause", { value: clean, writable: true, configurable: true })
@@ -80,15 +98,6 @@ export const scrub = (cause: unknown, secrets: ReadonlyArray<string>, depth = 0)
     }
   }
   return cause
-}
-
-/** Replaces every occurrence of each secret by `<redacted>`. */
-export const scrubString = (text: string, secrets: ReadonlyArray<string>): string => {
-  let out = text
-  for (const secret of secrets) {
-    if (secret.length > 0 && out.includes(secret)) out = out.split(secret).join("<redacted>")
-  }
-  return out
 }
 
 /** Classifies a postgres.js error by SQLSTATE / connection code into an effect/sql reason. */
@@ -116,11 +125,11 @@ const classify = (cause: unknown, message: string, operation: string): SqlError.
  * Wraps a postgres.js failure in a `SqlError` whose reason keeps the (scrubbed) original error as
  * `cause`, so callers can read its SQLSTATE `code`.
  */
-export const toSqlError = (cause: unknown, operation: string, secrets: ReadonlyArray<string>): SqlError.SqlError => {
-  const clean = scrub(cause, secrets)
+export const toSqlError = (cause: unknown, operation: string): SqlError.SqlError => {
+  const clean = scrub(cause)
   const code = errorCode(clean)
   const text = clean instanceof Error ? clean.message : typeof clean === "string" ? clean : "unknown error"
-  const message = `PgClient: ${code !== undefined && !text.includes(code) ? `[${code}] ` : ""}${scrubString(text, secrets)}`
+  const message = `PgClient: ${code !== undefined && !text.includes(code) ? `[${code}] ` : ""}${scrubString(text)}`
   return new SqlError.SqlError({ reason: classify(clean, message, operation) })
 }
 

@@ -13,7 +13,6 @@ import { Command, Flag } from "effect/cli"
 import { SqlClient } from "effect/sql"
 import * as Out from "../output.ts"
 import { brokerLayer, databaseLayer, schemaName, settings, storesLayer } from "../root.ts"
-import { appliedVersions } from "./migrate.ts"
 
 /** The doctor found problems (it has printed them); the process exits 1. */
 export class ProblemsFound extends Schema.TaggedError<ProblemsFound>()("ProblemsFound", { count: Schema.Number }) {}
@@ -61,16 +60,17 @@ export const command = Command.make("doctor", {
       if (Exit.isFailure(server)) add("database", "fail", firstError(server))
       else add("database", "ok", `PostgreSQL ${server.value[0]?.version} (database ${server.value[0]?.db}), schema ${schema}`)
 
-      const applied = yield* run(appliedVersions(schema))
-      if (Exit.isFailure(applied)) add("migrations", "fail", firstError(applied))
+      const pending = yield* run(Migrator.pending({ schema }))
+      const appliedCount = Exit.isSuccess(pending) ? Migrator.all.length - pending.value.length : 0
+      if (Exit.isFailure(pending)) add("migrations", "fail", firstError(pending))
       else {
-        const missing = Migrator.all.filter((m) => !applied.value.has(m.version))
-        if (applied.value.size === 0) add("migrations", "fail", `schema ${schema} has no Tidings tables: run tidings migrate`)
+        const missing = pending.value
+        if (appliedCount === 0) add("migrations", "fail", `schema ${schema} has no Tidings tables: run tidings migrate`)
         else if (missing.length > 0) add("migrations", "fail", `${missing.length} pending (${missing.map((m) => `${m.version} ${m.name}`).join(", ")}): run tidings migrate`)
-        else add("migrations", "ok", `${applied.value.size} applied, none pending`)
+        else add("migrations", "ok", `${appliedCount} applied, none pending`)
       }
 
-      if (Exit.isSuccess(applied) && applied.value.size > 0) {
+      if (appliedCount > 0) {
         const outbox = yield* run(OutboxStore.use((o) => Effect.all({ stats: o.stats, holders: o.holders })))
         if (Exit.isFailure(outbox)) add("relay", "fail", firstError(outbox))
         else {
