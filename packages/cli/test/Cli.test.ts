@@ -25,9 +25,9 @@ describe("tidings migrate", () => {
     const dry = await tidings("migrate", "--dry-run", ...target(schema))
     assert.strictEqual(dry.code, 0, dry.err)
     assert.match(dry.out, /VERSION\s+MIGRATION\n1\s+outbox\n2\s+ordering_and_crash_guard\n/)
-    assert.include(dry.out, "dry run: 5 pending migrations not applied")
+    assert.include(dry.out, "dry run: 6 pending migrations not applied")
     const json = await tidings("migrate", "--dry-run", "--json", ...target(schema))
-    assert.deepStrictEqual(json.json.pending.map((m: { version: number }) => m.version), [1, 2, 3, 4, 5])
+    assert.deepStrictEqual(json.json.pending.map((m: { version: number }) => m.version), [1, 2, 3, 4, 5, 6])
     const printed = await tidings("migrate", "--dry-run", "--print-sql", "--grant-to", role, ...target(schema))
     // The Migrator's own script: what `migrate` runs, transaction by transaction.
     assert.include(printed.out, `CREATE SCHEMA "${schema}";`)
@@ -42,7 +42,7 @@ describe("tidings migrate", () => {
     await sql((s) => s.unsafe(`CREATE ROLE ${role} NOLOGIN`))
     const ran = await tidings("migrate", "--grant-to", role, ...target(schema))
     assert.strictEqual(ran.code, 0, ran.err)
-    assert.include(ran.out, `applied to ${schema}: 1 outbox, 2 ordering_and_crash_guard, 3 saga, 4 inbox, 5 claim_invariant`)
+    assert.include(ran.out, `applied to ${schema}: 1 outbox, 2 ordering_and_crash_guard, 3 saga, 4 inbox, 5 claim_invariant, 6 log`)
     assert.include(ran.out, `granted ${role}`)
     const rights = await sql((s) => s<{ insert: boolean; seq: boolean }>`SELECT has_table_privilege(${role}, ${`${schema}.outbox`}, 'INSERT') AS insert,
       has_sequence_privilege(${role}, ${`${schema}.outbox_seq_seq`}, 'USAGE') AS seq`)

@@ -16,6 +16,7 @@ import { appTables } from "../src/internal/migrationSql.ts"
 import * as Migrator from "../src/Migrator.ts"
 import { layer as pgLayer } from "../src/PgClient.ts"
 import * as PgInboxStore from "../src/PgInboxStore.ts"
+import * as PgLogStore from "../src/PgLogStore.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 import * as PgSagaStore from "../src/PgSagaStore.ts"
 
@@ -148,6 +149,24 @@ describe("Migrator on a live database", () => {
         const saga = yield* sagas.create({ id: crypto.randomUUID(), type: "order", input: { n: 1 }, steps: ["reserve", "charge"] })
         const updated = yield* sagas.update(saga.id, saga.version, { currentStep: 1, steps: [{ index: 0, status: "completed", result: { ok: true } }] })
         assert.strictEqual(updated.currentStep, 1)
+        // log mode: append, a group's lease, read, settle (a failed event to the outbox table), retention, retry
+        const logs = yield* PgLogStore.make({ schema, partitions: 1, notify: true })
+        const [event] = yield* logs.outbox.withTransaction(Outbox.appendAll([Tick.make({ aggregateId: "b", payload: { n: 2 } })])).pipe(
+          Effect.provideService(OutboxStore, logs.outbox)
+        )
+        assert.deepStrictEqual(yield* logs.log.join({ group: "g", member: "m", lease: Duration.seconds(30), startFrom: "earliest" }), ["m"])
+        const [state] = yield* logs.log.acquire("g", "m", [0], Duration.seconds(30))
+        const request = { partition: 0, epoch: state!.epoch, after: state!.cursor, limit: 10 }
+        let read = yield* logs.log.read("g", "m", [request])
+        // another test's open transaction may hold the log back a moment
+        while (read.events.length === 0) read = yield* Effect.andThen(Effect.sleep("20 millis"), logs.log.read("g", "m", [request]))
+        assert.deepStrictEqual(read.events.map((e) => e.message.id), [event!.id])
+        const head = read.events[0]!
+        yield* logs.log.settle("g", "m", [{ partition: 0, epoch: state!.epoch, cursor: head.position, failed: [{ event: head, error: "refused", attempts: 1 }] }])
+        assert.strictEqual(yield* logs.log.prune({ olderThan: Duration.zero, limit: 10 }), 1)
+        assert.strictEqual((yield* logs.outbox.list({ status: "failed", limit: 10 }))[0]?.message.id, event!.id)
+        assert.strictEqual(yield* logs.outbox.retryFailed(), 1)
+        yield* logs.log.horizon
       }))
       // ...and cannot change the schema
       for (const ddl of [
@@ -175,6 +194,10 @@ describe("Migrator on a live database", () => {
           Effect.provideService(OutboxStore, outbox)
         )
         assert.strictEqual(written.length, 1)
+        const logs = yield* PgLogStore.make({ schema, notify: true })
+        assert.strictEqual((yield* logs.outbox.withTransaction(Outbox.appendAll([Tick.make({ aggregateId: "b", payload: { n: 2 } })])).pipe(
+          Effect.provideService(OutboxStore, logs.outbox)
+        )).length, 1)
         const tooLong = schema + "y"
         for (const exit of [
           yield* Effect.exit(Migrator.run({ schema: tooLong })),
@@ -182,7 +205,8 @@ describe("Migrator on a live database", () => {
           yield* Effect.exit(Migrator.render({ schema: tooLong })),
           yield* Effect.exit(PgOutboxStore.make({ schema: tooLong })),
           yield* Effect.exit(PgInboxStore.make({ schema: tooLong })),
-          yield* Effect.exit(PgSagaStore.make({ schema: tooLong }))
+          yield* Effect.exit(PgSagaStore.make({ schema: tooLong })),
+          yield* Effect.exit(PgLogStore.make({ schema: tooLong }))
         ]) {
           assert.strictEqual(failureTag(exit), "InvalidConfig")
         }

@@ -6,7 +6,7 @@
 import type { Migration } from "./migrations.ts"
 
 /** Tables the app works on (SELECT, INSERT, UPDATE, DELETE); it only reads `tidings_migrations`. */
-export const appTables: ReadonlyArray<string> = ["outbox", "saga", "saga_step", "inbox", "projection_position"]
+export const appTables: ReadonlyArray<string> = ["outbox", "saga", "saga_step", "inbox", "projection_position", "log", "log_stream", "log_cursor", "log_member"]
 
 const ident = (name: string) => `"${name.replace(/"/g, "\"\"")}"`
 const literal = (text: string) => `'${text.replace(/'/g, "''")}'`
