@@ -21,14 +21,26 @@ export interface Package {
   readonly version: string
 }
 
-/** Every publishable (not private) package under packages/, core first (the others depend on it). */
-export const packages = (): ReadonlyArray<Package> =>
-  fs.readdirSync(path.join(root, "packages"))
+/**
+ * Every publishable (not private) package under packages/, each after the packages it depends on
+ * (a build reads its dependencies' `dist`), alphabetical otherwise.
+ */
+export const packages = (): ReadonlyArray<Package> => {
+  const all = fs.readdirSync(path.join(root, "packages"))
     .filter((dir) => fs.existsSync(path.join(root, "packages", dir, "package.json")))
     .map((dir) => ({ dir, manifest: JSON.parse(fs.readFileSync(path.join(root, "packages", dir, "package.json"), "utf8")) }))
     .filter(({ manifest }) => manifest.private !== true)
-    .map(({ dir, manifest }) => ({ dir, name: manifest.name as string, version: manifest.version as string }))
-    .sort((a, b) => a.dir === "core" ? -1 : b.dir === "core" ? 1 : a.dir.localeCompare(b.dir))
+    .sort((a, b) => a.dir.localeCompare(b.dir))
+  const ordered: Array<Package> = []
+  const visit = (entry: (typeof all)[number]): void => {
+    if (ordered.some((p) => p.dir === entry.dir)) return
+    const deps = Object.keys({ ...entry.manifest.dependencies, ...entry.manifest.peerDependencies })
+    for (const dep of all.filter((other) => deps.includes(other.manifest.name))) visit(dep)
+    ordered.push({ dir: entry.dir, name: entry.manifest.name as string, version: entry.manifest.version as string })
+  }
+  all.forEach(visit)
+  return ordered
+}
 
 /** The tarball's file name npm gives a package: `@tidings/core@0.1.0` → `tidings-core-0.1.0.tgz`. */
 export const tarballName = (pkg: Package): string => `${pkg.name.replace(/^@/, "").replace("/", "-")}-${pkg.version}.tgz`

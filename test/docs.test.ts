@@ -75,6 +75,11 @@ const rules: ReadonlyArray<{ readonly match: RegExp; readonly how: "not run" | "
     reason: "installs from the registry, where the packages are not published yet; the install test (test/pack.test.ts) installs the tarballs instead"
   },
   {
+    match: /^npm install -D vitest @effect\/vitest$/,
+    how: "not run",
+    reason: "adds the test runner to the reader's own driver project; test/testing-entry.test.ts builds such a project (packed @tidings/core, vitest, @effect/vitest) and runs the contract suites in it"
+  },
+  {
     match: /^npm run (--silent )?bench\b/,
     how: "check arguments",
     reason: "a benchmark runs for minutes: the first such command runs through npm as written with TIDINGS_BENCH_CHECK_ARGS=1 " +

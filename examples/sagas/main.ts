@@ -6,7 +6,7 @@
  */
 import { Main, MemoryBroker, Relay, Saga } from "@tidings/core"
 import { Migrator, PgClient, PgOutboxStore, PgSagaStore } from "@tidings/postgres"
-import { Effect, Layer, Option, Stream } from "effect"
+import { Effect, Layer, Option, Schedule, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { scopedPostgres } from "../../test/support/embeddedPostgres.ts"
 import { CreateOrder, CreateOrderAsync, createTables, type OrderInput, participant } from "./createOrder.ts"
@@ -68,9 +68,9 @@ const asynchronous = Effect.gen(function*() {
     ids.push(yield* sql.withTransaction(Saga.start(CreateOrderAsync, order)))
     yield* say(`${order.orderId}: saga started (returned at once)`)
   }
+  // Polled every 20 ms until both sagas have finished (however long a loaded machine takes).
   const final = yield* Effect.forEach(ids, (id) => Saga.get(id)).pipe(
-    Effect.repeat({ until: (states) => states.every((s) => s.status !== "running" && s.status !== "compensating"), times: 200 }),
-    Effect.delay("20 millis")
+    Effect.repeat({ until: (states) => states.every((s) => s.status !== "running" && s.status !== "compensating"), schedule: Schedule.spaced("20 millis") })
   )
   for (const [i, state] of final.entries()) yield* say(`${orders[i]!.orderId}: ${describe(state)}`)
   yield* say(`stock of book: ${yield* stock}`)
