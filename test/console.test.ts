@@ -58,7 +58,7 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
       TIDINGS_AMQP_URL: "",
       TIDINGS_SCHEMA: schema,
       TIDINGS_ADMIN_TOKEN: token,
-      TIDINGS_PORT: "0",
+      TIDINGS_HTTP_PORT: "0",
       TIDINGS_LOG_LEVEL: "Error"
     })
     await waitForOutput(child, "serving; Ctrl-C stops", 60_000)

@@ -7,7 +7,7 @@
  * the demo command itself, on its embedded defaults and on RabbitMQ, and its settings errors.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { ConfigProvider, Effect } from "effect"
 import { SqlClient } from "effect/sql"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -87,7 +87,7 @@ const startService = async (broker: Broker) => {
     TIDINGS_AMQP_URL: broker === "rabbitmq" ? amqpUrl() : "",
     TIDINGS_SCHEMA: schema,
     TIDINGS_ADMIN_TOKEN: token,
-    TIDINGS_PORT: "0",
+    TIDINGS_HTTP_PORT: "0",
     TIDINGS_LOG_LEVEL: "Error"
   })
   try {
@@ -389,7 +389,7 @@ describe(`the demo command on ${runtime}`, () => {
 
   it("runs on the embedded defaults (embedded PostgreSQL, in-memory broker), shows progress and a summary, exits 0", async () => {
     const started = Date.now()
-    const { code, output } = await runDemo({ TIDINGS_PG_URL: "", TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: "", TIDINGS_ADMIN_TOKEN: "", TIDINGS_PORT: "" })
+    const { code, output } = await runDemo({ TIDINGS_PG_URL: "", TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: "", TIDINGS_ADMIN_TOKEN: "", TIDINGS_HTTP_PORT: "" })
     assert.strictEqual(code, 0, output)
     const lines = checkSummary(output)
     assert.match(lines[1] ?? "", /^PostgreSQL ready in \d+ ms \(embedded, 127\.0\.0\.1:\d+/)
@@ -404,13 +404,13 @@ describe(`the demo command on ${runtime}`, () => {
   it("uses RabbitMQ when TIDINGS_AMQP_URL is set, and runs again on the same database", async () => {
     const schema = schemaName("ordersdemo")
     try {
-      const { code, output } = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: amqpUrl(), TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_PORT: "" })
+      const { code, output } = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: amqpUrl(), TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_HTTP_PORT: "" })
       assert.strictEqual(code, 0, output)
       const lines = checkSummary(output)
       assert.match(lines.find((l) => l.startsWith("broker:")) ?? "", /^broker: amqp:\/\/127\.0\.0\.1:\d+/)
       assert.notInclude(output, "guest:guest", "no credentials in the output")
       // Again, on the in-memory broker, over the first run's tables: restocked, new order ids.
-      const again = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_PORT: "" })
+      const again = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_HTTP_PORT: "" })
       assert.strictEqual(again.code, 0, again.output)
       assert.include(again.output, "stock: book 97, lamp 5, mug 49")
       assert.match(again.output, /done in [\d.]+ s: 5 orders, 3 confirmed, 2 cancelled by compensation/)
@@ -420,37 +420,51 @@ describe(`the demo command on ${runtime}`, () => {
     }
   }, 150_000)
 
-  it("refuses bad settings with a typed SettingsError and exit code 2", async () => {
-    const cases: Array<[ReadonlyArray<string>, Record<string, string>, string]> = [
-      [["--port", "99999"], {}, "--port"],
-      [["--bogus"], {}, "--bogus"],
-      [[], { TIDINGS_SCHEMA: "Bad-Name" }, "TIDINGS_SCHEMA"],
-      [[], { TIDINGS_PG_URL: "mysql://x" }, "TIDINGS_PG_URL"],
-      [[], { TIDINGS_AMQP_URL: "not a url" }, "TIDINGS_AMQP_URL"],
-      [[], { TIDINGS_ADMIN_TOKEN: "short" }, "TIDINGS_ADMIN_TOKEN"],
-      [[], { TIDINGS_LOG_LEVEL: "loud" }, "TIDINGS_LOG_LEVEL"]
-    ]
-    for (const [args, env, setting] of cases) {
-      try {
-        Settings.parse(args, env)
-        assert.fail(`${setting} was accepted`)
-      } catch (error) {
-        assert.instanceOf(error, Settings.SettingsError)
-        assert.strictEqual((error as Settings.SettingsError).setting, setting)
-      }
+  it("reads the components' TIDINGS_* variables in one go: one error naming every wrong variable, exit code 2", async () => {
+    const load = (args: ReadonlyArray<string>, env: Record<string, string>) =>
+      Effect.runPromise(Effect.result(Settings.load(args).pipe(Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env }))))))
+    for (const [args, setting] of [[["--port", "99999"], "--port"], [["--bogus"], "--bogus"]] as const) {
+      const r = await load(args, {})
+      assert.isTrue(r._tag === "Failure" && r.failure._tag === "UsageError" && r.failure.setting === setting, setting)
     }
-    const ok = Settings.parse(["--serve", "--port=8080"], { TIDINGS_PG_URL: "postgres://u:secret@h/db", TIDINGS_ADMIN_TOKEN: "long-enough-token-0123456789abcdef" })
-    assert.notStrictEqual(ok, "help")
-    if (ok !== "help") {
-      assert.isTrue(ok.serve)
-      assert.strictEqual(ok.port, 8080)
-      assert.isFalse(ok.tokenGenerated)
-      assert.notInclude(String(ok.pgUrl), "secret")
+    const bad = await load([], {
+      TIDINGS_SCHEMA: "Bad-Name",
+      TIDINGS_PG_URL: "mysql://u:Pa55word@x",
+      TIDINGS_AMQP_URL: "not a url",
+      TIDINGS_ADMIN_TOKEN: "short",
+      TIDINGS_LOG_LEVEL: "loud",
+      TIDINGS_RELAY_CONCURRENCY: "four",
+      TIDINGS_HTTP_PORT: "99999"
+    })
+    assert.strictEqual(bad._tag, "Failure")
+    const error = bad._tag === "Failure" ? bad.failure : undefined
+    assert.strictEqual(error?._tag, "InvalidConfig")
+    assert.deepStrictEqual(error?._tag === "InvalidConfig" ? error.issues?.map((i) => i.path) : [], [
+      "TIDINGS_PG_URL",
+      "TIDINGS_AMQP_URL",
+      "TIDINGS_SCHEMA",
+      "TIDINGS_RELAY_CONCURRENCY",
+      "TIDINGS_HTTP_PORT",
+      "TIDINGS_ADMIN_TOKEN",
+      "TIDINGS_LOG_LEVEL"
+    ])
+    assert.notInclude(error?.message ?? "", "Pa55word")
+    const ok = await load(["--serve", "--port=8080"], { TIDINGS_PG_URL: "postgres://u:secret@h/db", TIDINGS_ADMIN_TOKEN: "long-enough-token-0123456789abcdef", TIDINGS_HTTP_PORT: "9090", TIDINGS_RELAY_CONCURRENCY: "3" })
+    assert.strictEqual(ok._tag, "Success")
+    if (ok._tag === "Success" && ok.success !== "help") {
+      assert.isTrue(ok.success.serve)
+      assert.strictEqual(ok.success.http.port, 8080, "--port wins over TIDINGS_HTTP_PORT")
+      assert.strictEqual(ok.success.relay.concurrency, 3, "the variable wins over the demo's default")
+      assert.strictEqual(ok.success.relay.maxAttempts, 5, "the demo's default")
+      assert.strictEqual(ok.success.schema, "orders")
+      assert.isFalse(ok.success.tokenGenerated)
+      assert.notInclude(String(ok.success.pg?.url), "secret")
     }
     // and the process says so and exits 2, before starting anything
-    const { code, output } = await runDemo({ TIDINGS_SCHEMA: "Bad-Name" }, 30_000)
+    const { code, output } = await runDemo({ TIDINGS_SCHEMA: "Bad-Name", TIDINGS_RELAY_LEASE: "soon" }, 30_000)
     assert.strictEqual(code, 2, output)
-    assert.include(output, "TIDINGS_SCHEMA must be a lower-case SQL identifier")
+    assert.include(output, "invalid settings: TIDINGS_SCHEMA: must be 1-63 characters")
+    assert.include(output, "TIDINGS_RELAY_LEASE: Expected a duration")
     assert.notInclude(output, "starting PostgreSQL")
   }, 60_000)
 })

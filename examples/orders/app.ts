@@ -14,7 +14,7 @@
  * | `GET /admin/console` | the operator console (a web page; asks for the admin token) |
  * | `POST /admin/faults/publish`, `GET /admin/broker` | the demo's fault switch; the broker and its dead letters (bearer token) |
  */
-import { Health, Relay, Retry, Saga } from "@tidings/core"
+import { Health, Relay, Saga } from "@tidings/core"
 import { Auth, Command, Console, Input, Routes, Runtime, Safety } from "@tidings/hono"
 import { Migrator, PgClient, PgInboxStore, PgOutboxStore, PgSagaStore } from "@tidings/postgres"
 import { Effect, Layer, Redacted, Schema } from "effect"
@@ -28,17 +28,18 @@ type HandlerServices = Effect.Services<ReturnType<Domain.Orders["handlers"][keyo
 
 /** How to run the service. */
 export interface Options {
-  readonly pgUrl: Redacted.Redacted<string>
+  readonly pg: PgClient.PgClientConfig
   /** Schema of Tidings' tables and the service's own. */
   readonly schema: string
   readonly transport: Transport.Transport
+  readonly relay: Relay.Config
 }
 
 /** The service's layers: everything the routes need, with the background workers running while it lives. */
 export const layer = (options: Options) => {
   const orders = Domain.make(options.schema)
   const schema = options.schema
-  const Database = PgClient.layer({ url: options.pgUrl, maxConnections: 12, applicationName: "tidings-orders" })
+  const Database = PgClient.layer(options.pg)
   const Stores = Layer.mergeAll(
     PgOutboxStore.layer({ schema }),
     PgInboxStore.layer({ schema }),
@@ -55,14 +56,7 @@ export const layer = (options: Options) => {
   const Broker = Transport.layer(options.transport, consumers)
   const Publishing = Faults.layer.pipe(Layer.provideMerge(Broker))
   const Workers = Layer.mergeAll(
-    Relay.layer({
-      concurrency: 2,
-      pollInterval: { base: "50 millis", max: "500 millis" },
-      // A broker hiccup is retried quickly (a demo); after `maxAttempts` the event is failed, for the admin view.
-      retry: Retry.exponentialBackoff({ base: "200 millis", max: "5 seconds" }),
-      maxAttempts: 5,
-      statsInterval: "1 second"
-    }),
+    Relay.layer(options.relay),
     Saga.recovery({ registry: Domain.sagas, interval: "1 second" })
   )
   return Workers.pipe(Layer.provideMerge(Publishing), Layer.provideMerge(Stores), Layer.provideMerge(Database))

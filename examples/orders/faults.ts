@@ -62,6 +62,6 @@ export const layer: Layer.Layer<Publisher.Publisher | PublishFaults, never, Brok
       rules: Effect.sync(() => rules.filter((r) => r.remaining > 0).map((r) => ({ ...r }))),
       refused: Effect.sync(() => refused)
     })
-    return Context.make(PublishFaults, faults).pipe(Context.add(Publisher.Publisher, Publisher.Publisher.of({ publish })))
+    return Context.make(PublishFaults, faults).pipe(Context.add(Publisher.Publisher, Publisher.Publisher.of({ publish, ...(broker.publisher.destination === undefined ? {} : { destination: broker.publisher.destination }) })))
   })
 )

@@ -5,7 +5,7 @@
  * demo — places orders over HTTP, shows their sagas progress, retries a refused event through the
  * admin routes, prints a summary — and exits 0, or, with `--serve`, keeps serving until Ctrl-C
  * (or SIGTERM), then closes everything and exits 0.
- * See settings.ts for every option.
+ * See settings.ts for the options (the components' TIDINGS_* variables).
  */
 import { Main } from "@tidings/core"
 import { Runtime, Serve } from "@tidings/hono"
@@ -13,6 +13,7 @@ import { Effect, Layer, Redacted, References, Runtime as Runtime_ } from "effect
 import * as App from "./app.ts"
 import * as Demo from "./demo.ts"
 import * as Domain from "./domain.ts"
+import * as Observability from "./observability.ts"
 import * as Settings from "./settings.ts"
 import * as Transport from "./transport.ts"
 
@@ -38,38 +39,39 @@ const embeddedPostgres = Effect.acquireRelease(
 )
 
 const main = Effect.gen(function*() {
-  let settings: Settings.Settings
-  try {
-    const parsed = Settings.parse(process.argv.slice(2), process.env)
-    if (parsed === "help") return console.log(Settings.usage)
-    settings = parsed
-  } catch (error) {
-    if (!(error instanceof Settings.SettingsError)) throw error
-    console.error(`[orders] ${error.setting} ${error.message}`)
-    return yield* Effect.die(new Exit(2))
-  }
+  const loaded = yield* Settings.load(process.argv.slice(2)).pipe(
+    Effect.catch((error) => {
+      console.error(`[orders] ${error._tag === "UsageError" ? `${error.setting} ${error.message}` : `invalid settings: ${error.message}`}`)
+      return Effect.die(new Exit(2))
+    })
+  )
+  if (loaded === "help") return console.log(Settings.usage)
+  const settings = loaded
 
   const started = Date.now()
-  let pgUrl = settings.pgUrl
-  if (pgUrl === undefined) {
+  let pg = settings.pg
+  if (pg === undefined) {
     say("starting PostgreSQL (embedded; set TIDINGS_PG_URL to use a server of yours) ...")
-    const pg = yield* embeddedPostgres
-    pgUrl = Redacted.make(pg.url)
-    say(`PostgreSQL ready in ${Date.now() - started} ms (embedded, ${new URL(pg.url).host}, removed on exit)`)
+    const embedded = yield* embeddedPostgres
+    pg = { url: Redacted.make(embedded.url), maxConnections: 12, applicationName: "tidings-orders" }
+    say(`PostgreSQL ready in ${Date.now() - started} ms (embedded, ${new URL(embedded.url).host}, removed on exit)`)
   } else {
-    say(`PostgreSQL: ${new URL(Redacted.value(pgUrl)).host} (TIDINGS_PG_URL)`)
+    say(`PostgreSQL: ${new URL(Redacted.isRedacted(pg.url) ? Redacted.value(pg.url) : pg.url).host} (TIDINGS_PG_URL)`)
   }
-  const transport: Transport.Transport = settings.amqpUrl === undefined
+  const transport: Transport.Transport = settings.amqp === undefined
     ? { _tag: "memory" }
-    : { _tag: "rabbitmq", url: settings.amqpUrl, prefix: `tidings.${settings.schema}` }
-  const layer = App.layer({ pgUrl, schema: settings.schema, transport }).pipe(
+    : { _tag: "rabbitmq", connection: settings.amqp, prefix: `tidings.${settings.schema}` }
+  const layer = App.layer({ pg, schema: settings.schema, transport, relay: settings.relay }).pipe(
+    // OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (observability.ts); provided to the app's
+    // layers so that the relay's and the consumers' fibers trace too, and kept for the handlers.
+    Layer.provideMerge(Observability.layer),
     Layer.provide(Layer.succeed(References.MinimumLogLevel, settings.logLevel))
   )
   const rt = yield* Effect.acquireRelease(Effect.promise(() => Runtime.make(layer)), (rt) => Effect.promise(() => rt.dispose()))
   const broker = yield* Effect.promise(() => rt.runPromise(Transport.Broker.use((b) => Effect.succeed(b.description))))
   say(`broker: ${broker}${transport._tag === "memory" ? " (set TIDINGS_AMQP_URL=amqp://... for RabbitMQ)" : ""}; schema "${settings.schema}"`)
   const server = yield* Effect.acquireRelease(
-    Effect.promise(() => Serve.serve(App.routes(rt, { schema: settings.schema, adminToken: settings.adminToken }), { port: settings.port, hostname: "127.0.0.1" })),
+    Effect.promise(() => Serve.serve(App.routes(rt, { schema: settings.schema, adminToken: settings.adminToken }), settings.http)),
     (server) => Effect.promise(() => server.close())
   )
   say(`listening on ${server.url} (ready in ${Date.now() - started} ms)`)

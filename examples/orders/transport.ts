@@ -9,7 +9,7 @@ import { type Event, EventRegistry, MemoryBroker, Publisher } from "@tidings/cor
 import { InvalidConfig } from "@tidings/core/Errors"
 import { AmqpConnection, AmqpConsumer, type AmqpErrors, AmqpPublisher, Topology } from "@tidings/rabbitmq"
 import * as DeadLetters from "@tidings/rabbitmq/DeadLetters"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Context, Effect, Layer } from "effect"
 import { type Incoming, UnprocessableMessage } from "./domain.ts"
 
 /** Which broker. */
@@ -17,7 +17,8 @@ export type Transport =
   | { readonly _tag: "memory" }
   | {
     readonly _tag: "rabbitmq"
-    readonly url: Redacted.Redacted<string>
+    /** The connection settings (URL, heartbeat, ...); each connection gets its own name. */
+    readonly connection: AmqpConnection.Config
     /** Prefix of the exchange and queue names (`<prefix>.events`, `<prefix>.<consumer>`). */
     readonly prefix: string
   }
@@ -122,8 +123,8 @@ const rabbitmq = <R>(
   // Queues are declared by the publishing connection too: a message published before a consumer
   // connected still has a queue to go to (the publisher is `mandatory`).
   const topology = Topology.merge(...queues.map((q) => q.queue.topology))
-  const Publishing = AmqpConnection.layer({ url: transport.url, name: "orders-publisher", topology })
-  const Consuming = AmqpConnection.layer({ url: transport.url, name: "orders-consumers" })
+  const Publishing = AmqpConnection.layer({ ...transport.connection, name: "orders-publisher", topology })
+  const Consuming = AmqpConnection.layer({ ...transport.connection, name: "orders-consumers" })
   const consumers = Layer.mergeAll(
     Layer.empty,
     ...queues.map(({ queue, spec }) =>

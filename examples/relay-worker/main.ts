@@ -3,17 +3,18 @@
  *
  * `npm run example -- relay-worker -- --worker` is the worker: a relay on the outbox of
  * TIDINGS_PG_URL, woken by the producers' NOTIFY, publishing to RabbitMQ (TIDINGS_AMQP_URL) or the
- * in-memory broker; it runs until SIGINT / SIGTERM, then releases its claims and exits 0.
+ * in-memory broker, configured by the `TIDINGS_*` variables; it runs until SIGINT / SIGTERM, then
+ * releases its claims and exits 0.
  *
  * `npm run example -- relay-worker` shows it working: starts PostgreSQL (embedded unless
  * TIDINGS_PG_URL is set), starts the worker as a child process, then acts as a producer without a
  * relay of its own (its store sends NOTIFY after each commit), and prints how soon the worker
  * published each event. Then it stops the worker with SIGTERM and exits 0.
  */
-import { Event, Main, MemoryBroker, Outbox, OutboxStore, Relay } from "@tidings/core"
+import { Event, Main, MemoryBroker, Outbox, OutboxStore, Relay, Settings } from "@tidings/core"
 import { Migrator, PgClient, PgOutboxStore, PgWakeup } from "@tidings/postgres"
 import { AmqpConnection, AmqpPublisher, Topology } from "@tidings/rabbitmq"
-import { Effect, Layer, Schedule, Schema } from "effect"
+import { Config, Effect, Layer, Option, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { spawn } from "node:child_process"
 import { scopedPostgres } from "../../test/support/embeddedPostgres.ts"
@@ -32,24 +33,43 @@ const topology = Topology.make({
   bindings: [{ exchange: "tidings.recipes.worker", queue: "tidings.recipes.worker.audit", routingKey: "#" }]
 })
 
-const publisher = (amqpUrl: string | undefined) =>
-  amqpUrl === undefined || amqpUrl === ""
+/**
+ * The worker's settings, from the environment (the root README's table of `TIDINGS_*` variables):
+ * `TIDINGS_PG_URL` (required) and `TIDINGS_PG_*`, `TIDINGS_SCHEMA`, `TIDINGS_RELAY_*`, and
+ * `TIDINGS_AMQP_URL` (RabbitMQ; unset: the in-memory broker) with `TIDINGS_AMQP_*`. Read in one go:
+ * a wrong configuration stops the start with one error naming every wrong variable.
+ */
+const workerSettings = Effect.gen(function*() {
+  const amqpSet = Option.isSome(yield* Config.option(Config.String("TIDINGS_AMQP_URL")).pipe(Effect.orElseSucceed(() => Option.none())))
+  return yield* Settings.all({
+    pg: Settings.read(PgClient.environment, { defaults: { applicationName: "relay-worker" } }),
+    store: Settings.read(PgOutboxStore.environment, { defaults: { schema } }),
+    relay: Relay.config({ defaults: { concurrency: 2 } }),
+    amqp: amqpSet ? Settings.read(AmqpConnection.environment, { defaults: { name: "relay-worker" } }) : Effect.succeed(undefined)
+  })
+})
+
+type WorkerSettings = Effect.Success<typeof workerSettings>
+
+const publisher = (amqp: WorkerSettings["amqp"]) =>
+  amqp === undefined
     ? MemoryBroker.layer()
     : AmqpPublisher.layer({ exchange: "tidings.recipes.worker" }).pipe(
-      Layer.provide(AmqpConnection.layer({ url: amqpUrl, name: "relay-worker", topology }))
+      Layer.provide(AmqpConnection.layer({ ...amqp, topology }))
     )
 
 /**
- * The worker: a relay and nothing else. `PgWakeup.layer()` listens for the producers' NOTIFY, so the
- * relay claims new events about a millisecond after their commit instead of at its next poll.
+ * The worker: a relay and nothing else. `PgWakeup.layer({ schema })` listens for the producers'
+ * NOTIFY on that schema's outbox, so the relay claims new events about a millisecond after their
+ * commit instead of at its next poll.
  */
-const Worker = (pgUrl: string, amqpUrl: string | undefined) =>
+const Worker = (s: WorkerSettings) =>
   Layer.effectDiscard(Effect.sync(() => console.log("[worker] relay running; Ctrl-C stops"))).pipe(
-    Layer.provideMerge(Relay.layer({ concurrency: 2 })),
-    Layer.provideMerge(PgWakeup.layer()),
-    Layer.provideMerge(PgOutboxStore.layer({ schema })),
-    Layer.provideMerge(publisher(amqpUrl)),
-    Layer.provideMerge(PgClient.layer({ url: pgUrl }))
+    Layer.provideMerge(Relay.layer(s.relay)),
+    Layer.provideMerge(PgWakeup.layer({ schema: s.store.schema })),
+    Layer.provideMerge(PgOutboxStore.layer(s.store)),
+    Layer.provideMerge(publisher(s.amqp)),
+    Layer.provideMerge(PgClient.layer(s.pg))
   )
 
 const OrderPlaced = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String }) })
@@ -68,7 +88,7 @@ const startWorker = (pgUrl: string) =>
     Effect.callback<{ readonly stop: () => Promise<number | string> }>((resume) => {
       const deno = (globalThis as { Deno?: { execPath(): string } }).Deno
       const [cmd, args] = deno !== undefined ? [deno.execPath(), ["run", "-A"]] : [process.execPath, []]
-      const child = spawn(cmd, [...args, import.meta.filename, "--worker"], { env: { ...process.env, TIDINGS_PG_URL: pgUrl }, stdio: ["ignore", "pipe", "inherit"] })
+      const child = spawn(cmd, [...args, import.meta.filename, "--worker"], { env: { ...process.env, TIDINGS_PG_URL: pgUrl, TIDINGS_SCHEMA: schema }, stdio: ["ignore", "pipe", "inherit"] })
       const exited = new Promise<number | string>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal ?? -1)))
       const stop = () => {
         if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, "SIGTERM")
@@ -109,16 +129,13 @@ const demo = Effect.gen(function*() {
 })
 
 if (process.argv.includes("--worker")) {
-  const pgUrl = process.env["TIDINGS_PG_URL"] ?? ""
-  if (pgUrl === "") {
-    console.error("[worker] set TIDINGS_PG_URL to the database whose outbox it relays")
-    process.exit(2)
-  }
   // Migrations first (safe from every instance: the migrator takes an advisory lock), then the relay until a signal.
   Main.runMain(
-    Migrator.run({ schema }).pipe(
-      Effect.provide(PgClient.layer({ url: pgUrl })),
-      Effect.andThen(Layer.launch(Worker(pgUrl, process.env["TIDINGS_AMQP_URL"]))),
+    Effect.gen(function*() {
+      const s = yield* workerSettings
+      yield* Migrator.run({ schema: s.store.schema }).pipe(Effect.provide(PgClient.layer(s.pg)))
+      yield* Layer.launch(Worker(s))
+    }).pipe(
       // Said once the relay has released its claims and the pool is closed.
       Effect.onInterrupt(() => Effect.sync(() => console.log("[worker] stopped")))
     )

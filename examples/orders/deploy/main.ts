@@ -10,7 +10,7 @@
  * SIGINT stops accepting requests, lets in-flight ones finish, then releases the layers.
  */
 import { Runtime, Serve } from "@tidings/hono"
-import { Layer, References } from "effect"
+import { ConfigProvider, Effect, Layer, References } from "effect"
 import * as App from "../app.ts"
 import * as Settings from "../settings.ts"
 import type * as Transport from "../transport.ts"
@@ -20,16 +20,22 @@ declare const Deno: DenoApi
 
 const say = (line: string) => console.log(`[orders] ${line}`)
 
-const settings = Settings.parse([], Deno.env.toObject())
-if (settings === "help" || settings.pgUrl === undefined) {
+const settings = await Effect.runPromise(Settings.load([]).pipe(
+  Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: Deno.env.toObject() }))),
+  Effect.catch((error) => Effect.sync(() => {
+    console.error(`[orders] invalid settings: ${error.message}`)
+    return Deno.exit(2)
+  }))
+))
+if (settings === "help" || settings.pg === undefined) {
   console.error("[orders] set TIDINGS_PG_URL=postgres://... (this entry starts no database of its own)")
   Deno.exit(2)
 }
-const transport: Transport.Transport = settings.amqpUrl === undefined
+const transport: Transport.Transport = settings.amqp === undefined
   ? { _tag: "memory" }
-  : { _tag: "rabbitmq", url: settings.amqpUrl, prefix: `tidings.${settings.schema}` }
+  : { _tag: "rabbitmq", connection: settings.amqp, prefix: `tidings.${settings.schema}` }
 const rt = await Runtime.make(
-  App.layer({ pgUrl: settings.pgUrl, schema: settings.schema, transport }).pipe(
+  App.layer({ pg: settings.pg, schema: settings.schema, transport, relay: settings.relay }).pipe(
     Layer.provide(Layer.succeed(References.MinimumLogLevel, settings.logLevel))
   )
 )

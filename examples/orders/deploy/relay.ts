@@ -9,43 +9,46 @@
  * (`deno compile` with the same flags as `deno run` makes one too, where it can download Deno's
  * `denort` runtime).
  *
- * Environment: `TIDINGS_PG_URL` (required), `TIDINGS_SCHEMA` (default `orders`), `WEBHOOK_URL` and
+ * Environment: the components' own variables (the root README's configuration table):
+ * `TIDINGS_PG_URL` (required) and `TIDINGS_PG_*`, `TIDINGS_SCHEMA` (default `orders`),
+ * `TIDINGS_RELAY_*` (default here: 2 pollers), and the webhook endpoint's `WEBHOOK_URL` and
  * `WEBHOOK_SECRET` (`whsec_…`, required), `WEBHOOK_TYPES` (comma-separated patterns, default `#`).
+ * A wrong setting stops it at once (exit 2) with one message naming every wrong variable.
  * SIGTERM or SIGINT shuts it down gracefully (in-flight batches finish, claims are released).
  */
-import { Metrics, Relay } from "@tidings/core"
+import { Metrics, Relay, Settings } from "@tidings/core"
 import { PgClient, PgOutboxStore, PgWakeup } from "@tidings/postgres"
 import { WebhookPublisher } from "@tidings/webhooks"
-import { Effect, Exit, Fiber, Layer, Metric, Redacted } from "effect"
+import { Config, Effect, Exit, Fiber, Layer, Metric } from "effect"
 import process from "node:process"
 
 const say = (line: string) => console.log(`[relay] ${line}`)
 
-const required = (name: string): string => {
-  const value = process.env[name]
-  if (value === undefined || value === "") {
-    console.error(`[relay] set ${name}`)
-    process.exit(2)
-  }
-  return value
-}
+const settings = Settings.all({
+  pg: Settings.read(PgClient.environment, { defaults: { maxConnections: 4, applicationName: "tidings-relay" } }),
+  outbox: Settings.read(PgOutboxStore.environment, { defaults: { schema: "orders" } }),
+  relay: Relay.config({ defaults: { name: "relay-worker", concurrency: 2, pollInterval: { base: "50 millis", max: "1 second" } } })
+})
 
-const schema = process.env["TIDINGS_SCHEMA"] || "orders"
-const url = required("WEBHOOK_URL")
-const types = (process.env["WEBHOOK_TYPES"] || "#").split(",").map((t) => t.trim()).filter((t) => t !== "")
-const Database = PgClient.layer({ url: Redacted.make(required("TIDINGS_PG_URL")), maxConnections: 4, applicationName: "tidings-relay" })
-const Publishing = WebhookPublisher.layer({ endpoints: [{ url, secret: Redacted.make(required("WEBHOOK_SECRET")), types }] })
-const Worker = Relay.layer({ name: "relay-worker", concurrency: 2, pollInterval: { base: "50 millis", max: "1 second" } }).pipe(
-  // LISTEN for the commits of producers whose store sends NOTIFY; the others are found by polling.
-  Layer.provideMerge(Layer.mergeAll(PgOutboxStore.layer({ schema }), Publishing, PgWakeup.layer())),
-  Layer.provide(Database)
-)
+const Worker = (s: Effect.Success<typeof settings>) =>
+  Relay.layer(s.relay).pipe(
+    // LISTEN for the commits of producers whose store sends NOTIFY; the others are found by polling.
+    Layer.provideMerge(Layer.mergeAll(PgOutboxStore.layer(s.outbox), WebhookPublisher.layerConfig("WEBHOOK"), PgWakeup.layer({ schema: s.outbox.schema }))),
+    Layer.provide(PgClient.layer(s.pg))
+  )
 
 const fiber = Effect.runFork(
   Effect.gen(function*() {
-    const relay = yield* Layer.build(Worker)
-    void relay
-    say(`running: ${schema}.outbox → ${new URL(url).host} (${types.join(", ")}); Ctrl-C stops`)
+    const s = yield* settings.pipe(Effect.catch((error) =>
+      Effect.sync(() => {
+        console.error(`[relay] invalid settings: ${error.message}`)
+        return process.exit(2)
+      })
+    ))
+    yield* Layer.build(Worker(s))
+    const url = yield* Config.String("WEBHOOK_URL")
+    const types = yield* Config.String("WEBHOOK_TYPES").pipe(Config.withDefault("#"))
+    say(`running: ${s.outbox.schema}.outbox → ${new URL(url).host} (${types}); Ctrl-C stops`)
     return yield* Effect.never
   }).pipe(Effect.scoped)
 )

@@ -6,8 +6,9 @@ import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { InboxStore } from "@tidings/core/InboxStore"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { SagaStore } from "@tidings/core/SagaStore"
-import { Effect } from "effect"
+import { ConfigProvider, Effect } from "effect"
 import { SqlClient } from "effect/sql"
+import * as Cli from "../src/Cli.ts"
 import { pgClientLayer, pgUrl, schemaName } from "../../../test/support/pg.ts"
 import { appendEvents, Billed, dropSchema, Shipped, stores, target, tidings } from "./support.ts"
 
@@ -71,6 +72,32 @@ describe("tidings outbox, inbox and saga", () => {
   afterAll(async () => {
     await rt?.dispose()
     await dropSchema(schema)
+  })
+
+  it("settings as the app reads them: TIDINGS_* variables, the flags winning, a wrong value named with its flag", async () => {
+    const withEnv = async (env: Record<string, string>, ...args: ReadonlyArray<string>) => {
+      let err = ""
+      const code = await Effect.runPromise(Cli.run(args).pipe(
+        Effect.provideService(Cli.Output, { write: () => undefined, error: (t) => void (err += t), interactive: false, columns: 160 }),
+        Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
+      ))
+      return { code, err }
+    }
+    const url = pgUrl()
+    const fromEnv = await withEnv({ TIDINGS_PG_URL: url, TIDINGS_SCHEMA: schema }, "outbox", "stats", "--json")
+    assert.strictEqual(fromEnv.code, 0, fromEnv.err)
+    const missing = await withEnv({ TIDINGS_PG_URL: url, TIDINGS_SCHEMA: `${schema}_missing` }, "outbox", "stats", "--json")
+    assert.strictEqual(missing.code, 1, "the variable's schema is used")
+    const flagWins = await withEnv({ TIDINGS_PG_URL: "postgres://nobody@127.0.0.1:1/none", TIDINGS_SCHEMA: "Not-A-Schema" }, "outbox", "stats", ...target(schema))
+    assert.strictEqual(flagWins.code, 0, flagWins.err)
+    const bad = await withEnv({ TIDINGS_PG_URL: url, TIDINGS_SCHEMA: "Not-A-Schema" }, "outbox", "stats")
+    assert.strictEqual(bad.code, 1)
+    assert.include(bad.err, "--schema / TIDINGS_SCHEMA: must be 1-63 characters")
+    const badPool = await withEnv({ TIDINGS_PG_MAX_CONNECTIONS: "none" }, "outbox", "stats", ...target(schema))
+    assert.strictEqual(badPool.code, 1)
+    assert.include(badPool.err, "TIDINGS_PG_MAX_CONNECTIONS: Expected number, got \"none\"")
+    const none = await withEnv({}, "outbox", "stats")
+    assert.include(none.err, "no database: pass --database-url or set TIDINGS_PG_URL")
   })
 
   it("outbox stats, list, show, retry (by type, with progress) and discard", async () => {

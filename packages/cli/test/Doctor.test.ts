@@ -32,7 +32,7 @@ describe(`tidings doctor on the orders example (${runtime})`, () => {
       TIDINGS_AMQP_URL: "",
       TIDINGS_SCHEMA: schema,
       TIDINGS_ADMIN_TOKEN: `doctor-${crypto.randomUUID()}`,
-      TIDINGS_PORT: "0",
+      TIDINGS_HTTP_PORT: "0",
       TIDINGS_LOG_LEVEL: "Error"
     })
     await waitForOutput(service, "serving; Ctrl-C stops", 60_000)

@@ -2,7 +2,7 @@
  * What a consumer transport runs each delivery through, so that every transport behaves alike: the
  * handler under its timeout, the hold while a dependency is unavailable (with the consumer paused),
  * core's decision table ({@link Consumer.defaultDecision} or an override), the shared metrics, logs
- * and the `tidings.consumer.handle` span continuing the producer's trace. The transport decodes
+ * and the `process <queue>` span continuing the producer's trace. The transport decodes
  * ({@link Prepared}) and carries decisions out (`settle`); `MemoryBroker.consume` and
  * `@tidings/rabbitmq`'s `AmqpConsumer` are built on it.
  * @since 0.1.0
@@ -22,6 +22,7 @@ import {
   type Outcome
 } from "./Consumer.ts"
 import * as Errors from "./Errors.ts"
+import * as Metrics from "./Metrics.ts"
 import type { DecodeError, Note } from "./EventRegistry.ts"
 import * as Tracing from "./Tracing.ts"
 
@@ -69,7 +70,7 @@ export interface Incoming<A, E> {
 
 /**
  * What a transport runs deliveries through: the handler with its timeout, the unavailability hold,
- * the decision table, metrics, logs and the `tidings.consumer.handle` span.
+ * the decision table, metrics, logs and the `process <queue>` span.
  * @since 0.1.0
  * @category runner
  */
@@ -105,6 +106,7 @@ export const makeRunner = <E>(options: {
     const attrs = { consumer: name }
     const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) => Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
     const timeoutMs = Duration.toMillis(s.timeout)
+    yield* Metrics.initializeConsumer(name)
     const gate = yield* Latch.make(true)
     const stopped = yield* Deferred.make<void>()
     let holders = 0
@@ -199,12 +201,12 @@ export const makeRunner = <E>(options: {
         }
         return yield* settleAs(yield* runHolding(incoming, handler, prepared.delivery))
       }).pipe(
-        Effect.withSpan("tidings.consumer.handle", {
+        Effect.withSpan(Tracing.spanName("process", options.queue), {
           kind: "consumer",
-          ...(parent === undefined ? {} : { parent }),
+          // A child of the producer's span (the message's traceparent), and linked to it.
+          ...(parent === undefined ? {} : { parent, links: [{ span: parent, attributes: {} }] }),
           attributes: {
-            "messaging.system": options.system,
-            "messaging.destination.name": options.queue,
+            ...Tracing.messagingAttributes({ type: "process", name: "process" }, { system: options.system, name: options.queue }),
             "messaging.consumer.group.name": name,
             "tidings.consumer.attempt": attempt,
             ...(messageId === undefined ? {} : { "messaging.message.id": messageId }),

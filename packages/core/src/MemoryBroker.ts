@@ -24,6 +24,9 @@ import * as Publisher from "./Publisher.ts"
 import * as Settings from "./Settings.ts"
 import { type Item, matches, prepare } from "./internal/memoryDelivery.ts"
 
+/** `messaging.system` of the in-memory broker, on its publisher's and consumers' spans. */
+const memorySystem = "tidings-memory"
+
 /** A delivered message with the broker's receive time (ms, from `Clock`). */
 export interface Delivery {
   readonly message: Message
@@ -148,7 +151,7 @@ export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publish
       deadLetter: (letter) => Ref.update(dead, (xs) => (xs.push(letter), xs)),
       clear: Effect.andThen(Ref.set(log, []), Ref.set(dead, []))
     })
-    return Context.make(MemoryBroker, broker).pipe(Context.add(Publisher.Publisher, Publisher.Publisher.of({ publish, awaitAvailable })))
+    return Context.make(MemoryBroker, broker).pipe(Context.add(Publisher.Publisher, Publisher.Publisher.of({ publish, awaitAvailable, destination: { system: memorySystem, name: "memory" } })))
   }))
 
 // ---------------------------------------------------------------------------------------------
@@ -295,7 +298,7 @@ export function consume<A, E, R>(config: ConsumerConfig<A, E, R>): Effect.Effect
     const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) => Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Item>(), Queue.shutdown)
     const mine = yield* Ref.make<Array<DeadLetter>>([])
-    const runner = yield* ConsumerRunner.makeRunner<E>({ name: s.queue, system: "memory", queue: s.queue, settings: s, decide: config.decide })
+    const runner = yield* ConsumerRunner.makeRunner<E>({ name: s.queue, system: memorySystem, queue: s.queue, settings: s, decide: config.decide })
     yield* Effect.addFinalizer(() => runner.stop)
     let waiting = 0 // redeliveries sleeping
     let inFlight = 0

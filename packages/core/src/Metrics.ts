@@ -5,7 +5,7 @@
  * @since 0.1.0
  * @module
  */
-import { Metric } from "effect"
+import { Effect, Metric } from "effect"
 
 /** Pending events (sampled by the relay's stats loop). */
 export const outboxPending = Metric.gauge("tidings_outbox_pending", { description: "Outbox events waiting to be published" })
@@ -129,3 +129,48 @@ export const log = {
   /** Events deleted by log retention. */
   pruned: Metric.counter("tidings_log_pruned_total", { description: "Log events deleted by retention", incremental: true })
 } as const
+
+const zero = (metric: Metric.Counter<number>, attributes?: Record<string, string>): Effect.Effect<void> =>
+  Metric.update(attributes === undefined ? metric : Metric.withAttributes(metric, attributes), 0)
+
+/**
+ * Registers the relay's counters at zero (every wake-up source too), so that dashboards and
+ * `rate()` see the series from the start rather than from the first event. The relay does it when
+ * it starts.
+ * @since 0.1.0
+ * @category initialization
+ */
+export const initializeRelay: Effect.Effect<void> = Effect.all([
+  zero(published),
+  zero(retried),
+  zero(failed),
+  zero(reclaimed),
+  zero(pruned),
+  ...["local", "notify", "poll"].map((source) => zero(wakeups, { source }))
+], { discard: true })
+
+/**
+ * Registers a consumer's counters at zero (`consumer` attribute), as {@link initializeRelay} does
+ * for the relay. Every consumer does it when it starts.
+ * @since 0.1.0
+ * @category initialization
+ */
+export const initializeConsumer = (name: string): Effect.Effect<void> =>
+  Effect.all([
+    ...[consumer.consumed, consumer.acked, consumer.unavailable, consumer.defects].map((m) => zero(m, { consumer: name })),
+    ...["delayed", "requeue"].map((mode) => zero(consumer.retried, { consumer: name, mode })),
+    ...["PermanentFailure", "DeliveryLimit"].map((reason) => zero(consumer.deadLettered, { consumer: name, reason }))
+  ], { discard: true })
+
+/**
+ * Registers the saga counters at zero (every final status and compensation outcome too). The saga
+ * recovery worker does it when it starts.
+ * @since 0.1.0
+ * @category initialization
+ */
+export const initializeSagas: Effect.Effect<void> = Effect.all([
+  zero(saga.started),
+  zero(saga.recoveries),
+  ...["completed", "compensated", "failed"].map((status) => zero(saga.finished, { status })),
+  ...["compensated", "failed"].map((outcome) => zero(saga.compensations, { outcome }))
+], { discard: true })

@@ -12,12 +12,12 @@ import { Clock, Effect, Option, Schema, SchemaIssue } from "effect"
 import { InvalidEvent, type NotInTransaction, type StoreError } from "./Errors.ts"
 import type { EventDraft, EventInput, EventType } from "./Event.ts"
 import * as EagerDispatch from "./EagerDispatch.ts"
+import * as MessagingSpans from "./internal/messagingSpans.ts"
 import * as Tracing from "./Tracing.ts"
 import { uuidv7 } from "./internal/uuid.ts"
 import { HeaderNames, Message } from "./Message.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import { Wakeups } from "./Wakeup.ts"
-import { noStack } from "./Tracing.ts"
 
 /**
  * What `append` can fail with.
@@ -100,6 +100,7 @@ export const appendAll = (drafts: ReadonlyArray<EventDraft>): Effect.Effect<Read
     const now = yield* Clock.currentTimeMillis
     const traceparent = yield* Tracing.currentTraceparent
     const messages = yield* Effect.forEach(drafts, (draft) => encode(draft, now, traceparent))
+    if (messages.length === 1) yield* Effect.annotateCurrentSpan("messaging.message.id", messages[0]!.id)
     if (messages.length === 0) return messages
     const lane = yield* eagerLane(store, messages.length)
     yield* store.append(messages, lane?.claim)
@@ -111,7 +112,7 @@ export const appendAll = (drafts: ReadonlyArray<EventDraft>): Effect.Effect<Read
       yield* store.afterCommit(wakeups.signal("local"))
     }
     return messages
-  }).pipe(Effect.withSpan("tidings.outbox.append", { attributes: { "tidings.outbox.count": drafts.length } }, noStack))
+  }).pipe(MessagingSpans.create(drafts.map((d) => d.eventType.type)))
 
 /**
  * Appends one event of a declared type in the current transaction.

@@ -9,6 +9,7 @@
 import { Context, type Effect } from "effect"
 import type { PublishError } from "./Errors.ts"
 import type { Message } from "./Message.ts"
+import type { Destination } from "./Tracing.ts"
 
 /**
  * The per-message outcome of a batch publish.
@@ -36,6 +37,8 @@ export interface Service {
    * is a pause that counts no attempts. Omitted: always available.
    */
   readonly awaitAvailable?: Effect.Effect<void>
+  /** Where it sends, for the relay's `send` spans (OpenTelemetry messaging conventions). */
+  readonly destination?: Destination
 }
 
 /**

@@ -29,13 +29,16 @@ import * as Workers from "./internal/relay/workers.ts"
 import * as Metrics from "./Metrics.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import { Publisher } from "./Publisher.ts"
-import * as Tracing from "./Tracing.ts"
 import { Wakeups } from "./Wakeup.ts"
+import * as MessagingSpans from "./internal/messagingSpans.ts"
+import { config } from "./internal/relay/fromEnvironment.ts"
+import type * as Settings_ from "./Settings.ts"
 
 // Settings and the bounded run live in their own modules (documented there); they are part of
 // this module's API.
 export { type Config, ConfigSchema, type Settings, settings } from "./internal/relay/settings.ts"
 export { type DrainConfig, type DrainReport, drain } from "./internal/relay/drain.ts"
+export { config, environment } from "./internal/relay/fromEnvironment.ts"
 
 /**
  * What a relay group's pollers are doing.
@@ -88,12 +91,10 @@ export const processBatch = (s: Settings, relayId: string): Effect.Effect<number
     Effect.gen(function*() {
       const store = yield* OutboxStore
       const publisher = yield* Publisher
-      const claimed = yield* store.claim(claimOptions(s, relayId, undefined)).pipe(
-        Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } }, Tracing.noStack)
-      )
+      const claimed = yield* store.claim(claimOptions(s, relayId, undefined)).pipe(MessagingSpans.claim(relayId, s.batchSize))
       if (claimed.length === 0) return 0
       const outcome = yield* publishHeld(restore, store, publisher, claimed, s, relayId)
-      yield* settle(s, relayId, store.settle(relayId, outcome.settlement))
+      yield* settle(s, relayId, outcome.settlement, store.settle(relayId, outcome.settlement))
       return claimed.length
     })
   )
@@ -164,6 +165,7 @@ const background = (s: Settings, group: string, store: OutboxStore["Service"], p
 export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> =>
   Layer.effect(Relay, Effect.gen(function*() {
     const s = yield* settings(config)
+    yield* Metrics.initializeRelay
     const store = yield* OutboxStore
     const publisher = yield* Publisher
     const wakeups = yield* Wakeups
@@ -250,3 +252,13 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
       wake: wakeups.signal("local")
     })
   }))
+
+/**
+ * {@link layer} with its options read from the environment ({@link config}: `TIDINGS_RELAY_*`, on
+ * top of `options.defaults`); a wrong variable fails the layer with one `InvalidConfig` naming
+ * every wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (options: Settings_.EnvironmentOptions<Config> = {}): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> =>
+  Layer.unwrap(Effect.map(config(options), layer))

@@ -32,7 +32,7 @@ import { contextOf, kindOf } from "./internal/sagaContext.ts"
 import * as SagaMetrics from "./internal/sagaMetrics.ts"
 import { planCommand } from "./internal/sagaPlan.ts"
 import { runLocal } from "./internal/sagaRunLocal.ts"
-import { spanNames as spans } from "./internal/sagaSpans.ts"
+import { spanName, spanNames as spans } from "./internal/sagaSpans.ts"
 import { processOwner } from "./internal/sagaTracker.ts"
 import { uuidv7 } from "./internal/uuid.ts"
 import * as Metrics from "./Metrics.ts"
@@ -200,7 +200,7 @@ export const run = <Input, Results, R>(
     const id = yield* sagaIdOf(def.name, options.id)
     const claim = { owner: s.owner ?? processOwner, lease: s.lease }
     return yield* runLocal(def, { id, input, encodedInput, claim, maxCompensationAttempts: s.maxCompensationAttempts })
-  }).pipe(Effect.withSpan(spans.run, { attributes: { "tidings.saga.type": definition.name } })) as Effect.Effect<
+  }).pipe(Effect.withSpan(spanName("run", definition.name), { attributes: { "tidings.saga.type": definition.name } })) as Effect.Effect<
     Completed<Results>,
     RunError,
     SagaStore | R
@@ -271,7 +271,7 @@ export const start = <Input, Results, R>(
     })))
     yield* SagaMetrics.started
     return id
-  }).pipe(Effect.withSpan(spans.start, { attributes: { "tidings.saga.type": definition.name } }))
+  }).pipe(Effect.withSpan(spanName("start", definition.name), { attributes: { "tidings.saga.type": definition.name } }))
 
 /**
  * What {@link handleReply} can fail with.
@@ -308,9 +308,20 @@ export const handleReply = <R>(registry: Registry<R>, message: Received): Effect
     return yield* advance(store, outbox, definition, payload.sagaId, (execution, decoded) =>
       planCommand(definition, execution, decoded, { _tag: "Reply", reply: payload })).pipe(
       Effect.retry({ schedule: conflictRetry, while: isRetryable }),
-      Effect.catchTag("SagaNotFound", () => Effect.as(Effect.logWarning(`saga reply ${message.id ?? ""} for unknown saga ${payload.sagaId}; ignored`), "ignored" as const))
+      Effect.catchTag("SagaNotFound", () => Effect.as(Effect.logWarning(`saga reply ${message.id ?? ""} for unknown saga ${payload.sagaId}; ignored`), "ignored" as const)),
+      // The step's outcome, as a command step has no span of its own in this process.
+      Effect.withSpan(spanName("step", payload.stepName), {
+        attributes: {
+          "tidings.saga.id": payload.sagaId,
+          "tidings.saga.type": payload.sagaType,
+          "tidings.saga.step": payload.stepName,
+          "tidings.saga.step_index": payload.step,
+          "tidings.saga.step_kind": payload.kind,
+          "tidings.saga.step_outcome": payload.outcome
+        }
+      })
     )
-  }).pipe(Effect.withSpan(spans.reply, { attributes: { "messaging.message.id": message.id ?? "" } }))
+  }).pipe(Effect.withSpan(spanNames.reply, { attributes: { "messaging.message.id": message.id ?? "" } }))
 
 // ---------------------------------------------------------------------------------------------
 // Status

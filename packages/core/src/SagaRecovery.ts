@@ -16,8 +16,9 @@ import { decodeExecution } from "./internal/sagaCodec.ts"
 import { compensateLocal, detached } from "./internal/sagaCompensateLocal.ts"
 import { kindOf } from "./internal/sagaContext.ts"
 import * as SagaMetrics from "./internal/sagaMetrics.ts"
+import * as Metrics from "./Metrics.ts"
 import { planCommand } from "./internal/sagaPlan.ts"
-import { spanNames } from "./internal/sagaSpans.ts"
+import { spanName } from "./internal/sagaSpans.ts"
 import { persist, processOwner, type Tracker, withHeartbeat } from "./internal/sagaTracker.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import type { ReplyOutcome } from "./SagaCommand.ts"
@@ -139,7 +140,7 @@ const recoverSaga = (definition: Any, claimed: SagaRecord, seen: SagaRecord, s: 
       execution.saga.version === claimed.version
         ? planCommand(definition, execution, decoded, { _tag: "Overdue", maxCompensationAttempts: s.maxCompensationAttempts })
         : Effect.succeed(undefined))
-  }).pipe(Effect.withSpan(spanNames.recover, { attributes: { "tidings.saga.id": claimed.id, "tidings.saga.type": claimed.type } }))
+  }).pipe(Effect.withSpan(spanName("recover", claimed.type), { attributes: { "tidings.saga.id": claimed.id, "tidings.saga.type": claimed.type } }))
 
 const recoverRound = (registry: Registry<any>, s: Config) =>
   Effect.gen(function*() {
@@ -152,7 +153,9 @@ const recoverRound = (registry: Registry<any>, s: Config) =>
       if (definition === undefined) continue
       const claimed = yield* store.claim(seen.id, seen.version, { owner: s.owner ?? processOwner, lease: s.lease })
       if (claimed === undefined) continue
+      // Traced: recovery rounds run untraced, a saga recovered is worth its span.
       const outcome = yield* recoverSaga(definition, claimed, seen, s).pipe(
+        Effect.withTracerEnabled(true),
         Effect.catchCause((cause) =>
           Cause.hasInterruptsOnly(cause)
             ? Effect.failCause(cause)
@@ -190,5 +193,6 @@ export const recoverOnce = <R>(config: RecoveryConfig<R>): Effect.Effect<Recover
 export const recovery = <R>(config: RecoveryConfig<R>): Layer.Layer<never, InvalidConfig, SagaStore | R> =>
   Layer.effectDiscard(Effect.gen(function*() {
     const s = yield* decodeConfig(config)
+    yield* Metrics.initializeSagas
     yield* Effect.forkScoped(every(s.interval, "saga recovery round", recoverRound(config.registry, s), { jitter: 0.2 }))
   })) as Layer.Layer<never, InvalidConfig, SagaStore | R>

@@ -61,3 +61,69 @@ export const parseTraceparent = (value: unknown): Tracer.ExternalSpan | undefine
  */
 export const parentFromHeaders = (headers: Readonly<Record<string, unknown>>): Tracer.ExternalSpan | undefined =>
   parseTraceparent(headers[traceparentHeader])
+
+/**
+ * Where a publisher sends messages, as the OpenTelemetry messaging conventions name it: the
+ * `messaging.system` (`rabbitmq`, `tidings-memory`, `webhooks`, ...), the destination (an exchange,
+ * a topic, an endpoint) and the server it talks to, a host (never a URL) and a port. Relays put it
+ * on their `send` spans.
+ * @since 0.1.0
+ * @category models
+ */
+export interface Destination {
+  /** `messaging.system` */
+  readonly system: string
+  /** `messaging.destination.name`: the exchange, topic or endpoint; span names end with it (`send orders.events`). */
+  readonly name?: string | undefined
+  /** `server.address`: a host name or an IP address. */
+  readonly serverAddress?: string | undefined
+  /** `server.port` */
+  readonly serverPort?: number | undefined
+}
+
+/**
+ * The attributes of a messaging span (OpenTelemetry messaging conventions): the operation's type
+ * (`create`, `send`, `receive`, `process`, `settle`) and name, the system, the destination and its
+ * server.
+ * @since 0.1.0
+ * @category constructors
+ */
+export const messagingAttributes = (
+  operation: { readonly type: "create" | "send" | "receive" | "process" | "settle"; readonly name: string },
+  destination: Destination | undefined
+): Record<string, string | number> => {
+  const out: Record<string, string | number> = {
+    "messaging.operation.type": operation.type,
+    "messaging.operation.name": operation.name,
+    "messaging.system": destination?.system ?? "unknown"
+  }
+  if (destination?.name !== undefined) out["messaging.destination.name"] = destination.name
+  if (destination?.serverAddress !== undefined) out["server.address"] = destination.serverAddress
+  if (destination?.serverPort !== undefined) out["server.port"] = destination.serverPort
+  return out
+}
+
+/**
+ * A span name of the conventions: `<operation> <destination>`, or the operation alone when the
+ * destination is unknown.
+ * @since 0.1.0
+ * @category constructors
+ */
+export const spanName = (operation: string, destination: string | undefined): string =>
+  destination === undefined || destination === "" ? operation : `${operation} ${destination}`
+
+/**
+ * The host and port of a URL, for `server.address` / `server.port` (never the URL itself, which
+ * may hold credentials).
+ * @since 0.1.0
+ * @category constructors
+ */
+export const serverOf = (url: string, defaultPort?: number): { readonly serverAddress?: string; readonly serverPort?: number } => {
+  try {
+    const u = new URL(url)
+    const port = u.port === "" ? defaultPort : Number(u.port)
+    return { serverAddress: u.hostname.replace(/^\[(.*)\]$/, "$1"), ...(port === undefined ? {} : { serverPort: port }) }
+  } catch {
+    return {}
+  }
+}

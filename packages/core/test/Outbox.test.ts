@@ -104,9 +104,9 @@ describe("Outbox.append", () => {
         Effect.withSpan("http.request")
       )
       const { stop } = yield* startRelay({ statsInterval: false, retention: false })
-      yield* testTime.eventually(Effect.sync(() => spans.some((s) => s.name === "tidings.relay.publish" && s.status._tag === "Ended")), "5 seconds")
+      yield* testTime.eventually(Effect.sync(() => spans.some((s) => s.name === "send memory" && s.status._tag === "Ended")), "5 seconds")
       yield* testTime.run(stop)
-      const publish = spans.find((s) => s.name === "tidings.relay.publish")!
+      const publish = spans.find((s) => s.name === "send memory")!
       assert.strictEqual(publish.traceId, appendSpan.traceId)
       assert.strictEqual(`00-${publish.traceId}-${Option.getOrThrow(publish.parent).spanId}-01`, message.headers["traceparent"])
       assert.strictEqual(publish.kind, "producer")

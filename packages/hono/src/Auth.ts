@@ -4,9 +4,10 @@
  * (session, OIDC, mTLS header, IP allow list, ...).
  * @module
  */
-import { Redacted } from "effect"
-import type { Context, MiddlewareHandler } from "hono"
 import { InvalidConfig } from "@tidings/core/Errors"
+import * as Settings from "@tidings/core/Settings"
+import { Context as EffectContext, Effect, Layer, Redacted, Schema } from "effect"
+import type { Context, MiddlewareHandler } from "hono"
 import * as HttpErrors from "./HttpErrors.ts"
 import { equal } from "./internal/constantTime.ts"
 
@@ -64,3 +65,57 @@ export const allows = async (middleware: MiddlewareHandler | undefined, c: Conte
 /** The middleware of a guard: {@link bearer} for a token, the middleware itself, or {@link closed}. */
 export const middleware = (guard: Guard): MiddlewareHandler =>
   guard === undefined ? closed : Redacted.isRedacted(guard) ? bearer(guard as Redacted.Redacted<string>) : guard
+
+/**
+ * The admin token as a setting: a secret of at least {@link minTokenLength} characters without
+ * whitespace; absent, the admin routes stay closed.
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConfigSchema: Schema.Struct<{
+  readonly token: Schema.optional<Schema.Codec<Redacted.Redacted<string>, string | Redacted.Redacted<string>>>
+}> = Schema.Struct({
+  token: Schema.optional(Settings.secret({
+    check: (token) =>
+      token.length >= minTokenLength && !/\s/.test(token)
+        ? undefined
+        : `must be at least ${minTokenLength} characters without whitespace (e.g. openssl rand -base64 24)`
+  }))
+})
+
+/**
+ * The admin token's environment variable: `TIDINGS_ADMIN_TOKEN`.
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = { component: "Auth", schema: ConfigSchema, prefix: "TIDINGS_ADMIN" }
+
+// Typed apart from the class, so that JSR's fast check reads it (no slow type).
+const AdminTokenKey: EffectContext.ServiceClass<AdminToken, "@tidings/hono/Auth/AdminToken", { readonly token: Redacted.Redacted<string> | undefined }> =
+  EffectContext.Service<AdminToken, { readonly token: Redacted.Redacted<string> | undefined }>()("@tidings/hono/Auth/AdminToken")
+
+/**
+ * The admin token of the app (`undefined`: none configured, the admin routes are closed), for
+ * routes built inside the app's layers.
+ * @since 0.1.0
+ * @category services
+ */
+export class AdminToken extends AdminTokenKey {}
+
+/**
+ * The admin token from the environment (`TIDINGS_ADMIN_TOKEN`, or `<prefix>_TOKEN`), checked:
+ * `undefined` when it is not set.
+ * @since 0.1.0
+ * @category settings
+ */
+export const config = (options: { readonly prefix?: string } = {}): Effect.Effect<Redacted.Redacted<string> | undefined, InvalidConfig> =>
+  Effect.map(Settings.read(environment, options), (s) => s.token)
+
+/**
+ * Provides {@link AdminToken} from the environment ({@link config}); a token that is too short
+ * fails the layer with an `InvalidConfig` naming `TIDINGS_ADMIN_TOKEN`.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (options: { readonly prefix?: string } = {}): Layer.Layer<AdminToken, InvalidConfig> =>
+  Layer.effect(AdminToken, Effect.map(config(options), (token) => AdminToken.of({ token })))

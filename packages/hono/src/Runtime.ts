@@ -10,6 +10,7 @@
  */
 import { Cause, Effect, Exit, type Layer, ManagedRuntime, Option } from "effect"
 import type { Context as HonoContext, Env, Handler, Input } from "hono"
+import * as Tracing from "@tidings/core/Tracing"
 import * as HttpErrors from "./HttpErrors.ts"
 import * as Json from "./internal/json.ts"
 
@@ -42,7 +43,8 @@ export interface Runtime<R> {
    * A Hono handler running `f` on this runtime. A `Response` result is sent as is, `undefined` as 204,
    * anything else as JSON with `options.status`. A typed failure becomes the JSON error shape with its
    * status (see `HttpErrors`); a defect becomes 500 without details. A client that disconnects
-   * interrupts the effect.
+   * interrupts the effect. Each request runs in an HTTP server span continuing the caller's
+   * `traceparent`.
    */
   readonly handler: <E, P extends string = any, I extends Input = {}, V extends Env = any>(
     f: (c: HonoContext<V, P, I>) => Effect.Effect<Result, E, R>,
@@ -52,6 +54,61 @@ export interface Runtime<R> {
   readonly statuses: HttpErrors.StatusMap
   /** Releases the layers (runs their finalizers). Idempotent; later runs fail. */
   readonly dispose: () => Promise<void>
+}
+
+const serverAttributes = (url: URL): Record<string, string | number> => {
+  const server = Tracing.serverOf(url.href, url.protocol === "https:" ? 443 : 80)
+  return {
+    ...(server.serverAddress === undefined ? {} : { "server.address": server.serverAddress }),
+    ...(server.serverPort === undefined ? {} : { "server.port": server.serverPort })
+  }
+}
+
+const routeOf = (c: HonoContext): string | undefined => {
+  try {
+    const route = c.req.routePath
+    return typeof route === "string" && route !== "" && route !== "*" && route !== "/*" ? route : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * The HTTP server span of a request (OpenTelemetry HTTP conventions): `<method> <route>`, kind
+ * server, continuing the caller's `traceparent` (so an order placed from a traced client is one
+ * trace from the client to the consumers of its events), with the method, path, route, scheme,
+ * server address and the response's status code.
+ */
+const serverSpan = (c: HonoContext) => <E, R>(effect: Effect.Effect<Response, E, R>): Effect.Effect<Response, E, R> => {
+  const request = c.req.raw
+  const method = request.method
+  const route = routeOf(c)
+  let url: URL | undefined
+  try {
+    url = new URL(request.url)
+  } catch {
+    url = undefined
+  }
+  const parent = Tracing.parentFromHeaders({ [Tracing.traceparentHeader]: request.headers.get(Tracing.traceparentHeader) ?? undefined })
+  return effect.pipe(
+    Effect.tap((response) =>
+      Effect.annotateCurrentSpan(response.status >= 500
+        ? { "http.response.status_code": response.status, "error.type": String(response.status) }
+        : { "http.response.status_code": response.status })
+    ),
+    Effect.withSpan(route === undefined ? method : `${method} ${route}`, {
+      ...Tracing.noStack,
+      kind: "server",
+      ...(parent === undefined ? {} : { parent }),
+      attributes: {
+        "http.request.method": method,
+        ...(route === undefined ? {} : { "http.route": route }),
+        ...(url === undefined
+          ? {}
+          : { "url.path": url.pathname, "url.scheme": url.protocol.replace(/:$/, ""), ...serverAttributes(url) })
+      }
+    })
+  )
 }
 
 /** Turns a handler's result into a response, in the Hono context so that headers set by middleware stay. */
@@ -80,7 +137,8 @@ export const fromManaged = <R>(managed: ManagedRuntime.ManagedRuntime<R, never>,
       return async (c) => {
         const program = Effect.suspend(() => f(c)).pipe(
           Effect.map((result) => toResponse(c as HonoContext, result, handlerOptions.status)),
-          Effect.catchCause((cause) => HttpErrors.fromCause(cause, merged))
+          Effect.catchCause((cause) => HttpErrors.fromCause(cause, merged)),
+          serverSpan(c as HonoContext)
         )
         if (disposed !== undefined) return shuttingDown()
         const exit = await runPromiseExit(program, { signal: c.req.raw.signal })

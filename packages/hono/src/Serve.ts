@@ -5,7 +5,9 @@
  * `fetch` from the Worker module instead (see `examples/edge`); `serve` there is a `ServeError`.
  * @module
  */
-import { Effect, type Scope } from "effect"
+import type { InvalidConfig } from "@tidings/core/Errors"
+import * as Settings from "@tidings/core/Settings"
+import { Context, Effect, Layer, Schema, type Scope } from "effect"
 import { deno } from "./internal/deno.ts"
 
 /** Anything with a fetch handler: a Hono app, or a plain function. */
@@ -251,3 +253,61 @@ export const scoped = (app: Fetchable, options: Options = {}): Effect.Effect<Ser
     Effect.tryPromise({ try: () => serve(app, options), catch: (e) => e instanceof ServeError ? e : new ServeError(String(e), { cause: e }) }),
     (server) => Effect.promise(() => server.close())
   )
+
+/**
+ * The data of {@link Options} as a schema (what {@link layerConfig} reads from the environment).
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConfigSchema: Schema.Struct<{
+  readonly port: Schema.withDecodingDefault<Schema.Codec<number>>
+  readonly hostname: Schema.withDecodingDefault<Schema.String>
+  readonly gracePeriodMs: Schema.withDecodingDefault<Schema.Codec<number>>
+}> = Schema.Struct({
+  port: Settings.int(0, 65535).pipe(Schema.withDecodingDefault(Effect.succeed(0))),
+  hostname: Schema.String.check(Schema.isMinLength(1)).pipe(Schema.withDecodingDefault(Effect.succeed("127.0.0.1"))),
+  gracePeriodMs: Settings.int(0, 3_600_000).pipe(Schema.withDecodingDefault(Effect.succeed(10_000)))
+})
+
+/**
+ * The server's environment variables: `TIDINGS_HTTP_PORT`, `TIDINGS_HTTP_HOSTNAME`,
+ * `TIDINGS_HTTP_GRACE_PERIOD_MS`.
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = { component: "Serve", schema: ConfigSchema, prefix: "TIDINGS_HTTP" }
+
+/**
+ * The server's options from the environment (`TIDINGS_HTTP_*`, or `options.prefix`) on top of
+ * `options.defaults`.
+ * @since 0.1.0
+ * @category settings
+ */
+export const config = (options: Settings.EnvironmentOptions<Options> = {}): Effect.Effect<Options, InvalidConfig> => Settings.read(environment, options)
+
+// Typed apart from the class, so that JSR's fast check reads it (no slow type).
+const ListeningKey: Context.ServiceClass<Listening, "@tidings/hono/Serve/Listening", Server> = Context.Service<Listening, Server>()("@tidings/hono/Serve/Listening")
+
+/**
+ * The listening server of {@link layer}.
+ * @since 0.1.0
+ * @category services
+ */
+export class Listening extends ListeningKey {}
+
+/**
+ * Serves `app` while the layer lives (closing it lets in-flight requests finish, up to the grace
+ * period).
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (app: Fetchable, options: Options = {}): Layer.Layer<Listening, ServeError> => Layer.effect(Listening, scoped(app, options))
+
+/**
+ * {@link layer} with its options from the environment ({@link config}); a wrong variable fails with
+ * one `InvalidConfig` naming every wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (app: Fetchable, options: Settings.EnvironmentOptions<Options> = {}): Layer.Layer<Listening, ServeError | InvalidConfig> =>
+  Layer.unwrap(Effect.map(config(options), (o) => layer(app, o)))

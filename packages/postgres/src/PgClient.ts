@@ -38,6 +38,9 @@ import { makeListener } from "./internal/pgListener.ts"
 import { closeSockets, makePool } from "./internal/pgPool.ts"
 import { connectionError, type SocketRegistry, socketFactory } from "./internal/pgSocket.ts"
 import { type ArrayType, builtinArrayTypes, registerArrayTypes, userArrayTypesQuery } from "./internal/pgTypes.ts"
+import * as Environment from "./internal/environment.ts"
+import * as Settings from "@tidings/core/Settings"
+import type { InvalidConfig } from "@tidings/core/Errors"
 
 /** Settings of {@link layer}. Only `url` is required. */
 export interface PgClientConfig {
@@ -326,11 +329,43 @@ export const layer = (
 ): Layer.Layer<PgClient | SqlClient.SqlClient, PgConfigError | SqlError.SqlError> =>
   fromResolved(Effect.succeed(config))
 
-/** {@link layer} with its settings read from `Config`, e.g. `{ url: Config.Redacted("TIDINGS_PG_URL") }`. */
-export const layerConfig = (
+/**
+ * The settings of {@link PgClientConfig} as a schema (the URL a secret), read from the environment
+ * by {@link layerConfig}.
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConfigSchema = Environment.ClientSchema
+
+/**
+ * The client's environment variables: `TIDINGS_PG_URL` (a secret), `TIDINGS_PG_MAX_CONNECTIONS`,
+ * `TIDINGS_PG_IDLE_TIMEOUT`, `TIDINGS_PG_CONNECT_TIMEOUT`, `TIDINGS_PG_END_TIMEOUT`,
+ * `TIDINGS_PG_APPLICATION_NAME`, `TIDINGS_PG_PREPARE`.
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = Environment.client
+
+/**
+ * {@link layer} with its settings from the environment (`TIDINGS_PG_*`, or `options.prefix`) on
+ * top of `options.defaults`; a wrong variable fails with one `InvalidConfig` naming every wrong
+ * variable. Or, given a `Config.Wrap`, with each setting read from its own `Config`.
+ * @since 0.1.0
+ * @category layers
+ */
+export function layerConfig(
+  options?: Settings.EnvironmentOptions<Partial<PgClientConfig>>
+): Layer.Layer<PgClient | SqlClient.SqlClient, InvalidConfig | PgConfigError | SqlError.SqlError>
+export function layerConfig(
   config: Config.Wrap<PgClientConfig>
-): Layer.Layer<PgClient | SqlClient.SqlClient, Config.ConfigError | PgConfigError | SqlError.SqlError> =>
-  fromResolved(Config.unwrap(config))
+): Layer.Layer<PgClient | SqlClient.SqlClient, Config.ConfigError | PgConfigError | SqlError.SqlError>
+export function layerConfig(
+  config: Config.Wrap<PgClientConfig> | Settings.EnvironmentOptions<Partial<PgClientConfig>> = {}
+): Layer.Layer<PgClient | SqlClient.SqlClient, InvalidConfig | Config.ConfigError | PgConfigError | SqlError.SqlError> {
+  if ("url" in config) return fromResolved(Config.unwrap(config as Config.Wrap<PgClientConfig>))
+  const options = config as Settings.EnvironmentOptions<Partial<PgClientConfig>>
+  return fromResolved(Settings.read(environment, options))
+}
 
 /**
  * A readiness check (`Health.Check`) named `postgres`: `SELECT 1` on the app's `SqlClient` (this

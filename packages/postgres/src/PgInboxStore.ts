@@ -12,6 +12,7 @@ import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
+import * as Environment from "./internal/environment.ts"
 
 /**
  * Options of the Postgres inbox store.
@@ -223,3 +224,26 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
  */
 export const layer = (options: Options = {}): Layer.Layer<InboxStore, InvalidConfig, SqlClient.SqlClient> =>
   Layer.effect(InboxStore, make(options))
+
+/**
+ * The options as a schema (what {@link layerConfig} reads from the environment).
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConfigSchema = Environment.InboxSchema
+
+/**
+ * The store's environment variables (`TIDINGS_SCHEMA`, shared by every store, and its own).
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = Environment.inbox
+
+/**
+ * {@link layer} with its options from the environment, on top of `options.defaults`; a wrong
+ * variable fails with one `InvalidConfig` naming every wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (options: Settings.EnvironmentOptions<Options> = {}): Layer.Layer<InboxStore, InvalidConfig, SqlClient.SqlClient> =>
+  Layer.unwrap(Effect.map(Settings.read(environment, options), layer))

@@ -16,6 +16,8 @@ import { outboxAdmin } from "./internal/outboxAdmin.ts"
 import { claimedEvents, failedEvent, outboxSql, seconds, settlementRows } from "./internal/outboxSql.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
+import * as Environment from "./internal/environment.ts"
+import * as Settings from "@tidings/core/Settings"
 
 /**
  * Options of the Postgres outbox store.
@@ -199,3 +201,23 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
  */
 export const layer = (options: Options = {}): Layer.Layer<OutboxStore, InvalidConfig, SqlClient.SqlClient> =>
   Layer.effectContext(Effect.map(make(options), (store) => Context.make(OutboxStore, store).pipe(Context.add(EagerDispatch.Lanes, EagerDispatch.make()))))
+
+/**
+ * The options as a schema, read by {@link layerConfig}.
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConfigSchema = Environment.OutboxSchema
+/**
+ * `TIDINGS_SCHEMA` (shared by every store), `TIDINGS_OUTBOX_NOTIFY`, `TIDINGS_OUTBOX_BOOKKEEPING_COMMIT`.
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = Environment.outbox
+/**
+ * {@link layer} with its options from the environment, on top of `options.defaults`.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (options: Settings.EnvironmentOptions<Options> = {}): Layer.Layer<OutboxStore, InvalidConfig, SqlClient.SqlClient> =>
+  Layer.unwrap(Effect.map(Settings.read(environment, options), layer))

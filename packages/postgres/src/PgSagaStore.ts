@@ -25,6 +25,8 @@ import { Duration, Effect, Layer } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
+import * as Environment from "./internal/environment.ts"
+import * as Settings from "@tidings/core/Settings"
 
 /**
  * Options of the Postgres saga store.
@@ -329,3 +331,26 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
  */
 export const layer = (options: Options = {}): Layer.Layer<SagaStore, InvalidConfig, SqlClient.SqlClient> =>
   Layer.effect(SagaStore, make(options))
+
+/**
+ * The options as a schema (what {@link layerConfig} reads from the environment).
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConfigSchema = Environment.SagaSchema
+
+/**
+ * The store's environment variables (`TIDINGS_SCHEMA`, shared by every store, and its own).
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = Environment.saga
+
+/**
+ * {@link layer} with its options from the environment, on top of `options.defaults`; a wrong
+ * variable fails with one `InvalidConfig` naming every wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (options: Settings.EnvironmentOptions<Options> = {}): Layer.Layer<SagaStore, InvalidConfig, SqlClient.SqlClient> =>
+  Layer.unwrap(Effect.map(Settings.read(environment, options), layer))

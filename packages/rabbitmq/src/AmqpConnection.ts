@@ -73,6 +73,7 @@ export interface Config {
  * @category settings
  */
 export const ConfigSchema = Schema.Struct({
+  url: Settings.secret({ check: (url) => /^amqps?:\/\//i.test(url) ? undefined : "must be an amqp:// or amqps:// URL" }),
   reconnectDelay: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 second"))),
   reconnectMaxDelay: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))),
   heartbeat: Settings.duration({ allowZero: true }).pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))),
@@ -256,3 +257,23 @@ export const readiness = (name = "rabbitmq"): Health.Check<AmqpConnection> => ({
         : Effect.flatMap(connection.state, (state) => Effect.fail(new Health.CheckFailed({ check: name, message: describeState(state) }))))
   )
 })
+
+/**
+ * The connection's environment variables: `TIDINGS_AMQP_URL` (a secret), `TIDINGS_AMQP_HEARTBEAT`,
+ * `TIDINGS_AMQP_RECONNECT_DELAY`, ... (see {@link ConfigSchema}).
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = { component: "AmqpConnection", schema: ConfigSchema, prefix: "TIDINGS_AMQP" }
+
+/**
+ * {@link layer} with its settings from the environment (`TIDINGS_AMQP_*`, or `options.prefix`) on
+ * top of `options.defaults`, which also carry what has no variable (`topology`, `reconnect`); a
+ * wrong variable fails with one `InvalidConfig` naming every wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (
+  options: Settings.EnvironmentOptions<Partial<Config>> = {}
+): Layer.Layer<AmqpConnection, InvalidConfig | AmqpConnectionError | TopologyError> =>
+  Layer.unwrap(Effect.map(Settings.read(environment, options), (s) => layer({ ...options.defaults, ...s })))

@@ -277,3 +277,32 @@ export const make = <A, E, R>(
 export const layer = <A, E, R>(
   config: Config<A, E, R>
 ): Layer.Layer<never, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | R> => Layer.effectDiscard(make(config))
+
+/**
+ * A consumer's environment variables, under `TIDINGS_CONSUMER_<NAME>` (its name in upper case:
+ * `TIDINGS_CONSUMER_INVENTORY_CONCURRENCY`, `..._PREFETCH`, `..._TIMEOUT`, `..._MAX_ATTEMPTS`, ...).
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = {
+  component: "AmqpConsumer",
+  schema: ConfigSchema,
+  prefix: "TIDINGS_CONSUMER_<NAME>",
+  names: { name: false }
+}
+
+/**
+ * {@link layer} with the consumer's data settings from the environment (`TIDINGS_CONSUMER_<NAME>_*`,
+ * or `options.prefix`) on top of `config`; a wrong variable fails with one `InvalidConfig` naming
+ * every wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = <A, E, R>(
+  config: Config<A, E, R>,
+  options: { readonly prefix?: string } = {}
+): Layer.Layer<never, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | R> =>
+  Layer.unwrap(Effect.map(
+    Settings.read(environment, { prefix: options.prefix ?? Settings.envName("TIDINGS_CONSUMER", [config.name]), defaults: config }),
+    (s) => layer({ ...config, ...s })
+  ))

@@ -17,7 +17,7 @@ import type { InvalidConfig } from "@tidings/core/Errors"
 import * as Message from "@tidings/core/Message"
 import * as Publisher from "@tidings/core/Publisher"
 import * as Settings from "@tidings/core/Settings"
-import { noStack } from "@tidings/core/Tracing"
+import * as Tracing from "@tidings/core/Tracing"
 import { Duration, Effect, Layer, Schema, type Scope } from "effect"
 import { Buffer } from "node:buffer"
 import type { AmqpConnectionError, TopologyError } from "./AmqpErrors.ts"
@@ -76,6 +76,8 @@ export const ConfigSchema = Schema.Struct({
  * @category models
  */
 export interface Service extends Publisher.Service {
+  /** `rabbitmq`, the exchange and the broker's host and port, for spans. */
+  readonly destination: Tracing.Destination
   /** Completes when the connection is up and not blocked (at once if it is). */
   readonly awaitAvailable: Effect.Effect<void>
   /** Messages written and not yet confirmed. */
@@ -150,6 +152,7 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
     const s = yield* Settings.decode(ConfigSchema, config)
     const connection = yield* AmqpConnection
     const timeoutMs = Duration.toMillis(s.confirmTimeout)
+    const destination: Tracing.Destination = { system: "rabbitmq", name: s.exchange, ...Tracing.serverOf(connection.description, 5672) }
     const confirms = yield* ConfirmPublisher.make(connection, {
       name: "publisher",
       channels: s.channels,
@@ -202,13 +205,23 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
           }
           return Publisher.rejected(message.id, toPublishError(outcome))
         })
-      }).pipe(Effect.withSpan("tidings.amqp.publish", {
+      }).pipe(Effect.withSpan(Tracing.spanName("publish", s.exchange), {
+        ...Tracing.noStack,
         kind: "producer",
-        attributes: { "messaging.system": "rabbitmq", "messaging.destination.name": s.exchange, "messaging.batch.message_count": messages.length }
-      }, noStack))
+        // One message: a child of the caller's span (the relay's `send`); a batch: linked to each message's.
+        links: messages.length === 1 ? [] : messages.flatMap((m) => {
+          const span = Tracing.parentFromHeaders(m.headers)
+          return span === undefined ? [] : [{ span, attributes: { "messaging.message.id": m.id } }]
+        }),
+        attributes: {
+          ...Tracing.messagingAttributes({ type: "send", name: "publish" }, destination),
+          ...(messages.length === 1 ? { "messaging.message.id": messages[0]!.id } : { "messaging.batch.message_count": messages.length })
+        }
+      }))
 
     return {
       publish,
+      destination,
       awaitAvailable: connection.awaitAvailable,
       inFlight: Effect.sync(confirms.inFlight),
       maxInFlight: Effect.sync(confirms.maxInFlight),
@@ -222,4 +235,29 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
  * @category layers
  */
 export const layer = (config: Config): Layer.Layer<Publisher.Publisher, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
-  Layer.effect(Publisher.Publisher, Effect.map(make(config), (service) => Publisher.Publisher.of({ publish: service.publish, awaitAvailable: service.awaitAvailable })))
+  Layer.effect(Publisher.Publisher, Effect.map(make(config), (service) => Publisher.Publisher.of({ publish: service.publish, awaitAvailable: service.awaitAvailable, destination: service.destination })))
+
+/**
+ * The publisher's environment variables: `TIDINGS_EXCHANGE` (the exchange events go to),
+ * `TIDINGS_PUBLISHER_CONFIRM_TIMEOUT`, `TIDINGS_PUBLISHER_CHANNELS`, `TIDINGS_PUBLISHER_UNROUTABLE`,
+ * `TIDINGS_PUBLISHER_APP_ID`.
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = {
+  component: "AmqpPublisher",
+  schema: ConfigSchema,
+  prefix: "TIDINGS_PUBLISHER",
+  names: { exchange: "TIDINGS_EXCHANGE" }
+}
+
+/**
+ * {@link layer} with its settings from the environment on top of `options.defaults` (which also
+ * carry `routingKey`); a wrong variable fails with one `InvalidConfig` naming every wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (
+  options: Settings.EnvironmentOptions<Partial<Config>> = {}
+): Layer.Layer<Publisher.Publisher, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
+  Layer.unwrap(Effect.map(Settings.read(environment, options), (s) => layer({ ...options.defaults, ...s })))

@@ -290,13 +290,17 @@ describe("AmqpConsumer: tracing, shutdown, reconnect", () => {
       yield* t.send("order.placed", 2, v2("o1"), {
         options: { headers: { [AmqpPublisher.HeaderNames.version]: 2, traceparent: `00-${traceId}-${parentId}-01` } }
       })
-      yield* eventually(Effect.sync(() => tracing.spans.some((s) => s.name === "tidings.consumer.handle" && s.status._tag === "Ended")), "10 seconds", "the span")
-      const span = tracing.spans.find((s) => s.name === "tidings.consumer.handle")!
+      const name = `process ${t.cq.queue}`
+      yield* eventually(Effect.sync(() => tracing.spans.some((s) => s.name === name && s.status._tag === "Ended")), "10 seconds", "the span")
+      const span = tracing.spans.find((s) => s.name === name)!
       assert.strictEqual(span.traceId, traceId)
       assert.strictEqual(span.parent?._tag === "Some" ? span.parent.value.spanId : undefined, parentId)
       assert.strictEqual(span.kind, "consumer")
       assert.strictEqual(span.attributes.get("tidings.consumer.outcome"), "Success")
       assert.strictEqual(span.attributes.get("messaging.system"), "rabbitmq")
+      assert.strictEqual(span.attributes.get("messaging.operation.type"), "process")
+      assert.strictEqual(span.attributes.get("messaging.destination.name"), t.cq.queue)
+      assert.deepStrictEqual(span.links.map((l) => l.span.spanId), [parentId], "linked to the producer's span")
       const inner = tracing.spans.find((s) => s.name === "inner")!
       assert.strictEqual(inner.traceId, traceId)
     }).pipe(Effect.scoped))

@@ -21,6 +21,7 @@ import { InvalidConfig, PublishError } from "@tidings/core/Errors"
 import { matches } from "@tidings/core/MemoryBroker"
 import { type Message, payloadJson } from "@tidings/core/Message"
 import * as Publisher from "@tidings/core/Publisher"
+import * as Tracing from "@tidings/core/Tracing"
 import { Config as EffectConfig, type Context, Duration, Effect, Layer, Metric, type Redacted } from "effect"
 import * as Delivery from "./internal/delivery.ts"
 import { Limiter } from "./internal/limiter.ts"
@@ -220,7 +221,13 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
         return resultOf(message, outcomes)
       }))
 
+    // One endpoint: its name and host on the spans; several: the system alone.
+    const only = targets.length === 1 ? targets[0]! : undefined
+    const destination: Tracing.Destination = only === undefined
+      ? { system: "webhooks" }
+      : { system: "webhooks", name: only.name, ...Tracing.serverOf(only.url, only.url.startsWith("https:") ? 443 : 80) }
     return Publisher.Publisher.of({
+      destination,
       // Interrupting the publish (the relay's publish timeout, shutdown) aborts its requests.
       publish: (messages) =>
         Effect.flatMap(Effect.context<never>(), (context) =>

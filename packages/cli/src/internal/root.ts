@@ -1,18 +1,22 @@
 /**
  * The root command and what every subcommand shares: `--json`, the database (`--database-url` /
  * `TIDINGS_PG_URL`), the schema (`--schema` / `TIDINGS_SCHEMA`, default `tidings`) and the broker
- * (`--amqp-url` / `TIDINGS_AMQP_URL`), and the layers built from them.
+ * (`--amqp-url` / `TIDINGS_AMQP_URL`), and the layers built from them. Every setting is read the way
+ * the components read it in an app (`Settings.read` of their `environment`: every `TIDINGS_PG_*`,
+ * `TIDINGS_AMQP_*` ... variable applies), with the flags taking precedence over the variables.
  */
+import type { InvalidConfig } from "@tidings/core/Errors"
 import { InboxStore } from "@tidings/core/InboxStore"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { SagaStore } from "@tidings/core/SagaStore"
+import * as Settings from "@tidings/core/Settings"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
 import type * as Topology from "@tidings/rabbitmq/Topology"
 import * as PgClient from "@tidings/postgres/PgClient"
 import * as PgInboxStore from "@tidings/postgres/PgInboxStore"
 import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import * as PgSagaStore from "@tidings/postgres/PgSagaStore"
-import { Config, Effect, Layer, Option, type Redacted, Schedule, Schema } from "effect"
+import { ConfigProvider, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
 import type { SqlClient } from "effect/sql"
 
@@ -23,21 +27,9 @@ export class SettingError extends Schema.TaggedError<SettingError>()("SettingErr
 export const root = Command.make("tidings").pipe(
   Command.withSharedFlags({
     json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("Print JSON for scripts instead of tables")),
-    databaseUrl: Flag.Redacted("database-url").pipe(
-      Flag.withFallbackConfig(Config.Redacted("TIDINGS_PG_URL")),
-      Flag.optional,
-      Flag.withDescription("PostgreSQL URL (default: TIDINGS_PG_URL)")
-    ),
-    schema: Flag.String("schema").pipe(
-      Flag.withFallbackConfig(Config.String("TIDINGS_SCHEMA")),
-      Flag.withDefault("tidings"),
-      Flag.withDescription("Schema of Tidings' tables (default: TIDINGS_SCHEMA, else tidings)")
-    ),
-    amqpUrl: Flag.Redacted("amqp-url").pipe(
-      Flag.withFallbackConfig(Config.Redacted("TIDINGS_AMQP_URL")),
-      Flag.optional,
-      Flag.withDescription("RabbitMQ URL (default: TIDINGS_AMQP_URL)")
-    )
+    databaseUrl: Flag.Redacted("database-url").pipe(Flag.optional, Flag.withDescription("PostgreSQL URL (default: TIDINGS_PG_URL)")),
+    schema: Flag.String("schema").pipe(Flag.optional, Flag.withDescription("Schema of Tidings' tables (default: TIDINGS_SCHEMA, else tidings)")),
+    amqpUrl: Flag.Redacted("amqp-url").pipe(Flag.optional, Flag.withDescription("RabbitMQ URL (default: TIDINGS_AMQP_URL)"))
   }),
   Command.withDescription("Operate Tidings: migrations, the outbox, the inbox, dead-letter queues, sagas, a relay worker, and a health check")
 )
@@ -48,15 +40,61 @@ export const settings = Effect.gen(function*() {
   return { json: s.json, schema: s.schema, databaseUrl: s.databaseUrl, amqpUrl: s.amqpUrl }
 })
 
-const databaseUrl = Effect.flatMap(settings, (s): Effect.Effect<Redacted.Redacted<string>, SettingError> =>
-  Option.isSome(s.databaseUrl) ? Effect.succeed(s.databaseUrl.value) : Effect.fail(new SettingError({ message: "no database: pass --database-url or set TIDINGS_PG_URL" })))
+/** The variable each flag stands for (the flag wins), and how messages name it. */
+const flagged: ReadonlyArray<readonly [variable: string, flag: string]> = [
+  ["TIDINGS_PG_URL", "--database-url"],
+  ["TIDINGS_SCHEMA", "--schema"],
+  ["TIDINGS_AMQP_URL", "--amqp-url"]
+]
 
-/** The database client, for a short-lived command (two connections at most). */
-export const databaseLayer = Layer.unwrap(Effect.map(databaseUrl, (url) => PgClient.layer({ url, maxConnections: 2, applicationName: "tidings-cli" })))
+/**
+ * Reads settings with the flags given (and `extra` variables, for a command's own flags) laid over
+ * the environment; problems name the flag with its variable.
+ */
+export const read = <A, R>(
+  effect: Effect.Effect<A, InvalidConfig, R>,
+  extra: Readonly<Record<string, string | undefined>> = {},
+  flags: ReadonlyArray<readonly [string, string]> = []
+): Effect.Effect<A, InvalidConfig, Command.CommandContext<"tidings"> | R> =>
+  Effect.flatMap(settings, (s) => {
+    const given: Record<string, string> = {}
+    const put = (name: string, value: string | undefined) => value === undefined ? undefined : (given[name] = value)
+    put("TIDINGS_PG_URL", Option.match(s.databaseUrl, { onNone: () => undefined, onSome: Redacted.value }))
+    put("TIDINGS_SCHEMA", Option.getOrUndefined(s.schema))
+    put("TIDINGS_AMQP_URL", Option.match(s.amqpUrl, { onNone: () => undefined, onSome: Redacted.value }))
+    for (const [name, value] of Object.entries(extra)) put(name, value)
+    const names = new Map([...flagged, ...flags])
+    return effect.pipe(
+      Effect.provide(ConfigProvider.layerAdd(ConfigProvider.fromUnknown(given), { asPrimary: true })),
+      Effect.mapError((error) =>
+        Settings.invalid((error.issues ?? [{ path: error.path, message: error.message }]).map((i) => ({
+          path: names.has(i.path) ? `${names.get(i.path)} / ${i.path}` : i.path,
+          message: i.message
+        })), { namePaths: true })
+      )
+    )
+  })
+
+const required = (variable: string, message: string) => (error: InvalidConfig): InvalidConfig | SettingError =>
+  error.issues?.some((i) => i.path.endsWith(variable) && i.message === "is required but not set") === true ? new SettingError({ message }) : error
+
+/** The database client's settings: two connections at most (a short-lived command). */
+const database = read(Settings.read(PgClient.environment, { defaults: { maxConnections: 2, applicationName: "tidings-cli" } })).pipe(
+  Effect.mapError(required("TIDINGS_PG_URL", "no database: pass --database-url or set TIDINGS_PG_URL"))
+)
+
+/** The database client, for a short-lived command. */
+export const databaseLayer = Layer.unwrap(Effect.map(database, PgClient.layer))
 
 /** The stores of the schema over the database. */
-export const storesLayer = Layer.unwrap(Effect.map(settings, (s) =>
-  Layer.mergeAll(PgOutboxStore.layer({ schema: s.schema }), PgInboxStore.layer({ schema: s.schema }), PgSagaStore.layer({ schema: s.schema }))))
+export const storesLayer = Layer.unwrap(Effect.map(
+  read(Settings.all({
+    outbox: Settings.read(PgOutboxStore.environment),
+    inbox: Settings.read(PgInboxStore.environment),
+    saga: Settings.read(PgSagaStore.environment)
+  })),
+  (s) => Layer.mergeAll(PgOutboxStore.layer(s.outbox), PgInboxStore.layer(s.inbox), PgSagaStore.layer(s.saga))
+))
 
 /** Runs `effect` with the database and the stores. */
 export const withStores = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
@@ -70,19 +108,17 @@ export type Stores = OutboxStore | InboxStore | SagaStore | SqlClient.SqlClient 
 
 /** The broker connection: a few quick reconnect attempts, then the command fails (a CLI must not hang). */
 export const brokerLayer = (name: string, topology?: Topology.Topology) =>
-  Layer.unwrap(Effect.flatMap(settings, (s) =>
-    Option.isNone(s.amqpUrl)
-      ? Effect.fail(new SettingError({ message: "no broker: pass --amqp-url or set TIDINGS_AMQP_URL" }))
-      : Effect.succeed(AmqpConnection.layer({
-        url: s.amqpUrl.value,
-        name,
+  Layer.unwrap(Effect.map(
+    read(Settings.read(AmqpConnection.environment, { defaults: { name, startupTimeout: "10 seconds" } })).pipe(
+      Effect.mapError(required("TIDINGS_AMQP_URL", "no broker: pass --amqp-url or set TIDINGS_AMQP_URL"))
+    ),
+    (s) =>
+      AmqpConnection.layer({
+        ...s,
         ...(topology === undefined ? {} : { topology }),
-        startupTimeout: "10 seconds",
         reconnect: Schedule.exponential("200 millis").pipe(Schedule.upTo({ times: 5 }))
-      }))))
+      })
+  ))
 
-const identifier = /^[a-z_][a-z0-9_]{0,62}$/
-
-/** The schema, checked: a lower-case SQL identifier. */
-export const schemaName = Effect.flatMap(settings, (s): Effect.Effect<string, SettingError> =>
-  identifier.test(s.schema) ? Effect.succeed(s.schema) : Effect.fail(new SettingError({ message: `--schema / TIDINGS_SCHEMA must be a lower-case SQL identifier, got ${JSON.stringify(s.schema)}` })))
+/** The schema, checked: a lower-case SQL identifier (`--schema`, else `TIDINGS_SCHEMA`, else `tidings`). */
+export const schemaName = Effect.map(read(Settings.read(PgSagaStore.environment)), (s) => s.schema)

@@ -63,7 +63,8 @@ export const make = (options: {
       Effect.gen(function*() {
         const settlement = mergeSettlements(taken.flatMap((r) => r.settlement === undefined ? [] : [r.settlement]))
         const next = { relayId: holder, batchSize: batchSize * taken.length, lease: options.lease, ordering: "unordered" as const }
-        const exit = yield* Effect.exit(isEmpty(settlement) ? store.claim(next) : store.settleAndClaim(holder, settlement, next))
+        // A bare claim runs untraced: the pollers record a span for the claims that found events.
+        const exit = yield* Effect.exit(isEmpty(settlement) ? Effect.withTracerEnabled(store.claim(next), false) : store.settleAndClaim(holder, settlement, next))
         if (Exit.isFailure(exit)) {
           for (const r of taken) Deferred.doneUnsafe(r.result, exit)
           return

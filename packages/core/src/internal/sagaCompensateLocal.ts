@@ -11,7 +11,7 @@ import { ActionFailed, timedOutText, timeoutAttempt } from "./sagaAttempt.ts"
 import type { Decoded } from "./sagaCodec.ts"
 import { contextOf } from "./sagaContext.ts"
 import * as SagaMetrics from "./sagaMetrics.ts"
-import { spanNames } from "./sagaSpans.ts"
+import { spanName } from "./sagaSpans.ts"
 import { persist, type Tracker } from "./sagaTracker.ts"
 
 /**
@@ -82,7 +82,7 @@ export const compensateLocal = (
         const exit = yield* Effect.exit(
           Effect.suspend(() => compensate(context, result)).pipe(
             timeoutAttempt(step.compensation.timeout),
-            Effect.withSpan(spanNames.compensate, {
+            Effect.withSpan(spanName("compensate", step.name), {
               attributes: { "tidings.saga.id": t.id, "tidings.saga.type": definition.name, "tidings.saga.step": step.name, "tidings.saga.attempt": attempts }
             })
           )

@@ -14,7 +14,7 @@ import { encodeJson } from "./sagaCodec.ts"
 import { compensateLocal, detached } from "./sagaCompensateLocal.ts"
 import { contextOf } from "./sagaContext.ts"
 import * as SagaMetrics from "./sagaMetrics.ts"
-import { spanNames } from "./sagaSpans.ts"
+import { spanName } from "./sagaSpans.ts"
 import { pendingStep } from "./sagaSteps.ts"
 import { persist, type Tracker, withHeartbeat } from "./sagaTracker.ts"
 
@@ -32,7 +32,7 @@ const runAction = (definition: Any, t: Tracker, step: LocalStep, context: StepCo
   // What is retried: a timed-out attempt, and an action error that is transient (`ActionFailed.isRetryable`); never the engine's own failure.
   const retried = step.retry === undefined ? attempt : attempt.pipe(Effect.retry({ schedule: step.retry, while: isRetryable }))
   return retried.pipe(
-    Effect.withSpan(spanNames.step, {
+    Effect.withSpan(spanName("step", step.name), {
       attributes: { "tidings.saga.id": t.id, "tidings.saga.type": definition.name, "tidings.saga.step": step.name, "tidings.saga.step_index": context.index }
     })
   )

@@ -7,6 +7,7 @@ import { Deferred, Duration, Effect } from "effect"
 import type { AmqpConnectionError } from "../AmqpErrors.ts"
 import { AmqpConnectionError as ConnectionError } from "../AmqpErrors.ts"
 import { connectionError } from "./amqpError.ts"
+import * as Tracing from "@tidings/core/Tracing"
 
 /** One open AMQP connection. */
 export interface Live {
@@ -66,7 +67,9 @@ export const openModel = (options: OpenOptions, attempt: number, description: st
       duration: options.connectTimeoutMs + 1000,
       orElse: () => Effect.fail(new ConnectionError({ operation: "connect", message: "connection attempt timed out", retryable: true }))
     }),
-    Effect.withSpan("tidings.amqp.connect", { attributes: { "server.address": description, "tidings.amqp.attempt": attempt } })
+    Effect.withSpan("tidings.amqp.connect", {
+      attributes: { ...Tracing.serverOf(description, 5672), "network.protocol.name": "amqp", "tidings.amqp.attempt": attempt }
+    })
   )
 
 /** Watches a channel: `closed` completes with the reason when it closes. */

@@ -106,7 +106,7 @@ export const drain = (config: DrainConfig = {}): Effect.Effect<DrainReport, Inva
               if (held.length === 0) return
               const outcome = yield* publishHeld(restore, store, publisher, held, s, relayId)
               if (s.ordering === "per-key") afterKey = held[held.length - 1]!.message.orderingKey
-              if (!isEmpty(outcome.settlement)) yield* settle(s, relayId, store.settle(relayId, outcome.settlement))
+              if (!isEmpty(outcome.settlement)) yield* settle(s, relayId, outcome.settlement, store.settle(relayId, outcome.settlement))
               count(outcome.settlement)
               // Released events were not attempted (the publisher was unavailable, or per key they
               // wait behind a failed event): not counted, and claimed again later.

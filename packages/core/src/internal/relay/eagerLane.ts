@@ -126,7 +126,7 @@ export const make = (options: {
     const settler = Effect.gen(function*() {
       while (true) {
         const merged = mergeSettlements(yield* Queue.takeAll(settlements))
-        yield* settle(s, relayId, store.settle(relayId, merged)).pipe(
+        yield* settle(s, relayId, merged, store.settle(relayId, merged)).pipe(
           Effect.andThen((merged.released?.length ?? 0) > 0 ? wakeups.signal("local") : Effect.void),
           Effect.catchCause((cause) =>
             Effect.logWarning("relay settle failed; its events will be reclaimed after the lease", cause).pipe(Effect.annotateLogs({ relayId }))

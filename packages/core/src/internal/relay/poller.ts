@@ -8,9 +8,9 @@
 import { Cause, Deferred, Duration, Effect, Exit, type Semaphore } from "effect"
 import type { ClaimedEvent, ClaimOptions, OutboxStore } from "../../OutboxStore.ts"
 import type { Publisher } from "../../Publisher.ts"
-import * as Tracing from "../../Tracing.ts"
 import type { Mailbox } from "../../Wakeup.ts"
 import type { Claimer } from "../claimCoalescer.ts"
+import * as MessagingSpans from "../messagingSpans.ts"
 import { awaitPublisher, nextPause, pause } from "./availability.ts"
 import { publishHeld, settle } from "./publish.ts"
 import type { Settings } from "./settings.ts"
@@ -105,9 +105,7 @@ export const pollerLoop = ({ claimer, counters, mailbox, publisher, relayId, set
           if (!available) return
           yield* mailbox.clear // signals so far are answered by this claim
           counters.claims++
-          const claimed = yield* Effect.exit(claimer.claim(afterKey).pipe(
-            Effect.withSpan("tidings.outbox.claim", { attributes: { "tidings.relay.id": relayId, "tidings.batch.size": s.batchSize } }, Tracing.noStack)
-          ))
+          const claimed = yield* Effect.exit(claimer.claim(afterKey).pipe(MessagingSpans.claim(relayId, s.batchSize)))
           if (Exit.isFailure(claimed)) {
             if (Cause.hasInterruptsOnly(claimed.cause)) return yield* Effect.failCause(claimed.cause)
             // The database is away (or the claim broke): back off, capped at the longest poll interval.
@@ -130,7 +128,7 @@ export const pollerLoop = ({ claimer, counters, mailbox, publisher, relayId, set
         if (outcome.unavailable) {
           // The publisher went away: give back what it did not take (not counted), write the rest,
           // and pause before claiming again.
-          const written = yield* Effect.exit(settle(s, relayId, store.settle(holder, outcome.settlement)))
+          const written = yield* Effect.exit(settle(s, relayId, outcome.settlement, store.settle(holder, outcome.settlement)))
           if (Exit.isFailure(written)) yield* log("relay settle failed; its events will be reclaimed after the lease", written.cause)
           held = []
           unavailableFor = nextPause(unavailableFor)
@@ -146,6 +144,7 @@ export const pollerLoop = ({ claimer, counters, mailbox, publisher, relayId, set
         const next = yield* Effect.exit(settle(
           s,
           relayId,
+          outcome.settlement,
           stopping ? Effect.as(store.settle(holder, outcome.settlement), []) : claimer.settleAndClaim(outcome.settlement, afterKey)
         ))
         if (Exit.isFailure(next)) {

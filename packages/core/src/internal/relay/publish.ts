@@ -5,7 +5,7 @@
  * the publisher was unavailable), and write it with {@link settle}, the one settle helper.
  * @internal
  */
-import { Cause, Clock, Duration, Effect, Exit, Fiber, Metric, Option, Schedule } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Fiber, Metric, Option, Schedule, type Tracer } from "effect"
 import * as Errors from "../../Errors.ts"
 import { PublishError, type StoreError, Timeout, Unknown } from "../../Errors.ts"
 import { HeaderNames, type Message, withHeaders } from "../../Message.ts"
@@ -13,6 +13,7 @@ import * as Metrics from "../../Metrics.ts"
 import type { ClaimedEvent, OutboxStore, Settlement } from "../../OutboxStore.ts"
 import type { Publisher, PublishResult } from "../../Publisher.ts"
 import * as Retry from "../../Retry.ts"
+import * as MessagingSpans from "../messagingSpans.ts"
 import * as Tracing from "../../Tracing.ts"
 import type { Settings } from "./settings.ts"
 
@@ -29,20 +30,6 @@ export interface Outcome {
 /** Restores interruptibility inside an `uninterruptibleMask`. */
 export type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 
-const spanOf = (message: Message, relayId: string) => {
-  const parent = Tracing.parseTraceparent(message.headers[HeaderNames.traceparent])
-  return Effect.makeSpan("tidings.relay.publish", {
-    kind: "producer",
-    ...(parent !== undefined ? { parent } : {}),
-    attributes: {
-      "messaging.message.id": message.id,
-      "tidings.event.type": message.type,
-      "tidings.event.version": message.version,
-      "tidings.relay.id": relayId
-    }
-  })
-}
-
 const publishFailed = (message: string, retryable = true, cause?: unknown) =>
   new PublishError({ message, reason: new Unknown({ retryable }), ...(cause === undefined ? {} : { cause }) })
 
@@ -51,8 +38,8 @@ const publishFailed = (message: string, retryable = true, cause?: unknown) =>
  * answer (or ignores interruption) cannot hold the relay past the publish timeout or the shutdown
  * deadline; a fiber left behind is interrupted in the background. Returns the publisher's exit.
  */
-const callPublisher = (publisher: Publisher["Service"], messages: ReadonlyArray<Message>, timeout: Duration.Duration) =>
-  Effect.flatMap(Effect.forkDetach(publisher.publish(messages), { startImmediately: true }), (fiber) => {
+const callPublisher = (publisher: Publisher["Service"], messages: ReadonlyArray<Message>, timeout: Duration.Duration, parent: Tracer.AnySpan | undefined) =>
+  Effect.flatMap(Effect.forkDetach(parent === undefined ? publisher.publish(messages) : Effect.withParentSpan(publisher.publish(messages), parent), { startImmediately: true }), (fiber) => {
     // A publisher that answered at once (an in-memory one) needs no timeout.
     const done = fiber.pollUnsafe()
     if (done !== undefined) return Effect.succeed(done)
@@ -77,13 +64,14 @@ const batchError = (cause: Cause.Cause<PublishError>): PublishError =>
 /** Publishes one batch; never fails but by interruption: every message gets a result. */
 const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<ClaimedEvent>, relayId: string, timeout: Duration.Duration) =>
   Effect.gen(function*() {
-    const spans = yield* Effect.forEach(claimed, (c) => spanOf(c.message, relayId))
-    // The published message carries the publish span as its trace parent, so a consumer's span
-    // continues append → relay publish → consume as one trace.
+    const spans = yield* Effect.forEach(claimed, (c) => MessagingSpans.send(c.message, relayId, publisher.destination, claimed.length))
+    // The published message carries its send span as its trace parent, so a consumer's span
+    // continues append (create) → send → process as one trace.
     const messages = claimed.map((c, i): Message =>
       withHeaders(c.message, { ...c.message.headers, [HeaderNames.traceparent]: Tracing.formatTraceparent(spans[i]!) })
     )
-    const exit = yield* callPublisher(publisher, messages, timeout).pipe(
+    // A publisher's own span (a broker driver's) nests under the send span of a batch of one.
+    const exit = yield* callPublisher(publisher, messages, timeout, spans.length === 1 ? spans[0] : undefined).pipe(
       Effect.onInterrupt(() => Effect.flatMap(Clock.currentTimeNanos, (end) => Effect.sync(() => spans.forEach((s) => s.end(end, Exit.interrupt())))))
     )
     const end = yield* Clock.currentTimeNanos
@@ -230,13 +218,13 @@ const settleRetry = (s: Settings): Schedule.Schedule<unknown, unknown> => {
 }
 
 /**
- * The one way the relay writes a settlement: `write` (a settle, or a settle-and-claim) retried
- * while its failure is transient, in a `tidings.outbox.settle` span.
+ * The one way the relay writes `settlement`: `write` (a settle, or a settle-and-claim) retried
+ * while its failure is transient, in a `settle outbox` span.
  */
-export const settle = <A>(s: Settings, relayId: string, write: Effect.Effect<A, StoreError>): Effect.Effect<A, StoreError> =>
+export const settle = <A>(s: Settings, relayId: string, settlement: Settlement, write: Effect.Effect<A, StoreError>): Effect.Effect<A, StoreError> =>
   write.pipe(
     Effect.retry({ schedule: settleRetry(s), while: Errors.isRetryable }),
-    Effect.withSpan("tidings.outbox.settle", { attributes: { "tidings.relay.id": relayId } }, Tracing.noStack)
+    MessagingSpans.settle(relayId, settlement)
   )
 
 /** True when the settlement writes nothing. */

@@ -58,8 +58,11 @@ export const recoverCrashed = (options: {
         const suspect = yield* store.claimSuspect({ relayId, lease: s.lease, ordering: s.ordering })
         if (suspect === undefined) break
         done.claimed++
-        const outcome = yield* publishHeld(restore, store, publisher, [suspect], s, relayId)
-        yield* settle(s, relayId, store.settle(relayId, outcome.settlement))
+        // Traced even in the untraced background round: a publish is worth its send span.
+        const outcome = yield* Effect.withTracerEnabled(
+          Effect.tap(publishHeld(restore, store, publisher, [suspect], s, relayId), (o) => settle(s, relayId, o.settlement, store.settle(relayId, o.settlement))),
+          true
+        )
         done.published += outcome.settlement.published.length
         done.retried += outcome.settlement.retry.length
         done.settledFailed += outcome.settlement.failed.length
