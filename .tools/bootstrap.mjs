@@ -25,6 +25,8 @@ const tasks = {
   deno: "tidings:deno",
   bun: "tidings:bun",
   check: "tidings:check",
+  // Formats the TypeScript (dprint.json); `npm run format -- --check` checks it and runs the lint.
+  format: "tidings:format",
   // The tidings CLI from the workspace's sources: npm run tidings -- doctor
   tidings: "tidings:cli"
 }

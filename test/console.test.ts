@@ -61,11 +61,11 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
       TIDINGS_HTTP_PORT: "0",
       TIDINGS_LOG_LEVEL: "Error"
     })
-    await waitForOutput(child, "serving; Ctrl-C stops", 60_000)
+    await waitForOutput(child, "serving; Ctrl-C stops")
     base = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(child.output())![1]!
     ;({ close: closeBrowser, context } = await launch())
     page = await context.newPage()
-  }, 600_000)
+  })
 
   afterAll(async () => {
     await closeBrowser?.()
@@ -73,7 +73,7 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
     await Effect.runPromise(
       SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.provide(pgClientLayer(pgUrl(), 1)), Effect.ignore)
     )
-  }, 60_000)
+  })
 
   const card = (label: string) => page.locator(`[data-card="${label}"] .value`)
 
@@ -111,7 +111,7 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
     // The failed badge on the Outbox tab.
     assert.strictEqual(await page.locator('nav a[href="#outbox"] .count').textContent(), "1")
     saveScreenshot(await page.screenshot({ fullPage: true }), "console.png")
-  }, 120_000)
+  })
 
   it("retries the failed event from the page and sees it published", async () => {
     await page.click('nav a[href="#outbox"]')
@@ -136,7 +136,7 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
     await page.click('nav a[href="#overview"]')
     await page.locator('[data-card="Failed"]:not(.bad)').waitFor({ timeout: 30_000 })
     assert.strictEqual(await card("Failed").textContent(), "0")
-  }, 120_000)
+  })
 
   it("shows sagas with filters and a timeline per saga", async () => {
     await page.click('nav a[href="#sagas"]')
@@ -153,7 +153,7 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
     // A completed saga offers neither retry nor compensate.
     assert.strictEqual(await detail.locator("button").count(), 0)
     saveScreenshot(await page.screenshot({ fullPage: true }), "console-saga.png")
-  }, 60_000)
+  })
 
   it("keeps the token in session storage, never in a cookie; signing out forgets it", async () => {
     assert.strictEqual(await page.evaluate(() => sessionStorage.getItem("tidings.console.token")), token)
@@ -161,5 +161,5 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
     await page.click("#signout")
     await page.locator("dialog#login").waitFor({ state: "visible" })
     assert.isNull(await page.evaluate(() => sessionStorage.getItem("tidings.console.token")))
-  }, 30_000)
+  })
 })

@@ -60,7 +60,7 @@ const waitForOutput = (child: Child, pattern: RegExp) =>
   until(`${pattern}`, () => {
     if (child.exitCode !== null) throw new Error(`exited (${child.exitCode}) before ${pattern}:\n${child.output()}`)
     return pattern.test(child.output())
-  }, 120_000)
+  })
 
 const OrderPlaced = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String }) })
 
@@ -123,7 +123,7 @@ describe("Deno Deploy style (npm specifiers only, no node_modules)", () => {
       assert.deepStrictEqual(files.filter((f) => f.includes(`${path.sep}node_modules${path.sep}`)), [], entry)
       assert.includeMembers(Object.keys(graph.npmPackages).map((k) => k.replace(/@[^@]*$/, "")), ["effect", "postgres"], entry)
     }
-  }, 240_000)
+  })
 
   it("deno run: the orders service's Deno.serve entry serves orders; a saga completes; SIGTERM stops it", async () => {
     const schema = schemaName("deployorders")
@@ -158,7 +158,7 @@ describe("Deno Deploy style (npm specifiers only, no node_modules)", () => {
     assert.match(service.output(), /\[orders\] stopped/)
     // Serve.denoHandler: Deno's legacy abort-after-response never reaches the app (nor warns).
     assert.notInclude(service.output(), "request.signal aborts")
-  }, 240_000)
+  })
 
   it("deno run: the relay worker delivers the outbox as signed webhooks", () => relays(deno, ["run", "-A", ...denoFlags, path.join(deploy, "relay.ts")]), 240_000)
 
@@ -169,6 +169,6 @@ describe("Deno Deploy style (npm specifiers only, no node_modules)", () => {
     assert.isTrue(fs.statSync(binary).isFile())
     // Nothing of the repository is needed at run time: it runs from an empty folder.
     await relays(binary, [])
-  }, 240_000)
+  })
 })
 

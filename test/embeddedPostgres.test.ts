@@ -49,5 +49,5 @@ describe("embedded PostgreSQL", () => {
     } finally {
       fs.rmSync(privateDir, { recursive: true, force: true })
     }
-  }, 120_000)
+  })
 })

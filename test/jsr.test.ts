@@ -12,17 +12,16 @@ import * as path from "node:path"
 import { packages } from "../scripts/pack.ts"
 import { denoBinary, root } from "./support/runtimes.ts"
 
-/** Packages whose `deno publish --dry-run` passes without --allow-slow-types. Add each one as it gets there. */
-const withoutSlowTypes: ReadonlyArray<string> = []
+/** Packages whose `deno publish --dry-run` passes without --allow-slow-types: all of them. */
+const withoutSlowTypes: ReadonlyArray<string> = ["core", "postgres", "rabbitmq", "hono", "webhooks", "cli"]
 
 /**
- * Slow-type errors per package when this test was written (2026-11-26), by kind:
- * core 50 (27 missing-explicit-type, 23 unsupported-super-class-expr), postgres 3 (super class),
- * rabbitmq 8 (6 super class, 2 missing-explicit-type), hono 9 (6 super class, 2
- * missing-explicit-return-type, 1 missing-explicit-type); after the restructure and the console, CLI
- * and webhooks packages: core 69, postgres 5, rabbitmq 11, hono 13, cli 33, webhooks 4. A count may only go down.
+ * Slow-type errors a package not in {@link withoutSlowTypes} may have (a new package that is not
+ * there yet), which may only go down. History: 2026-11-26, core 50, postgres 3, rabbitmq 8, hono 9;
+ * grown to core 81, postgres 5, rabbitmq 11, hono 13, webhooks 4, cli 33 by the restructure and the
+ * new packages; then none, with explicit types (CONTRIBUTING.md says how).
  */
-const slowTypes: Readonly<Record<string, number>> = { core: 81, postgres: 5, rabbitmq: 11, hono: 13, cli: 33, webhooks: 4 }
+const slowTypes: Readonly<Record<string, number>> = {}
 
 /**
  * `deno publish --dry-run` for one package. With `allowSlowTypes`, type checking is skipped too
@@ -64,6 +63,6 @@ describe("JSR", () => {
       const lenient = publish(pkg.dir, true)
       assert.strictEqual(lenient.status, 0, lenient.output.slice(-4000))
       assert.include(lenient.output, `Simulating publish of ${pkg.name}@${pkg.version}`)
-    }, 180_000)
+    })
   }
 })

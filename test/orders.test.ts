@@ -16,7 +16,8 @@ import * as Settings from "../examples/orders/settings.ts"
 import * as Transport from "../examples/orders/transport.ts"
 import { amqpUrl, rawChannel } from "../packages/rabbitmq/test/helpers.ts"
 import { pgClientLayer, pgUrl, schemaName } from "./support/pg.ts"
-import { currentRuntime, exited, spawnOn, stopChild, waitForOutput } from "./support/processes.ts"
+import { currentRuntime, defaultStallMs, exited, spawnOn, stopChild, waitForOutput, watchProgress } from "./support/processes.ts"
+import { waitFor } from "./support/progress.ts"
 import * as Prometheus from "./support/prometheus.ts"
 import { send } from "./support/rawHttp.ts"
 
@@ -51,16 +52,12 @@ const request = async (base: string, method: string, route: string, options: { r
   return { status: response.status, headers: response.headers, text, json }
 }
 
-/** Polls `read` until `done` holds, at most `timeoutMs`; fails with the last value. */
-const until = async <A>(what: string, read: () => Promise<A>, done: (a: A) => boolean, timeoutMs = 30_000): Promise<A> => {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await read()
-    if (done(value)) return value
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; last value: ${JSON.stringify(value)}`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
+/**
+ * Polls `read` until `done` holds; fails with the last value when the value stops changing for
+ * `stallMs` (no cap on the total time: a loaded machine is slower, not failing).
+ */
+const until = <A>(what: string, read: () => Promise<A>, done: (a: A) => boolean, stallMs = 30_000): Promise<A> =>
+  waitFor({ what, read, done, stallMs })
 
 const dropSchema = (schema: string) =>
   Effect.runPromise(
@@ -91,7 +88,7 @@ const startService = async (broker: Broker) => {
     TIDINGS_LOG_LEVEL: "Error"
   })
   try {
-    await waitForOutput(child, "serving; Ctrl-C stops", 60_000)
+    await waitForOutput(child, "serving; Ctrl-C stops")
   } catch (error) {
     child.kill("SIGKILL")
     throw error
@@ -119,14 +116,14 @@ const serviceSuite = (broker: Broker) =>
 
     beforeAll(async () => {
       service = await startService(broker)
-    }, 90_000)
+    })
 
     afterAll(async () => {
       if (service === undefined) return
       await stopChild(service.child)
       await dropSchema(service.schema)
       if (broker === "rabbitmq") await deleteRabbitEntities(`tidings.${service.schema}`)
-    }, 60_000)
+    })
 
     it("places orders; the sagas complete, or compensate when the payment fails or the stock is short", async () => {
       const place = (n: number, customer: string, sku: string, quantity: number, amountCents: number) =>
@@ -161,7 +158,7 @@ const serviceSuite = (broker: Broker) =>
       assert.deepStrictEqual(view.json.steps.map((s: { status: string }) => s.status), ["compensated", "failed"])
       const stock = await http("GET", "/stock")
       assert.deepStrictEqual(stock.json.stock, [{ sku: "book", available: 98 }, { sku: "lamp", available: 5 }, { sku: "mug", available: 49 }])
-    }, 60_000)
+    })
 
     it("keeps the order list (the projection) in step with the orders, per customer", async () => {
       const rows = await until("the projection to apply every outcome", () => http("GET", "/orders").then((r) => (r.json.orders as Array<Record<string, any>>).filter((o) => String(o["order_id"]).startsWith(run))), (rows) =>
@@ -174,7 +171,7 @@ const serviceSuite = (broker: Broker) =>
       ])
       assert.deepStrictEqual((await listed("mallory")).map((r) => r["order_id"]), [id(2)])
       assert.match(String((await listed("mallory"))[0]!["reason"]), /payment declined/)
-    }, 60_000)
+    })
 
     it("answers bad input with typed errors: 400 with issues, 404, 409, and 200 for a safe retry", async () => {
       const bad = await http("POST", "/orders", { body: { customer: "", sku: "book", quantity: 0, amountCents: 1.5 } })
@@ -193,7 +190,7 @@ const serviceSuite = (broker: Broker) =>
       const conflict = await http("POST", "/orders", { body: { orderId: id(1), customer: "ada", sku: "book", quantity: 3, amountCents: 2_598 } })
       assert.strictEqual(conflict.status, 409, conflict.text)
       assert.strictEqual(conflict.json.error.tag, "OrderIdConflict")
-    }, 30_000)
+    })
 
     it("refuses the admin routes without the token or with a wrong one; health and readiness are open", async () => {
       for (const [method, route] of [["GET", "/admin/outbox/failed"], ["GET", "/admin/outbox/stats"], ["GET", "/admin/inbox"], ["POST", "/admin/faults/publish"], ["GET", "/admin/broker"]] as const) {
@@ -213,7 +210,7 @@ const serviceSuite = (broker: Broker) =>
       const ready = await http("GET", "/ready")
       assert.strictEqual(ready.status, 200, ready.text)
       assert.deepStrictEqual(ready.json.checks.map((c: { name: string; status: string }) => `${c.name}=${c.status}`).sort(), ["broker=up", "postgres=up", "relay=up"])
-    }, 30_000)
+    })
 
     it("has safe HTTP defaults: 413 before reading a huge body, 415, 400 without an error log, 404/405, /ready details with the token", async () => {
       const port = Number(new URL(service.url).port)
@@ -276,7 +273,7 @@ const serviceSuite = (broker: Broker) =>
       for (const check of ready.json.checks) assert.deepStrictEqual(Object.keys(check).sort(), ["name", "status"])
       const detailed = await http("GET", "/ready", { token })
       for (const check of detailed.json.checks) assert.isNumber(check.durationMs)
-    }, 120_000)
+    })
 
     it("shows a failed outbox event in the admin view, and a retry through the admin route publishes it", async () => {
       const target = id(5)
@@ -307,7 +304,7 @@ const serviceSuite = (broker: Broker) =>
       const inbox = await http("GET", `/admin/inbox/${Domain.consumers.projection}/${failed!["id"]}`, { token })
       assert.strictEqual(inbox.status, 200, inbox.text)
       assert.strictEqual(inbox.json.status, "processed")
-    }, 60_000)
+    })
 
     it("serves /metrics as Prometheus text with the outbox, saga, inbox and consumer metrics", async () => {
       const res = await http("GET", "/metrics")
@@ -332,7 +329,7 @@ const serviceSuite = (broker: Broker) =>
       assert.strictEqual(buckets.find((b) => b.labels["le"] === "+Inf")?.value, count)
       const values = buckets.map((b) => b.value)
       assert.deepStrictEqual(values, [...values].sort((x, y) => x - y), "cumulative")
-    }, 30_000)
+    })
 
     it("stops cleanly on SIGTERM", async () => {
       const code = await stopChild(service.child)
@@ -343,7 +340,7 @@ const serviceSuite = (broker: Broker) =>
       // Deno's node:child_process reports a child that handled SIGTERM and exited 0 as killed by
       // SIGTERM; Node reports the real exit code.
       assert.strictEqual(code, runtime === "deno" ? "SIGTERM" : 0, service.child.output())
-    }, 30_000)
+    })
 
   })
 
@@ -356,13 +353,14 @@ describe(`the demo command on ${runtime}`, () => {
     assert.strictEqual(pkg.scripts["tidings:demo"], "node examples/orders/main.ts")
   })
 
-  const runDemo = async (env: Record<string, string>, timeoutMs = 120_000) => {
+  // A demo that stops making progress (no output, no CPU) is killed; a slow one is waited for.
+  const runDemo = async (env: Record<string, string>) => {
     const child = spawnOn(runtime, script, [], env)
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
+    const stopWatching = watchProgress(child, defaultStallMs, () => child.kill("SIGKILL"))
     try {
       return { code: await exited(child), output: child.output() }
     } finally {
-      clearTimeout(timer)
+      stopWatching()
     }
   }
 
@@ -399,7 +397,7 @@ describe(`the demo command on ${runtime}`, () => {
     const progress = lines.slice(0, lines.indexOf("— summary —"))
     assert.isTrue(progress.some((l) => / saga (completed|compensat)/.test(l)), output)
     assert.isBelow(Date.now() - started, 120_000)
-  }, 150_000)
+  })
 
   it("uses RabbitMQ when TIDINGS_AMQP_URL is set, and runs again on the same database", async () => {
     const schema = schemaName("ordersdemo")
@@ -418,7 +416,7 @@ describe(`the demo command on ${runtime}`, () => {
       await dropSchema(schema)
       await deleteRabbitEntities(`tidings.${schema}`)
     }
-  }, 150_000)
+  })
 
   it("reads the components' TIDINGS_* variables in one go: one error naming every wrong variable, exit code 2", async () => {
     const load = (args: ReadonlyArray<string>, env: Record<string, string>) =>
@@ -461,10 +459,10 @@ describe(`the demo command on ${runtime}`, () => {
       assert.notInclude(String(ok.success.pg?.url), "secret")
     }
     // and the process says so and exits 2, before starting anything
-    const { code, output } = await runDemo({ TIDINGS_SCHEMA: "Bad-Name", TIDINGS_RELAY_LEASE: "soon" }, 30_000)
+    const { code, output } = await runDemo({ TIDINGS_SCHEMA: "Bad-Name", TIDINGS_RELAY_LEASE: "soon" })
     assert.strictEqual(code, 2, output)
     assert.include(output, "invalid settings: TIDINGS_SCHEMA: must be 1-63 characters")
     assert.include(output, "TIDINGS_RELAY_LEASE: Expected a duration")
     assert.notInclude(output, "starting PostgreSQL")
-  }, 60_000)
+  })
 })

@@ -95,7 +95,7 @@ describe("packages as published", () => {
   beforeAll(() => {
     work = fs.mkdtempSync(path.join(os.tmpdir(), "tidings-pack-"))
     tarballs = packAll(path.join(work, "tarballs"), { quiet: true })
-  }, 240_000)
+  })
 
   afterAll(() => {
     if (work !== undefined) fs.rmSync(work, { recursive: true, force: true })
@@ -128,7 +128,7 @@ describe("packages as published", () => {
       expect(res.status, `${dir}: ${res.stdout}${res.stderr}`).toBe(0)
       expect(res.stdout, dir).toContain("All good!")
     }
-  }, 120_000)
+  })
 
   it("arethetypeswrong finds nothing in any tarball, for every public module (ESM only: node16 and bundlers)", () => {
     for (const [dir, file] of Object.entries(tarballs)) {
@@ -139,7 +139,7 @@ describe("packages as published", () => {
       expect(res.stdout.match(/node16 \(from ESM\): 🟢 \(ESM\)/g)?.length, dir).toBe(entrypoints(dir).length)
       expect(res.stdout.match(/bundler: 🟢/g)?.length, dir).toBe(entrypoints(dir).length + 1)
     }
-  }, 180_000)
+  })
 
   describe("installed into a fresh project, as the README says", () => {
     let app: string
@@ -157,7 +157,7 @@ describe("packages as published", () => {
       sh("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", ...Object.values(tarballs), "effect@4.1.0", "hono@4.13.19", "@hono/node-server@2.1.8"])
       sh("npm", ["install", "--save-dev", "--no-audit", "--no-fund", "--loglevel=error", "@types/node@24.19.2"])
       for (const p of programs) fs.writeFileSync(path.join(app, p.file), p.source)
-    }, 240_000)
+    })
 
     it("installs the built packages: exports lead to dist/, versions instead of workspace:, engines node >=20", () => {
       for (const pkg of packages()) {
@@ -190,7 +190,7 @@ describe("packages as published", () => {
       const res = spawnSync(bin("tsc"), ["-p", "tsconfig.json"], { cwd: app, env, encoding: "utf8" })
       expect(res.status, res.stdout + res.stderr).toBe(0)
       for (const p of programs) expect(fs.existsSync(path.join(app, "js", p.file.replace(/\.ts$/, ".js"))), p.file).toBe(true)
-    }, 120_000)
+    })
 
     it("the tidings command runs from its build, through the bin npm linked", () => {
       const cli = spawnSync(path.join(app, "node_modules/.bin/tidings"), ["migrate", "--dry-run", "--json", "--schema", "pack_check"], {
@@ -200,7 +200,7 @@ describe("packages as published", () => {
       })
       expect(cli.status, cli.stdout + cli.stderr).toBe(0)
       expect(JSON.parse(cli.stdout).pending.length).toBeGreaterThanOrEqual(5)
-    }, 120_000)
+    })
 
     const runOn = (runtime: Runtime | "node20", file: string) => {
       const [cmd, args] = runtime === "node20" ? [node20Binary(), []] : command(runtime)
@@ -214,7 +214,7 @@ describe("packages as published", () => {
           expect(res.status, `${runtime} ${p.file}: ${res.stdout}${res.stderr}`).toBe(0)
           expect(res.stdout, `${runtime} ${p.file}`).toMatch(p.expect)
         }
-      }, 180_000)
+      })
     }
 
     it("runs them compiled to JavaScript on Node 20", () => {
@@ -225,6 +225,6 @@ describe("packages as published", () => {
         expect(res.status, `node 20 ${p.file}: ${res.stdout}${res.stderr}`).toBe(0)
         expect(res.stdout, `node 20 ${p.file}`).toMatch(p.expect)
       }
-    }, 180_000)
+    })
   })
 })

@@ -42,7 +42,7 @@ describe(`PostgreSQL ${MINIMUM_POSTGRES}, the minimum version`, () => {
       throw new Error(`no PostgreSQL ${MINIMUM_POSTGRES} binaries at ${binDir}: the optional dependency postgresql-14 exists for linux-x64 only`)
     }
     pg = await startPostgres({ binDir, ignoreEnv: true })
-  }, 120_000)
+  })
 
   afterAll(async () => {
     await pg?.stop()
@@ -72,5 +72,5 @@ describe(`PostgreSQL ${MINIMUM_POSTGRES}, the minimum version`, () => {
     // Only the tests listed in notOnMinimum were left out.
     const skipped = Number(/Tests +\d+ passed \| (\d+) skipped/.exec(output)?.[1] ?? 0)
     assert.strictEqual(skipped, notOnMinimum.length, output.slice(-3000))
-  }, 600_000)
+  })
 })

@@ -30,29 +30,29 @@ describe("recipes", () => {
   })
 
   it("producer: orders and their events commit together; the relay in the same process publishes them to RabbitMQ", async () => {
-    const { code, output } = await runExample(example("producer"), servers(), 120_000)
+    const { code, output } = await runExample(example("producer"), servers())
     assert.strictEqual(code, 0, output)
     assert.include(output, "broker: RabbitMQ")
     assert.match(output, /published 3 events for 3 orders; outbox: 0 pending, 0 failed/, output)
-  }, 180_000)
+  })
 
   it("relay worker: a separate process publishes what a relay-less producer commits, and stops cleanly on SIGTERM", async () => {
-    const { code, output } = await runExample(example("relay-worker"), servers(), 120_000)
+    const { code, output } = await runExample(example("relay-worker"), servers())
     assert.strictEqual(code, 0, output)
     assert.include(output, "[worker] relay running; Ctrl-C stops")
     assert.match(output, /the worker published all 3 within \d+ ms/, output)
     assert.include(output, "worker stopped on SIGTERM (exit 0)")
-  }, 180_000)
+  })
 
   it("RabbitMQ consumer with the inbox: every order charged once, the duplicate delivery acked without effect", async () => {
-    const { code, output } = await runExample(example("rabbitmq-consumer"), servers(), 120_000)
+    const { code, output } = await runExample(example("rabbitmq-consumer"), servers())
     assert.strictEqual(code, 0, output)
     assert.strictEqual(output.match(/-o-\d charged 1 time$/gm)?.length, 3, output)
     assert.match(output, /1 duplicate delivery acked without charging again/, output)
-  }, 180_000)
+  })
 
   it("RabbitMQ consumer without a broker says what it needs and exits non-zero", async () => {
-    const { code, output } = await runExample(example("rabbitmq-consumer"), { TIDINGS_PG_URL: inject("pgUrl"), TIDINGS_AMQP_URL: "" }, 60_000)
+    const { code, output } = await runExample(example("rabbitmq-consumer"), { TIDINGS_PG_URL: inject("pgUrl"), TIDINGS_AMQP_URL: "" })
     assert.notStrictEqual(code, 0)
     assert.include(output, "this recipe needs RabbitMQ")
   })

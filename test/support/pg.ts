@@ -10,11 +10,19 @@ import { Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql"
 import { inject } from "vitest"
 
-/** The URL of the test server. */
+/**
+ * The URL of the test server, naming this test file as the connections' `application_name`: the
+ * leak check (leaks.ts) looks for connections still open under that name after the file, also
+ * those of child processes the file hands the URL to.
+ */
 export const pgUrl = (): string => {
   const url = inject("pgUrl") ?? process.env["TIDINGS_TEST_PG_URL"]
   if (url === undefined) throw new Error("no test Postgres: run through vitest (global setup) or set TIDINGS_TEST_PG_URL")
-  return url
+  const name = (globalThis as Record<symbol, unknown>)[Symbol.for("tidings/test/applicationName")]
+  if (typeof name !== "string") return url
+  const tagged = new URL(url)
+  tagged.searchParams.set("application_name", name)
+  return tagged.toString()
 }
 
 /** A SqlClient from @effect/sql-pg, to show the stores work with another driver. */

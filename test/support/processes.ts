@@ -2,6 +2,7 @@
  * Spawning TypeScript child processes on the runtime the tests run on: Node (type stripping) or Deno.
  */
 import { type ChildProcess, spawn } from "node:child_process"
+import * as fs from "node:fs"
 
 declare const Deno: { execPath(): string } | undefined
 
@@ -23,36 +24,110 @@ export const exited = (child: ChildProcess): Promise<number | string> =>
     child.once("exit", (code, signal) => resolve(code ?? signal ?? -1))
   })
 
-/** Resolves when the child prints `text`; rejects if it exits first or `timeoutMs` passes. */
-export const waitForOutput = (child: ChildProcess & { output: () => string }, text: string, timeoutMs = 20_000): Promise<void> =>
-  new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`timed out waiting for "${text}"; output:\n${child.output()}`)), timeoutMs)
-    const check = () => {
-      if (child.output().includes(text)) {
-        clearTimeout(timer)
-        resolve()
-      }
+/**
+ * The CPU time (clock ticks) used by the process `pid` and its descendants, from /proc (Linux), or
+ * undefined where there is no /proc. A child that uses CPU is making progress, even when it prints
+ * nothing for a while (a runtime loading and compiling modules on a loaded machine).
+ */
+export const treeCpuTicks = (pid: number): number | undefined => {
+  let entries: Array<string>
+  try {
+    entries = fs.readdirSync("/proc").filter((e) => /^\d+$/.test(e))
+  } catch {
+    return undefined
+  }
+  const stats = new Map<number, { readonly ppid: number; readonly ticks: number }>()
+  for (const entry of entries) {
+    try {
+      // pid (comm) state ppid ... utime stime cutime cstime: comm may hold spaces, so split after it.
+      const text = fs.readFileSync(`/proc/${entry}/stat`, "utf8")
+      const fields = text.slice(text.lastIndexOf(")") + 2).split(" ")
+      stats.set(Number(entry), { ppid: Number(fields[1]), ticks: Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]) })
+    } catch {
+      // the process ended meanwhile
     }
-    child.stdout?.on("data", check)
-    child.once("exit", () => {
-      clearTimeout(timer)
-      if (!child.output().includes(text)) reject(new Error(`exited before "${text}"; output:\n${child.output()}`))
+  }
+  if (!stats.has(pid)) return undefined
+  let total = 0
+  const queue = [pid]
+  while (queue.length > 0) {
+    const current = queue.pop()!
+    total += stats.get(current)?.ticks ?? 0
+    for (const [child, stat] of stats) if (stat.ppid === current) queue.push(child)
+  }
+  return total
+}
+
+/** What tells that a child is still working: its output so far and the CPU its process tree used. */
+const progressOf = (child: ChildProcess & { output: () => string }) =>
+  `${child.output().length}/${child.pid === undefined ? "" : treeCpuTicks(child.pid) ?? ""}`
+
+/** How long a child may show no progress (no output, no CPU) before a wait on it gives up. */
+export const defaultStallMs = 30_000
+
+/**
+ * Calls `onStall` once the child has shown no progress (no new output, no CPU used by it or its
+ * children) for `stallMs`; returns a function that stops watching.
+ */
+export const watchProgress = (child: ChildProcess & { output: () => string }, stallMs: number, onStall: () => void): () => void => {
+  let last = progressOf(child)
+  let lastChange = Date.now()
+  const timer = setInterval(() => {
+    const now = progressOf(child)
+    if (now !== last) {
+      last = now
+      lastChange = Date.now()
+    } else if (Date.now() - lastChange >= stallMs) {
+      clearInterval(timer)
+      onStall()
+    }
+  }, 250)
+  return () => clearInterval(timer)
+}
+
+/**
+ * Resolves when the child prints `text`; rejects when it exits first, or when it stops making
+ * progress for `stallMs` (see {@link watchProgress}). No fixed cap: a child that is slow because the
+ * machine is loaded is waited for.
+ */
+export const waitForOutput = (child: ChildProcess & { output: () => string }, text: string, stallMs = defaultStallMs): Promise<void> =>
+  new Promise((resolve, reject) => {
+    const done = (error?: Error) => {
+      stopWatching()
+      child.stdout?.off("data", check)
+      child.off("exit", onExit)
+      if (error === undefined) resolve()
+      else reject(error)
+    }
+    const check = () => {
+      if (child.output().includes(text)) done()
+    }
+    const onExit = () => {
+      if (child.output().includes(text)) done()
+      else done(new Error(`exited before "${text}"; output:\n${child.output()}`))
+    }
+    const stopWatching = watchProgress(child, stallMs, () => {
+      if (child.output().includes(text)) done()
+      else done(new Error(`gave up waiting for "${text}": no output and no CPU used for ${stallMs} ms; output:\n${child.output()}`))
     })
-    check()
+    child.stdout?.on("data", check)
+    child.once("exit", onExit)
+    if (child.exitCode !== null || child.signalCode !== null) onExit()
+    else check()
   })
 
 /**
- * Runs an example script to completion against the test servers (killed after `timeoutMs`) and
- * returns its exit code and output.
+ * Runs an example script to completion against the test servers and returns its exit code and
+ * output. A child that stops making progress for `stallMs` is killed (see {@link watchProgress}).
  */
-export const runExample = async (script: string, env: Record<string, string>, timeoutMs = 60_000) => {
+export const runExample = async (script: string, env: Record<string, string>, stallMs = defaultStallMs) => {
   const child = spawnScript(script, env)
-  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
+  const stopWatching = watchProgress(child, stallMs, () => child.kill("SIGKILL"))
   try {
     const code = await exited(child)
     return { code, output: child.output() }
   } finally {
-    clearTimeout(timer)
+    stopWatching()
   }
 }
 

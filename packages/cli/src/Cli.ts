@@ -16,16 +16,24 @@ import * as Relay from "./internal/commands/relay.ts"
 import * as Saga from "./internal/commands/saga.ts"
 import * as Environment from "./internal/environment.ts"
 import * as Out from "./internal/output.ts"
-import { root } from "./internal/root.ts"
+import { type CommandError, root, type SharedFlags } from "./internal/root.ts"
 
 export { Output } from "./internal/output.ts"
 export type { Service as OutputService } from "./internal/output.ts"
 
-/** The package version, shown by `tidings --version`. */
+/**
+ * The package version, shown by `tidings --version`.
+ * @since 0.1.0
+ * @category constants
+ */
 export const version = "0.1.0"
 
-/** The command tree. */
-export const command = root.pipe(
+/**
+ * The command tree.
+ * @since 0.1.0
+ * @category commands
+ */
+export const command: Command.Command<"tidings", SharedFlags, SharedFlags, CommandError | Doctor.ProblemsFound, never> = root.pipe(
   Command.withSubcommands([Migrate.command, Outbox.command, Inbox.command, DeadLetters.command, Saga.command, Relay.command, Doctor.command])
 )
 
@@ -40,6 +48,8 @@ const message = (error: unknown): string => {
  * Runs `tidings` with `args` (without the executable and script), writing to the `Output` service
  * (standard output and error by default); succeeds with the exit code. An interruption (a signal
  * stopping `tidings relay`) is a normal end: 0.
+ * @since 0.1.0
+ * @category running
  */
 export const run = (args: ReadonlyArray<string>): Effect.Effect<number> =>
   Command.runWith(command, { version })(args).pipe(

@@ -5,27 +5,44 @@
  * (`Saga.recovery`) by compare-and-set instead of running anything here.
  * @module
  */
-import { Clock, Duration, Effect, Option, Schema } from "effect"
+import { type Cause, Clock, Duration, Effect, Option, Schema } from "effect"
 import type { StoreError } from "./Errors.ts"
 import { InboxStore } from "./InboxStore.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import { type Execution, type SagaConflict, SagaNotFound, type SagaRecord, SagaStore, type StepStatus, type StepUpdate } from "./SagaStore.ts"
 import { Wakeups } from "./Wakeup.ts"
 
-/** An operator action that the saga's state does not allow (e.g. compensating a completed saga). */
-export class SagaActionConflict extends Schema.TaggedError<SagaActionConflict>()("SagaActionConflict", {
+const SagaActionConflictBase: Schema.Class<SagaActionConflict, Schema.TaggedStruct<"SagaActionConflict", {
+  readonly sagaId: Schema.String
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<SagaActionConflict>()("SagaActionConflict", {
   sagaId: Schema.String,
   message: Schema.String
-}) {
+})
+
+/**
+ * An operator action that the saga's state does not allow (e.g. compensating a completed saga).
+ * @since 0.1.0
+ * @category errors
+ */
+export class SagaActionConflict extends SagaActionConflictBase {
   get isRetryable(): boolean {
     return false
   }
 }
 
-/** Reports how far a long operation got: `done` of `total` (the total may grow as it is learned). */
+/**
+ * Reports how far a long operation got: `done` of `total` (the total may grow as it is learned).
+ * @since 0.1.0
+ * @category models
+ */
 export type Progress = (done: number, total: number) => Effect.Effect<void>
 
-/** Which failed events {@link retryFailed} retries: these ids, those of one type, or all. */
+/**
+ * Which failed events {@link retryFailed} retries: these ids, those of one type, or all.
+ * @since 0.1.0
+ * @category models
+ */
 export type Selection =
   | { readonly ids: ReadonlyArray<string> }
   | { readonly type: string }
@@ -36,6 +53,8 @@ const batchSize = 500
 /**
  * Puts failed outbox events back to pending (attempts reset), `batch` at a time, reporting progress
  * after each batch, and wakes this process's relays. Returns how many were retried.
+ * @since 0.1.0
+ * @category combinators
  */
 export const retryFailed = (selection: Selection, options: { readonly onProgress?: Progress; readonly batch?: number } = {}): Effect.Effect<number, StoreError, OutboxStore> =>
   Effect.gen(function*() {
@@ -71,7 +90,11 @@ export const retryFailed = (selection: Selection, options: { readonly onProgress
     return done
   })
 
-/** What {@link replayDeadLetter} did. */
+/**
+ * What {@link replayDeadLetter} did.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Replayed {
   /** The inbox row was `failed` and is forgotten: the next delivery is handled. */
   readonly reset: boolean
@@ -85,6 +108,8 @@ export interface Replayed {
  * publishes it again. Every consumer bound to the event receives it; those that handled it already
  * see a duplicate and skip it (their inbox rows say `processed`). When the event is not in the
  * outbox, replay the broker's dead-letter queue instead (the row is reset either way).
+ * @since 0.1.0
+ * @category combinators
  */
 export const replayDeadLetter = (messageId: string, consumer: string): Effect.Effect<Replayed, StoreError, InboxStore> =>
   Effect.gen(function*() {
@@ -98,7 +123,11 @@ export const replayDeadLetter = (messageId: string, consumer: string): Effect.Ef
     return { reset, requeued }
   })
 
-/** One step of a saga's timeline. */
+/**
+ * One step of a saga's timeline.
+ * @since 0.1.0
+ * @category models
+ */
 export interface TimelineEntry {
   readonly index: number
   readonly step: string
@@ -118,7 +147,11 @@ export interface TimelineEntry {
   readonly current: "action" | "compensation" | null
 }
 
-/** The steps of an execution as a timeline, in order (what the store keeps: one start and one outcome time per step). */
+/**
+ * The steps of an execution as a timeline, in order (what the store keeps: one start and one outcome time per step).
+ * @since 0.1.0
+ * @category combinators
+ */
 export const timeline = (execution: Execution, now: number): ReadonlyArray<TimelineEntry> =>
   execution.steps.map((step) => {
     const active = execution.saga.currentStep === step.index
@@ -148,13 +181,19 @@ const load = (id: string) =>
 
 const liveClaim = (saga: SagaRecord, now: number) => saga.claimedBy !== null && saga.claimedUntil !== null && saga.claimedUntil.getTime() >= now
 
-/** What the saga actions fail with. */
+/**
+ * What the saga actions fail with.
+ * @since 0.1.0
+ * @category models
+ */
 export type SagaActionError = SagaNotFound | SagaConflict | SagaActionConflict | StoreError
 
 /**
  * Retries a `failed` saga's compensation: the steps whose compensation failed are `completed`
  * again with their compensation attempts reset, the saga `compensating` and due now, so that the
  * recovery worker (`Saga.recovery`, on any instance that has the definition) compensates them again.
+ * @since 0.1.0
+ * @category combinators
  */
 export const retrySaga = (id: string): Effect.Effect<SagaRecord, SagaActionError, SagaStore> =>
   Effect.gen(function*() {
@@ -182,6 +221,8 @@ export const retrySaga = (id: string): Effect.Effect<SagaRecord, SagaActionError
  * requested by an operator"), the saga `compensating` and due now, for the recovery worker to undo
  * the completed steps in reverse. Refused while an executor in some process holds a live claim on
  * it (it could complete a step that would then not be undone): wait for the claim to expire.
+ * @since 0.1.0
+ * @category combinators
  */
 export const compensateSaga = (id: string, reason = "compensation requested by an operator"): Effect.Effect<SagaRecord, SagaActionError, SagaStore> =>
   Effect.gen(function*() {

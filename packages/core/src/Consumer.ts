@@ -21,7 +21,7 @@
  * @since 0.1.0
  * @module
  */
-import { type Duration, Effect, Schema } from "effect"
+import { type Cause, type Duration, Effect, Schema } from "effect"
 import * as Errors from "./Errors.ts"
 import type { DecodeError } from "./EventRegistry.ts"
 import * as Metrics from "./Metrics.ts"
@@ -75,16 +75,20 @@ export type Decision = "ack" | "retry" | "requeue" | "dead-letter"
  * @since 0.1.0
  * @category models
  */
-export const Decision = Schema.Literals(["ack", "retry", "requeue", "dead-letter"])
+export const Decision: Schema.Literals<readonly ["ack", "retry", "requeue", "dead-letter"]> = Schema.Literals(["ack", "retry", "requeue", "dead-letter"])
+
+const HandlerTimeoutBase: Schema.Class<HandlerTimeout, Schema.TaggedStruct<"HandlerTimeout", {
+  readonly timeoutMs: Schema.Number
+}>, Cause.YieldableError> = Schema.TaggedError<HandlerTimeout>()("HandlerTimeout", {
+  timeoutMs: Schema.Number
+})
 
 /**
  * A handler ran longer than the consumer's `timeout`: transient, retried.
  * @since 0.1.0
  * @category errors
  */
-export class HandlerTimeout extends Schema.TaggedError<HandlerTimeout>()("HandlerTimeout", {
-  timeoutMs: Schema.Number
-}) {
+export class HandlerTimeout extends HandlerTimeoutBase {
   get isRetryable(): boolean {
     return true
   }
@@ -225,7 +229,14 @@ export const metrics = Metrics.consumer
  * @since 0.1.0
  * @category settings
  */
-export const settingsFields = {
+export const settingsFields: {
+  maxAttempts: Settings.Defaulted<Settings.IntSetting>
+  timeout: Settings.Defaulted<Settings.DurationSetting>
+  shutdownTimeout: Settings.Defaulted<Settings.DurationSetting>
+  unknownType: Settings.Defaulted<typeof Decision>
+  unavailableDelay: Settings.Defaulted<Settings.DurationSetting>
+  unavailableMaxDelay: Settings.Defaulted<Settings.DurationSetting>
+} = {
   maxAttempts: Settings.int(1, 1000).pipe(Schema.withDecodingDefault(Effect.succeed(5))),
   timeout: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))),
   shutdownTimeout: Settings.duration({ allowZero: true }).pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))),

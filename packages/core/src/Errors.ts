@@ -15,38 +15,52 @@ import { Cause, Duration, Option, Result, Schema } from "effect"
  * @since 0.1.0
  * @category models
  */
-export const Issue = Schema.Struct({ path: Schema.Array(Schema.Unknown), message: Schema.String })
+export const Issue: Schema.Struct<{
+  readonly path: Schema.$Array<Schema.Unknown>
+  readonly message: Schema.String
+}> = Schema.Struct({ path: Schema.Array(Schema.Unknown), message: Schema.String })
 /**
  * @since 0.1.0
  * @category models
  */
 export type Issue = typeof Issue.Type
 
+const InvalidEventBase: Schema.Class<InvalidEvent, Schema.TaggedStruct<"InvalidEvent", {
+  readonly eventType: Schema.String
+  readonly version: Schema.Int
+  readonly message: Schema.String
+  readonly issues: Schema.$Array<typeof Issue>
+}>, Cause.YieldableError> = Schema.TaggedError<InvalidEvent>()("InvalidEvent", {
+  eventType: Schema.String,
+  version: Schema.Int,
+  message: Schema.String,
+  issues: Schema.Array(Issue)
+})
+
 /**
  * An appended event failed its schema (or is not JSON). Nothing was written.
  * @since 0.1.0
  * @category errors
  */
-export class InvalidEvent extends Schema.TaggedError<InvalidEvent>()("InvalidEvent", {
-  eventType: Schema.String,
-  version: Schema.Int,
-  message: Schema.String,
-  issues: Schema.Array(Issue)
-}) {
+export class InvalidEvent extends InvalidEventBase {
   /** A payload that fails its schema fails again: never retried. */
   get isRetryable(): boolean {
     return false
   }
 }
 
+const NotInTransactionBase: Schema.Class<NotInTransaction, Schema.TaggedStruct<"NotInTransaction", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<NotInTransaction>()("NotInTransaction", {
+  message: Schema.String
+})
+
 /**
  * `Outbox.append` was called outside a transaction; it never opens one of its own.
  * @since 0.1.0
  * @category errors
  */
-export class NotInTransaction extends Schema.TaggedError<NotInTransaction>()("NotInTransaction", {
-  message: Schema.String
-}) {
+export class NotInTransaction extends NotInTransactionBase {
   get isRetryable(): boolean {
     return false
   }
@@ -56,17 +70,21 @@ export class NotInTransaction extends Schema.TaggedError<NotInTransaction>()("No
 // Reasons shared by store and publish errors
 // ---------------------------------------------------------------------------------------------
 
+const UnavailableBase: Schema.Class<Unavailable, Schema.TaggedStruct<"Unavailable", {}>, {}> = Schema.TaggedClass<Unavailable>()("Unavailable", {})
+
 /**
  * The database or broker cannot be reached: refused, lost, closed, terminated, blocked, shutting
  * down. Retryable, and not a failure of the work itself: engines pause instead of counting attempts.
  * @since 0.1.0
  * @category reasons
  */
-export class Unavailable extends Schema.TaggedClass<Unavailable>()("Unavailable", {}) {
+export class Unavailable extends UnavailableBase {
   get isRetryable(): boolean {
     return true
   }
 }
+
+const TimeoutBase: Schema.Class<Timeout, Schema.TaggedStruct<"Timeout", {}>, {}> = Schema.TaggedClass<Timeout>()("Timeout", {})
 
 /**
  * The operation did not finish in time (a statement timeout, a confirm or response that did not
@@ -74,11 +92,13 @@ export class Unavailable extends Schema.TaggedClass<Unavailable>()("Unavailable"
  * @since 0.1.0
  * @category reasons
  */
-export class Timeout extends Schema.TaggedClass<Timeout>()("Timeout", {}) {
+export class Timeout extends TimeoutBase {
   get isRetryable(): boolean {
     return true
   }
 }
+
+const ContentionBase: Schema.Class<Contention, Schema.TaggedStruct<"Contention", {}>, {}> = Schema.TaggedClass<Contention>()("Contention", {})
 
 /**
  * Concurrent work got in the way: a deadlock, a serialization failure, a lock timeout, a lost
@@ -86,11 +106,13 @@ export class Timeout extends Schema.TaggedClass<Timeout>()("Timeout", {}) {
  * @since 0.1.0
  * @category reasons
  */
-export class Contention extends Schema.TaggedClass<Contention>()("Contention", {}) {
+export class Contention extends ContentionBase {
   get isRetryable(): boolean {
     return true
   }
 }
+
+const RejectedBase: Schema.Class<Rejected, Schema.TaggedStruct<"Rejected", {}>, {}> = Schema.TaggedClass<Rejected>()("Rejected", {})
 
 /**
  * The store refused the data: a constraint or unique violation, a value it cannot hold. Trying the
@@ -98,11 +120,21 @@ export class Contention extends Schema.TaggedClass<Contention>()("Contention", {
  * @since 0.1.0
  * @category reasons
  */
-export class Rejected extends Schema.TaggedClass<Rejected>()("Rejected", {}) {
+export class Rejected extends RejectedBase {
   get isRetryable(): boolean {
     return false
   }
 }
+
+const RefusedBase: Schema.Class<Refused, Schema.TaggedStruct<"Refused", {
+  readonly retryable: Schema.Boolean
+  readonly status: Schema.optional<Schema.Number>
+  readonly retryAfterMs: Schema.optional<Schema.Number>
+}>, {}> = Schema.TaggedClass<Refused>()("Refused", {
+  retryable: Schema.Boolean,
+  status: Schema.optional(Schema.Number),
+  retryAfterMs: Schema.optional(Schema.Number)
+})
 
 /**
  * The broker or receiver answered and refused this message (a nack, an unroutable return, an HTTP
@@ -111,33 +143,35 @@ export class Rejected extends Schema.TaggedClass<Rejected>()("Rejected", {}) {
  * @since 0.1.0
  * @category reasons
  */
-export class Refused extends Schema.TaggedClass<Refused>()("Refused", {
-  retryable: Schema.Boolean,
-  status: Schema.optional(Schema.Number),
-  retryAfterMs: Schema.optional(Schema.Number)
-}) {
+export class Refused extends RefusedBase {
   get isRetryable(): boolean {
     return this.retryable
   }
 }
+
+const InvalidBase: Schema.Class<Invalid, Schema.TaggedStruct<"Invalid", {}>, {}> = Schema.TaggedClass<Invalid>()("Invalid", {})
 
 /**
  * The message cannot be sent as it is (it does not encode, it is too large). Never retried.
  * @since 0.1.0
  * @category reasons
  */
-export class Invalid extends Schema.TaggedClass<Invalid>()("Invalid", {}) {
+export class Invalid extends InvalidBase {
   get isRetryable(): boolean {
     return false
   }
 }
+
+const UnknownBase: Schema.Class<Unknown, Schema.TaggedStruct<"Unknown", {
+  readonly retryable: Schema.Boolean
+}>, {}> = Schema.TaggedClass<Unknown>()("Unknown", { retryable: Schema.Boolean })
 
 /**
  * Something the driver could not classify. `retryable` carries the driver's own judgement.
  * @since 0.1.0
  * @category reasons
  */
-export class Unknown extends Schema.TaggedClass<Unknown>()("Unknown", { retryable: Schema.Boolean }) {
+export class Unknown extends UnknownBase {
   get isRetryable(): boolean {
     return this.retryable
   }
@@ -148,7 +182,7 @@ export class Unknown extends Schema.TaggedClass<Unknown>()("Unknown", { retryabl
  * @since 0.1.0
  * @category reasons
  */
-export const StoreErrorReason = Schema.Union([Unavailable, Timeout, Contention, Rejected, Unknown])
+export const StoreErrorReason: Schema.Union<readonly [typeof Unavailable, typeof Timeout, typeof Contention, typeof Rejected, typeof Unknown]> = Schema.Union([Unavailable, Timeout, Contention, Rejected, Unknown])
 /**
  * @since 0.1.0
  * @category reasons
@@ -160,24 +194,31 @@ export type StoreErrorReason = typeof StoreErrorReason.Type
  * @since 0.1.0
  * @category reasons
  */
-export const PublishErrorReason = Schema.Union([Unavailable, Timeout, Refused, Invalid, Unknown])
+export const PublishErrorReason: Schema.Union<readonly [typeof Unavailable, typeof Timeout, typeof Refused, typeof Invalid, typeof Unknown]> = Schema.Union([Unavailable, Timeout, Refused, Invalid, Unknown])
 /**
  * @since 0.1.0
  * @category reasons
  */
 export type PublishErrorReason = typeof PublishErrorReason.Type
 
+const StoreErrorBase: Schema.Class<StoreError, Schema.TaggedStruct<"StoreError", {
+  readonly operation: Schema.String
+  readonly message: Schema.String
+  readonly reason: Schema.Union<readonly [typeof Unavailable, typeof Timeout, typeof Contention, typeof Rejected, typeof Unknown]>
+  readonly cause: Schema.optional<Schema.Defect>
+}>, Cause.YieldableError> = Schema.TaggedError<StoreError>()("StoreError", {
+  operation: Schema.String,
+  message: Schema.String,
+  reason: StoreErrorReason,
+  cause: Schema.optional(Schema.Defect())
+})
+
 /**
  * A storage operation failed (database unreachable, deadlock, constraint, ...).
  * @since 0.1.0
  * @category errors
  */
-export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
-  operation: Schema.String,
-  message: Schema.String,
-  reason: StoreErrorReason,
-  cause: Schema.optional(Schema.Defect())
-}) {
+export class StoreError extends StoreErrorBase {
   /** Unavailability, timeouts, deadlocks and serialization failures are worth another try. */
   get isRetryable(): boolean {
     return this.reason.isRetryable
@@ -188,16 +229,22 @@ export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
   }
 }
 
+const PublishErrorBase: Schema.Class<PublishError, Schema.TaggedStruct<"PublishError", {
+  readonly message: Schema.String
+  readonly reason: Schema.Union<readonly [typeof Unavailable, typeof Timeout, typeof Refused, typeof Invalid, typeof Unknown]>
+  readonly cause: Schema.optional<Schema.Defect>
+}>, Cause.YieldableError> = Schema.TaggedError<PublishError>()("PublishError", {
+  message: Schema.String,
+  reason: PublishErrorReason,
+  cause: Schema.optional(Schema.Defect())
+})
+
 /**
  * A message could not be published (broker unreachable, refused, timed out, ...).
  * @since 0.1.0
  * @category errors
  */
-export class PublishError extends Schema.TaggedError<PublishError>()("PublishError", {
-  message: Schema.String,
-  reason: PublishErrorReason,
-  cause: Schema.optional(Schema.Defect())
-}) {
+export class PublishError extends PublishErrorBase {
   get isRetryable(): boolean {
     return this.reason.isRetryable
   }
@@ -213,6 +260,19 @@ export class PublishError extends Schema.TaggedError<PublishError>()("PublishErr
   }
 }
 
+const InvalidConfigBase: Schema.Class<InvalidConfig, Schema.TaggedStruct<"InvalidConfig", {
+  readonly path: Schema.String
+  readonly message: Schema.String
+  readonly issues: Schema.optional<Schema.$Array<Schema.Struct<{
+    readonly path: Schema.String
+    readonly message: Schema.String
+  }>>>
+}>, Cause.YieldableError> = Schema.TaggedError<InvalidConfig>()("InvalidConfig", {
+  path: Schema.String,
+  message: Schema.String,
+  issues: Schema.optional(Schema.Array(Schema.Struct({ path: Schema.String, message: Schema.String })))
+})
+
 /**
  * Configuration that cannot work (a batch size of 0, a lease shorter than zero, a bad schema name, a
  * missing environment variable). `issues` lists every problem found, each with its path; `path` and
@@ -220,11 +280,7 @@ export class PublishError extends Schema.TaggedError<PublishError>()("PublishErr
  * @since 0.1.0
  * @category errors
  */
-export class InvalidConfig extends Schema.TaggedError<InvalidConfig>()("InvalidConfig", {
-  path: Schema.String,
-  message: Schema.String,
-  issues: Schema.optional(Schema.Array(Schema.Struct({ path: Schema.String, message: Schema.String })))
-}) {
+export class InvalidConfig extends InvalidConfigBase {
   get isRetryable(): boolean {
     return false
   }

@@ -15,7 +15,7 @@
  * @since 0.1.0
  * @module
  */
-import { Exit, Schema } from "effect"
+import { type Cause, Exit, Schema } from "effect"
 import type { EventType } from "./Event.ts"
 import * as Errors from "./Errors.ts"
 import * as Settings from "./Settings.ts"
@@ -26,7 +26,7 @@ import * as Settings from "./Settings.ts"
  * @since 0.1.0
  * @category errors
  */
-export const DecodeFailure = Schema.Literals([
+export const DecodeFailure: Schema.Literals<readonly ["TooLarge", "InvalidJson", "SchemaMismatch", "MissingType", "UnsupportedContentType", "InvalidVersion"]> = Schema.Literals([
   "TooLarge",
   "InvalidJson",
   "SchemaMismatch",
@@ -40,17 +40,24 @@ export const DecodeFailure = Schema.Literals([
  */
 export type DecodeFailure = typeof DecodeFailure.Type
 
+const DecodeErrorBase: Schema.Class<DecodeError, Schema.TaggedStruct<"DecodeError", {
+  readonly reason: typeof DecodeFailure
+  readonly eventType: Schema.optional<Schema.String>
+  readonly version: Schema.optional<Schema.Number>
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<DecodeError>()("DecodeError", {
+  reason: DecodeFailure,
+  eventType: Schema.optional(Schema.String),
+  version: Schema.optional(Schema.Number),
+  message: Schema.String
+})
+
 /**
  * A delivery that can never be decoded: a permanent failure, dead-lettered by default.
  * @since 0.1.0
  * @category errors
  */
-export class DecodeError extends Schema.TaggedError<DecodeError>()("DecodeError", {
-  reason: DecodeFailure,
-  eventType: Schema.optional(Schema.String),
-  version: Schema.optional(Schema.Number),
-  message: Schema.String
-}) {
+export class DecodeError extends DecodeErrorBase {
   get isRetryable(): boolean {
     return false
   }

@@ -11,15 +11,20 @@ import { Cause, Clock, Duration, Effect, Exit, Option, Schema } from "effect"
 import * as Errors from "./Errors.ts"
 import { Relay } from "./Relay.ts"
 
+const CheckFailedBase: Schema.Class<CheckFailed, Schema.TaggedStruct<"CheckFailed", {
+  readonly check: Schema.String
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<CheckFailed>()("CheckFailed", {
+  check: Schema.String,
+  message: Schema.String
+})
+
 /**
  * Why a check failed; `message` is meant for operators (no credentials: drivers scrub them).
  * @since 0.1.0
  * @category errors
  */
-export class CheckFailed extends Schema.TaggedError<CheckFailed>()("CheckFailed", {
-  check: Schema.String,
-  message: Schema.String
-}) {
+export class CheckFailed extends CheckFailedBase {
   /** A dependency that is down may be up on the next probe. */
   get isRetryable(): boolean {
     return true

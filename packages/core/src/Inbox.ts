@@ -30,7 +30,7 @@
  * Call `handle` outside any open transaction: it opens its own (the start count must commit on its own).
  * @module
  */
-import { Duration, Effect, Exit, Layer, Metric, Schema } from "effect"
+import { type Cause, Duration, Effect, Exit, Layer, Metric, Schema } from "effect"
 import type { Delivery } from "./Consumer.ts"
 import { describeCause, type InvalidConfig, type NotInTransaction, type StoreError } from "./Errors.ts"
 import { InboxStore, type Service as InboxStoreService } from "./InboxStore.ts"
@@ -40,29 +40,39 @@ import { OutboxStore } from "./OutboxStore.ts"
 import * as Settings from "./Settings.ts"
 import { noStack } from "./Tracing.ts"
 
+const InboxCrashLoopBase: Schema.Class<InboxCrashLoop, Schema.TaggedStruct<"InboxCrashLoop", {
+  readonly messageId: Schema.String
+  readonly consumer: Schema.String
+  readonly reason: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<InboxCrashLoop>()("InboxCrashLoop", {
+  messageId: Schema.String,
+  consumer: Schema.String,
+  reason: Schema.String
+})
+
 /**
  * A message whose handling kept killing the process (or one dead-lettered that way before). Never retried.
  * @since 0.1.0
  * @category errors
  */
-export class InboxCrashLoop extends Schema.TaggedError<InboxCrashLoop>()("InboxCrashLoop", {
-  messageId: Schema.String,
-  consumer: Schema.String,
-  reason: Schema.String
-}) {
+export class InboxCrashLoop extends InboxCrashLoopBase {
   get isRetryable(): boolean {
     return false
   }
 }
+
+const MissingMessageIdBase: Schema.Class<MissingMessageId, Schema.TaggedStruct<"MissingMessageId", {
+  readonly consumer: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<MissingMessageId>()("MissingMessageId", {
+  consumer: Schema.String
+})
 
 /**
  * A delivery without a message id cannot be deduplicated. Never retried.
  * @since 0.1.0
  * @category errors
  */
-export class MissingMessageId extends Schema.TaggedError<MissingMessageId>()("MissingMessageId", {
-  consumer: Schema.String
-}) {
+export class MissingMessageId extends MissingMessageIdBase {
   get isRetryable(): boolean {
     return false
   }
@@ -223,7 +233,12 @@ export interface RetentionOptions {
  * @since 0.1.0
  * @category settings
  */
-export const RetentionSchema = Schema.Struct({
+export const RetentionSchema: Schema.Struct<{
+  readonly olderThan: Settings.DurationSetting
+  readonly interval: Settings.Defaulted<Settings.DurationSetting>
+  readonly batchSize: Settings.Defaulted<Settings.IntSetting>
+  readonly maxBatches: Settings.Defaulted<Settings.IntSetting>
+}> = Schema.Struct({
   olderThan: Settings.duration(),
   interval: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 minute"))),
   batchSize: Settings.int(1, 100_000).pipe(Schema.withDecodingDefault(Effect.succeed(1000))),

@@ -112,9 +112,11 @@ export interface Service {
   readonly position: (projection: string, aggregateId: string) => Effect.Effect<number, StoreError>
 }
 
+const InboxStoreBase: Context.ServiceClass<InboxStore, "@tidings/core/InboxStore", Service> = Context.Service<InboxStore, Service>()("@tidings/core/InboxStore")
+
 /**
  * The inbox storage service.
  * @since 0.1.0
  * @category services
  */
-export class InboxStore extends Context.Service<InboxStore, Service>()("@tidings/core/InboxStore") {}
+export class InboxStore extends InboxStoreBase {}

@@ -12,7 +12,11 @@
  */
 import { Cause, Effect, Exit, Layer, Runtime } from "effect"
 
-/** Options of {@link runMain}. */
+/**
+ * Options of {@link runMain}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface RunMainOptions {
   /** Do not log the failure of the main effect (it still exits with 1). Default `false`. */
   readonly disableErrorReporting?: boolean | undefined
@@ -100,6 +104,8 @@ const exitCode = (exit: Exit.Exit<unknown, unknown>, signalled: boolean, signalE
  * import { Main, Relay } from "@tidings/core"
  * Main.runMain(Relay.layer().pipe(Layer.provide(AppLayer)))
  * ```
+ * @since 0.1.0
+ * @category running
  */
 export function runMain<A, E>(main: Effect.Effect<A, E> | Layer.Layer<A, E>, options?: RunMainOptions): void {
   const program: Effect.Effect<unknown, E> = Layer.isLayer(main) ? Layer.launch(main as Layer.Layer<A, E>) : main as Effect.Effect<A, E>

@@ -88,8 +88,10 @@ export interface Service {
   readonly clear: Effect.Effect<void>
 }
 
+const MemoryBrokerBase: Context.ServiceClass<MemoryBroker, "@tidings/core/MemoryBroker", Service> = Context.Service<MemoryBroker, Service>()("@tidings/core/MemoryBroker")
+
 /** The in-memory broker service. */
-export class MemoryBroker extends Context.Service<MemoryBroker, Service>()("@tidings/core/MemoryBroker") {}
+export class MemoryBroker extends MemoryBrokerBase {}
 
 /** Options of the in-memory broker. */
 export interface Options {
@@ -249,7 +251,18 @@ const topicPattern = (t: string) => /^[\w:#*-]+(\.[\w:#*-]+)*$/.test(t) && !t.sp
  * @since 0.1.0
  * @category settings
  */
-export const ConsumerConfigSchema = Schema.Struct({
+export const ConsumerConfigSchema: Schema.Struct<{
+  readonly maxAttempts: Settings.Defaulted<Settings.IntSetting>
+  readonly timeout: Settings.Defaulted<Settings.DurationSetting>
+  readonly shutdownTimeout: Settings.Defaulted<Settings.DurationSetting>
+  readonly unknownType: Settings.Defaulted<typeof Consumers.Decision>
+  readonly unavailableDelay: Settings.Defaulted<Settings.DurationSetting>
+  readonly unavailableMaxDelay: Settings.Defaulted<Settings.DurationSetting>
+  readonly queue: Schema.String
+  readonly types: Schema.optional<Schema.$Array<Schema.String>>
+  readonly concurrency: Settings.Defaulted<Settings.IntSetting>
+  readonly retryDelays: Settings.Defaulted<Schema.$Array<Settings.DurationSetting>>
+}> = Schema.Struct({
   queue: Schema.String.check(check((q: string) => /^[\w.:-]{1,100}$/.test(q), "must be 1-100 characters of [A-Za-z0-9_.:-]")),
   types: Schema.optional(
     Schema.Array(Schema.String.check(check(topicPattern, "is not an event type or topic pattern")))
@@ -267,7 +280,9 @@ export const ConsumerConfigSchema = Schema.Struct({
  * @since 0.1.0
  * @category combinators
  */
-export const consumerSettings = <A, E, R>(config: ConsumerConfig<A, E, R>) =>
+export const consumerSettings = <A, E, R>(
+  config: ConsumerConfig<A, E, R>
+): Effect.Effect<Omit<typeof ConsumerConfigSchema.Type, "types"> & { readonly types: ReadonlyArray<string> }, InvalidConfig> =>
   Effect.flatMap(Settings.decode(ConsumerConfigSchema, config), (s) => {
     const types = s.types ?? config.registry?.types
     return types === undefined || types.length === 0

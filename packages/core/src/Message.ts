@@ -10,7 +10,7 @@ import { Schema } from "effect"
  * @since 0.1.0
  * @category schemas
  */
-export const MessageId = Schema.String.check(Schema.isUUID())
+export const MessageId: Schema.String = Schema.String.check(Schema.isUUID())
 
 const NonEmpty = Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(255))
 
@@ -19,7 +19,7 @@ const NonEmpty = Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(2
  * @since 0.1.0
  * @category schemas
  */
-export const Headers = Schema.Record(Schema.String, Schema.String)
+export const Headers: Schema.$Record<Schema.String, Schema.String> = Schema.Record(Schema.String, Schema.String)
 /**
  * @since 0.1.0
  * @category schemas
@@ -31,7 +31,18 @@ export type Headers = typeof Headers.Type
  * @since 0.1.0
  * @category schemas
  */
-export const Message = Schema.Struct({
+export const Message: Schema.Struct<{
+  readonly id: Schema.String
+  readonly type: Schema.String
+  readonly version: Schema.Int
+  readonly aggregateType: Schema.String
+  readonly aggregateId: Schema.String
+  /** Events of one key are published in order by the per-key relay; defaults to the aggregate id. */
+  readonly orderingKey: Schema.String
+  readonly payload: Schema.Unknown
+  readonly headers: Schema.$Record<Schema.String, Schema.String>
+  readonly occurredAt: Schema.Date
+}> = Schema.Struct({
   id: MessageId,
   type: NonEmpty,
   version: Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)),
@@ -54,7 +65,18 @@ export interface Message extends Schema.Schema.Type<typeof Message> {}
  * @since 0.1.0
  * @category schemas
  */
-export const MessageJson = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
+export const MessageJson: Schema.Struct<{
+  readonly id: Schema.String
+  readonly type: Schema.String
+  readonly version: Schema.Int
+  readonly aggregateType: Schema.String
+  readonly aggregateId: Schema.String
+  /** Events of one key are published in order by the per-key relay; defaults to the aggregate id. */
+  readonly orderingKey: Schema.String
+  readonly payload: Schema.Unknown
+  readonly headers: Schema.$Record<Schema.String, Schema.String>
+  readonly occurredAt: Schema.DateFromString
+}> = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
 
 /**
  * Header names Tidings sets itself.

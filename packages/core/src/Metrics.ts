@@ -8,32 +8,32 @@
 import { Effect, Metric } from "effect"
 
 /** Pending events (sampled by the relay's stats loop). */
-export const outboxPending = Metric.gauge("tidings_outbox_pending", { description: "Outbox events waiting to be published" })
+export const outboxPending: Metric.Gauge<number> = Metric.gauge("tidings_outbox_pending", { description: "Outbox events waiting to be published" })
 /** Failed (dead-lettered) events. */
-export const outboxFailed = Metric.gauge("tidings_outbox_failed", { description: "Outbox events that exhausted their attempts" })
+export const outboxFailed: Metric.Gauge<number> = Metric.gauge("tidings_outbox_failed", { description: "Outbox events that exhausted their attempts" })
 /** Age of the oldest pending event. */
-export const outboxOldestPendingAge = Metric.gauge("tidings_outbox_oldest_pending_age_seconds", {
+export const outboxOldestPendingAge: Metric.Gauge<number> = Metric.gauge("tidings_outbox_oldest_pending_age_seconds", {
   description: "Age of the oldest pending outbox event"
 })
 /** Time from append (occurredAt) to a confirmed publish. */
-export const publishLatency = Metric.histogram("tidings_outbox_publish_latency_seconds", {
+export const publishLatency: Metric.Histogram<number> = Metric.histogram("tidings_outbox_publish_latency_seconds", {
   description: "Append to confirmed publish",
   boundaries: Metric.exponentialBoundaries({ start: 0.0005, factor: 2, count: 20 })
 })
 /** Events confirmed by the broker and marked published. */
-export const published = Metric.counter("tidings_outbox_published_total", { description: "Events published", incremental: true })
+export const published: Metric.Counter<number> = Metric.counter("tidings_outbox_published_total", { description: "Events published", incremental: true })
 /** Publish attempts that failed and were rescheduled. */
-export const retried = Metric.counter("tidings_outbox_retried_total", { description: "Events rescheduled after a failed publish", incremental: true })
+export const retried: Metric.Counter<number> = Metric.counter("tidings_outbox_retried_total", { description: "Events rescheduled after a failed publish", incremental: true })
 /** Events moved to the failed (dead-letter) state. */
-export const failed = Metric.counter("tidings_outbox_failed_total", { description: "Events marked failed", incremental: true })
+export const failed: Metric.Counter<number> = Metric.counter("tidings_outbox_failed_total", { description: "Events marked failed", incremental: true })
 /** Events whose lease expired and were made claimable again. */
-export const reclaimed = Metric.counter("tidings_outbox_reclaimed_total", { description: "Expired claims taken back", incremental: true })
+export const reclaimed: Metric.Counter<number> = Metric.counter("tidings_outbox_reclaimed_total", { description: "Expired claims taken back", incremental: true })
 /** Published rows deleted by retention. */
-export const pruned = Metric.counter("tidings_outbox_pruned_total", { description: "Published rows deleted by retention", incremental: true })
+export const pruned: Metric.Counter<number> = Metric.counter("tidings_outbox_pruned_total", { description: "Published rows deleted by retention", incremental: true })
 /** Relay wake-ups by source: `local` (same process), `notify` (Postgres NOTIFY), `poll` (timer). */
-export const wakeups = Metric.counter("tidings_relay_wakeups_total", { description: "Relay wake-ups by source", incremental: true })
+export const wakeups: Metric.Counter<number> = Metric.counter("tidings_relay_wakeups_total", { description: "Relay wake-ups by source", incremental: true })
 /** Claimed batch sizes. */
-export const batchSize = Metric.histogram("tidings_relay_batch_size", {
+export const batchSize: Metric.Histogram<number> = Metric.histogram("tidings_relay_batch_size", {
   description: "Events per claimed batch",
   boundaries: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
 })
@@ -43,23 +43,31 @@ export const batchSize = Metric.histogram("tidings_relay_batch_size", {
  * `AmqpConsumer`) so that dashboards read the same on either. Every series carries a `consumer`
  * attribute.
  */
-export const consumer = {
+export const consumer: {
   /** Deliveries received (including those dead-lettered undecoded). */
-  consumed: Metric.counter("tidings_consumer_consumed_total", { description: "Deliveries received", incremental: true }),
+  readonly consumed: Metric.Counter<number>
   /** Deliveries acknowledged (handled, or skipped as unknown type). */
-  acked: Metric.counter("tidings_consumer_acked_total", { description: "Deliveries acknowledged", incremental: true }),
+  readonly acked: Metric.Counter<number>
   /** Deliveries retried; attribute `mode`: `delayed`, `requeue` or `shutdown`. */
-  retried: Metric.counter("tidings_consumer_retried_total", { description: "Deliveries sent back for another attempt", incremental: true }),
+  readonly retried: Metric.Counter<number>
   /** Deliveries dead-lettered; attribute `reason` (the outcome). */
-  deadLettered: Metric.counter("tidings_consumer_dead_lettered_total", { description: "Deliveries dead-lettered", incremental: true }),
+  readonly deadLettered: Metric.Counter<number>
   /** Handler runs that found their database or broker unavailable: the delivery was held and run again, no attempt counted. */
+  readonly unavailable: Metric.Counter<number>
+  /** Handler defects caught (each also counts as a transient failure). */
+  readonly defects: Metric.Counter<number>
+  /** Handler duration, attribute `outcome`. */
+  readonly handleDuration: Metric.Histogram<number>
+} = {
+  consumed: Metric.counter("tidings_consumer_consumed_total", { description: "Deliveries received", incremental: true }),
+  acked: Metric.counter("tidings_consumer_acked_total", { description: "Deliveries acknowledged", incremental: true }),
+  retried: Metric.counter("tidings_consumer_retried_total", { description: "Deliveries sent back for another attempt", incremental: true }),
+  deadLettered: Metric.counter("tidings_consumer_dead_lettered_total", { description: "Deliveries dead-lettered", incremental: true }),
   unavailable: Metric.counter("tidings_consumer_unavailable_total", {
     description: "Handler runs that found a dependency unavailable (held and retried, not counted)",
     incremental: true
   }),
-  /** Handler defects caught (each also counts as a transient failure). */
   defects: Metric.counter("tidings_consumer_defects_total", { description: "Handler defects caught", incremental: true }),
-  /** Handler duration, attribute `outcome`. */
   handleDuration: Metric.histogram("tidings_consumer_handle_duration_seconds", {
     description: "Time spent in the handler",
     boundaries: Metric.exponentialBoundaries({ start: 0.0005, factor: 2, count: 18 })
@@ -70,27 +78,34 @@ export const consumer = {
  * Saga metrics (`Saga.run`, `Saga.start`, replies and recovery).
  * @since 0.1.0
  */
-export const saga = {
+export const saga: {
   /** Sagas started (`Saga.run` and `Saga.start`). */
-  started: Metric.counter("tidings_saga_started_total", { description: "Sagas started", incremental: true }),
+  readonly started: Metric.Counter<number>
   /** Sagas that reached a final status, by `status` (completed, compensated, failed). */
-  finished: Metric.counter("tidings_saga_finished_total", { description: "Sagas finished, by final status", incremental: true }),
+  readonly finished: Metric.Counter<number>
   /** Step durations (an action, or a command until its reply), by `saga` and `step`. */
+  readonly stepDuration: Metric.Histogram<number>
+  /** Compensations that ran to an outcome, by `outcome` (compensated, failed). */
+  readonly compensations: Metric.Counter<number>
+  /** Sagas taken over by a recovery worker (past their deadline, stuck, or their executor died). */
+  readonly recoveries: Metric.Counter<number>
+  /** Sagas currently in each status (`status` attribute), refreshed by the recovery worker. */
+  readonly byStatus: Metric.Gauge<number>
+} = {
+  started: Metric.counter("tidings_saga_started_total", { description: "Sagas started", incremental: true }),
+  finished: Metric.counter("tidings_saga_finished_total", { description: "Sagas finished, by final status", incremental: true }),
   stepDuration: Metric.histogram("tidings_saga_step_duration_seconds", {
     description: "Saga step duration: action run, or command sent until its reply",
     boundaries: Metric.exponentialBoundaries({ start: 0.001, factor: 2, count: 20 })
   }),
-  /** Compensations that ran to an outcome, by `outcome` (compensated, failed). */
   compensations: Metric.counter("tidings_saga_compensations_total", {
     description: "Saga step compensations, by outcome",
     incremental: true
   }),
-  /** Sagas taken over by a recovery worker (past their deadline, stuck, or their executor died). */
   recoveries: Metric.counter("tidings_saga_recoveries_total", {
     description: "Sagas claimed and resumed by a recovery worker",
     incremental: true
   }),
-  /** Sagas currently in each status (`status` attribute), refreshed by the recovery worker. */
   byStatus: Metric.gauge("tidings_saga_sagas", { description: "Sagas by status" })
 } as const
 
@@ -98,8 +113,10 @@ export const saga = {
  * Inbox metrics.
  * @since 0.1.0
  */
-export const inbox = {
+export const inbox: {
   /** Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`). */
+  readonly handled: Metric.Counter<number>
+} = {
   handled: Metric.counter("tidings_inbox_handled_total", { description: "Inbox handling outcomes", incremental: true })
 } as const
 

@@ -108,7 +108,11 @@ export interface FailedEvent {
   readonly createdAt: Date
 }
 
-/** An outbox row as the admin views (console, CLI) see it. */
+/**
+ * An outbox row as the admin views (console, CLI) see it.
+ * @since 0.1.0
+ * @category models
+ */
 export interface StoredEvent {
   readonly message: Message
   readonly status: Status
@@ -125,7 +129,11 @@ export interface StoredEvent {
   readonly claimedUntil: Date | null
 }
 
-/** What {@link Service.list} returns. */
+/**
+ * What {@link Service.list} returns.
+ * @since 0.1.0
+ * @category options
+ */
 export interface ListOptions {
   readonly status?: Status
   /** Only events of this type. */
@@ -133,14 +141,22 @@ export interface ListOptions {
   readonly limit: number
 }
 
-/** Events published in one minute. */
+/**
+ * Events published in one minute.
+ * @since 0.1.0
+ * @category models
+ */
 export interface MinuteCount {
   /** The minute's start. */
   readonly minute: Date
   readonly published: number
 }
 
-/** A relay (poller or relay group) holding claims right now. */
+/**
+ * A relay (poller or relay group) holding claims right now.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Holder {
   readonly holder: string
   readonly events: number
@@ -245,9 +261,11 @@ export interface Service {
   readonly requeue: (ids: ReadonlyArray<string>) => Effect.Effect<number, StoreError>
 }
 
+const OutboxStoreBase: Context.ServiceClass<OutboxStore, "@tidings/core/OutboxStore", Service> = Context.Service<OutboxStore, Service>()("@tidings/core/OutboxStore")
+
 /**
  * The outbox storage service.
  * @since 0.1.0
  * @category services
  */
-export class OutboxStore extends Context.Service<OutboxStore, Service>()("@tidings/core/OutboxStore") {}
+export class OutboxStore extends OutboxStoreBase {}

@@ -16,39 +16,52 @@
  * {@link awaitApplied} waits, bounded, until the projection has handled a given event id.
  * @module
  */
-import { Duration, Effect, Schema } from "effect"
+import { type Cause, Duration, Effect, Schema } from "effect"
 import type { Delivery } from "./Consumer.ts"
 import type { StoreError } from "./Errors.ts"
 import * as Inbox from "./Inbox.ts"
 import { InboxStore } from "./InboxStore.ts"
 import { noStack } from "./Tracing.ts"
 
+const ProjectionGapBase: Schema.Class<ProjectionGap, Schema.TaggedStruct<"ProjectionGap", {
+  readonly projection: Schema.String
+  readonly aggregateId: Schema.String
+  readonly applied: Schema.Int
+  readonly version: Schema.Int
+}>, Cause.YieldableError> = Schema.TaggedError<ProjectionGap>()("ProjectionGap", {
+  projection: Schema.String,
+  aggregateId: Schema.String,
+  applied: Schema.Int,
+  version: Schema.Int
+})
+
 /**
  * An event arrived before the events preceding it in its aggregate were applied: retry it later.
  * @since 0.1.0
  * @category errors
  */
-export class ProjectionGap extends Schema.TaggedError<ProjectionGap>()("ProjectionGap", {
-  projection: Schema.String,
-  aggregateId: Schema.String,
-  applied: Schema.Int,
-  version: Schema.Int
-}) {
+export class ProjectionGap extends ProjectionGapBase {
   get isRetryable(): boolean {
     return true
   }
 }
+
+const ProjectionLagBase: Schema.Class<ProjectionLag, Schema.TaggedStruct<"ProjectionLag", {
+  readonly projection: Schema.String
+  readonly eventId: Schema.String
+  readonly timeoutMs: Schema.Finite
+}>, Cause.YieldableError> = Schema.TaggedError<ProjectionLag>()("ProjectionLag", {
+  projection: Schema.String,
+  eventId: Schema.String,
+  timeoutMs: Schema.Finite
+})
 
 /**
  * `awaitApplied` gave up: the projection had not handled the event within the timeout.
  * @since 0.1.0
  * @category errors
  */
-export class ProjectionLag extends Schema.TaggedError<ProjectionLag>()("ProjectionLag", {
-  projection: Schema.String,
-  eventId: Schema.String,
-  timeoutMs: Schema.Finite
-}) {
+export class ProjectionLag extends ProjectionLagBase {
   get isRetryable(): boolean {
     return true
   }

@@ -41,12 +41,17 @@ export interface Service {
   readonly destination?: Destination
 }
 
+const PublisherBase: Context.ServiceClass<Publisher, "@tidings/core/Publisher", Service> = Context.Service<
+  Publisher,
+  Service
+>()("@tidings/core/Publisher")
+
 /**
  * The publisher the relay uses.
  * @since 0.1.0
  * @category services
  */
-export class Publisher extends Context.Service<Publisher, Service>()("@tidings/core/Publisher") {}
+export class Publisher extends PublisherBase {}
 
 /**
  * A confirmed publish.

@@ -73,12 +73,14 @@ export interface Service {
   readonly wake: Effect.Effect<void>
 }
 
+const RelayBase: Context.ServiceClass<Relay, "@tidings/core/Relay", Service> = Context.Service<Relay, Service>()("@tidings/core/Relay")
+
 /**
  * The relay service; present while its layer is alive.
  * @since 0.1.0
  * @category services
  */
-export class Relay extends Context.Service<Relay, Service>()("@tidings/core/Relay") {}
+export class Relay extends RelayBase {}
 
 /**
  * Claims, publishes and settles one batch as `relayId` (two commits). Returns the number of events

@@ -150,7 +150,11 @@ export interface RunOptions {
  * @since 0.1.0
  * @category config
  */
-export const RunConfigSchema = Schema.Struct({
+export const RunConfigSchema: Schema.Struct<{
+  readonly lease: Settings.Defaulted<Settings.DurationSetting>
+  readonly maxCompensationAttempts: Settings.Defaulted<Settings.IntSetting>
+  readonly owner: Schema.optional<Schema.String>
+}> = Schema.Struct({
   lease: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))),
   maxCompensationAttempts: Settings.int(1, 100_000).pipe(Schema.withDecodingDefault(Effect.succeed(10))),
   owner: Schema.optional(Schema.String.check(Schema.isNonEmpty()))

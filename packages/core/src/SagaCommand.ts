@@ -40,7 +40,20 @@ export type CommandKind = "action" | "compensation"
  * @since 0.1.0
  * @category schemas
  */
-export const ReplyPayload = Schema.Struct({
+export const ReplyPayload: Schema.Struct<{
+  readonly sagaId: Schema.String
+  readonly sagaType: Schema.String
+  readonly step: Schema.Int
+  readonly stepName: Schema.String
+  readonly kind: Schema.Literals<readonly ["action", "compensation"]>
+  readonly attempt: Schema.Int
+  readonly outcome: Schema.Literals<readonly ["completed", "failed"]>
+  /** The step's result, encoded (JSON), for a completed action. */
+  readonly result: Schema.optionalKey<Schema.Unknown>
+  readonly error: Schema.optionalKey<Schema.String>
+  /** For a failed compensation: false when retrying cannot help. */
+  readonly retryable: Schema.optionalKey<Schema.Boolean>
+}> = Schema.Struct({
   sagaId: Schema.String,
   sagaType: Schema.String,
   step: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
@@ -66,7 +79,7 @@ export type ReplyPayload = typeof ReplyPayload.Type
  * @since 0.1.0
  * @category events
  */
-export const ReplyEvent = Event.define("tidings.saga.reply", { aggregateType: "saga", schema: ReplyPayload })
+export const ReplyEvent: Event.EventType<"tidings.saga.reply", typeof ReplyPayload> = Event.define("tidings.saga.reply", { aggregateType: "saga", schema: ReplyPayload })
 
 /**
  * What sagas read of a received message: its id, event type, decoded payload and headers. Any

@@ -32,7 +32,20 @@ import * as Settings from "./Settings.ts"
  * @since 0.1.0
  * @category config
  */
-export const ConfigSchema = Schema.Struct({
+export const ConfigSchema: Schema.Struct<{
+  /** How often to look for sagas to recover (jittered ×0.8..1.2). */
+  readonly interval: Settings.Defaulted<Settings.DurationSetting>
+  /** An unclaimed saga without a deadline counts as stuck after this long without a change. */
+  readonly stuckAfter: Settings.Defaulted<Settings.DurationSetting>
+  /** The claim held while compensating local steps, renewed by a heartbeat. */
+  readonly lease: Settings.Defaulted<Settings.DurationSetting>
+  /** Sagas looked at per round. */
+  readonly batchSize: Settings.Defaulted<Settings.IntSetting>
+  /** Compensation attempts of one step, across crashes and resends, before the saga is failed. */
+  readonly maxCompensationAttempts: Settings.Defaulted<Settings.IntSetting>
+  /** This instance's name in `claimed_by` (default: a random name per process). */
+  readonly owner: Schema.optional<Schema.String>
+}> = Schema.Struct({
   /** How often to look for sagas to recover (jittered ×0.8..1.2). */
   interval: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 second"))),
   /** An unclaimed saga without a deadline counts as stuck after this long without a change. */

@@ -231,10 +231,12 @@ export interface Service {
   readonly countByStatus: Effect.Effect<Record<SagaStatus, number>, StoreError>
 }
 
+const SagaStoreBase: Context.ServiceClass<SagaStore, "@tidings/core/SagaStore", Service> = Context.Service<SagaStore, Service>()("@tidings/core/SagaStore")
+
 /**
  * The saga storage service.
  * @since 0.1.0
  * @category services
  */
-export class SagaStore extends Context.Service<SagaStore, Service>()("@tidings/core/SagaStore") {}
+export class SagaStore extends SagaStoreBase {}
 

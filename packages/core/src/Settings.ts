@@ -112,6 +112,27 @@ export const int = (min: number, max: number): Schema.Codec<number> =>
     Number.isInteger(n) && n >= min && n <= max ? undefined : `must be an integer from ${min} to ${max}, got ${n}`
   ))
 
+/**
+ * The type of a {@link duration} field, for explicit types on exported schemas.
+ * @since 0.1.0
+ * @category models
+ */
+export type DurationSetting = Schema.Codec<Duration.Duration, Duration.Input>
+
+/**
+ * The type of an {@link int} field.
+ * @since 0.1.0
+ * @category models
+ */
+export type IntSetting = Schema.Codec<number>
+
+/**
+ * The type of a field with a default (`field.pipe(Schema.withDecodingDefault(...))`).
+ * @since 0.1.0
+ * @category models
+ */
+export type Defaulted<S extends Schema.Top> = Schema.withDecodingDefault<S, never>
+
 const secretInput = Schema.declare(
   (u: unknown): u is string | Redacted.Redacted<string> => typeof u === "string" || (Redacted.isRedacted(u) && typeof Redacted.value(u) === "string"),
   { expected: "a string or a Redacted string", [Env.envAnnotation]: "secret" }

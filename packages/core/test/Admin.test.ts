@@ -1,9 +1,11 @@
 /**
  * The operator actions on the memory stores: bulk retries of failed events with progress, inbox
- * dead-letter replay, and saga retry / compensate carried out by the recovery worker.
+ * dead-letter replay, and saga retry / compensate carried out by the recovery worker. On
+ * `TestClock`: the memory stores read `Clock`, and the sagas' retry delays pass as the test clock
+ * advances (`testTime.run`).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Layer, References, Schema } from "effect"
+import { Clock, Duration, Effect, Exit, Layer, References, Schema } from "effect"
 import * as Admin from "../src/Admin.ts"
 import * as Event from "../src/Event.ts"
 import * as InboxStore from "../src/InboxStore.ts"
@@ -14,7 +16,7 @@ import * as OutboxStore from "../src/OutboxStore.ts"
 import * as MemorySagaStore from "../src/MemorySagaStore.ts"
 import * as Saga from "../src/Saga.ts"
 import * as SagaStore from "../src/SagaStore.ts"
-import { failureTag } from "@tidings/core/testing"
+import { failureTag, testTime } from "@tidings/core/testing"
 import { localOrder, makeScript } from "./SagaFixtures.ts"
 
 const Shipped = Event.define("parcel.shipped", { aggregateType: "parcel", schema: Schema.Struct({ n: Schema.Int }) })
@@ -23,7 +25,7 @@ const Billed = Event.define("invoice.billed", { aggregateType: "invoice", schema
 const stores = Layer.mergeAll(MemoryOutboxStore.layer, MemoryInboxStore.layer, MemorySagaStore.layer)
 const run = <A, E>(effect: Effect.Effect<A, E, OutboxStore.OutboxStore | InboxStore.InboxStore | SagaStore.SagaStore>) =>
   // Sagas log every failed attempt; the assertions say what happened.
-  effect.pipe(Effect.provide(Layer.fresh(stores)), Effect.provideService(References.MinimumLogLevel, "None"))
+  testTime.run(effect).pipe(Effect.provide(Layer.fresh(stores)), Effect.provideService(References.MinimumLogLevel, "None"))
 
 /** Appends `n` events of each type and fails them all, as a relay would after a refusal. */
 const failedEvents = (n: number) =>
@@ -37,7 +39,7 @@ const failedEvents = (n: number) =>
   })
 
 describe("Admin", () => {
-  it.live("retryFailed by type, page by page with progress; by ids; all", () =>
+  it.effect("retryFailed by type, page by page with progress; by ids; all", () =>
     run(Effect.gen(function*() {
       const store = yield* OutboxStore.OutboxStore
       const messages = yield* failedEvents(7)
@@ -55,7 +57,7 @@ describe("Admin", () => {
       assert.strictEqual((yield* store.stats).failed, 0)
     })))
 
-  it.live("replayDeadLetter resets the consumer's failed row and requeues the event when the outbox still has it", () =>
+  it.effect("replayDeadLetter resets the consumer's failed row and requeues the event when the outbox still has it", () =>
     run(Effect.gen(function*() {
       const inbox = yield* InboxStore.InboxStore
       const outbox = yield* OutboxStore.OutboxStore
@@ -73,7 +75,7 @@ describe("Admin", () => {
       assert.deepStrictEqual(yield* Admin.replayDeadLetter("gone-from-the-outbox", "billing"), { reset: true, requeued: false })
     })))
 
-  it.live("retrySaga: a failed compensation is retried by the recovery worker with fresh attempts", () =>
+  it.effect("retrySaga: a failed compensation is retried by the recovery worker with fresh attempts", () =>
     run(Effect.gen(function*() {
       // confirm is declined, and the refund of the charge keeps failing: the saga ends `failed`.
       const failing = makeScript({ failAction: { confirm: Infinity }, failCompensation: { charge: Infinity } })
@@ -89,6 +91,7 @@ describe("Admin", () => {
       assert.strictEqual(retried.status, "compensating")
       assert.match(retried.error ?? "", /^retried by an operator after: compensation of charge failed/)
       const healed = makeScript()
+      yield* testTime.advance("1 millis") // the recovery worker's next round, later than the retry
       const report = yield* Saga.recoverOnce({ registry: Saga.registry(localOrder(healed)), maxCompensationAttempts: 3 })
       assert.deepStrictEqual(report.recovered.map((r) => [r.id, r.outcome]), [[id, "compensated"]])
       assert.deepStrictEqual(healed.log, ["undo:charge", "refunded pay-res-o-1-2030", "undo:reserve", "released res-o-1 until 2030-01-01T00:00:00.000Z"])
@@ -99,7 +102,7 @@ describe("Admin", () => {
       assert.strictEqual(failureTag(yield* Effect.exit(Admin.retrySaga("0190a0f4-5b4e-7c3d-8a1b-2c3d4e5f6a7b"))), "SagaNotFound")
     })))
 
-  it.live("compensateSaga: a running saga without a live executor is undone by the recovery worker; the timeline shows it", () =>
+  it.effect("compensateSaga: a running saga without a live executor is undone by the recovery worker; the timeline shows it", () =>
     run(Effect.gen(function*() {
       const store = yield* SagaStore.SagaStore
       const id = "0193b4a2-7c1e-7000-8000-0000000000a1"
@@ -123,20 +126,21 @@ describe("Admin", () => {
 
       const compensating = yield* Admin.compensateSaga(id)
       assert.strictEqual(compensating.status, "compensating")
-      const during = Admin.timeline((yield* store.load(id))!, Date.now())
+      const during = Admin.timeline((yield* store.load(id))!, yield* Clock.currentTimeMillis)
       assert.deepStrictEqual(during.map((e) => [e.step, e.status, e.current]), [["reserve", "completed", null], ["charge", "failed", "compensation"], ["confirm", "pending", null]])
       assert.strictEqual(during[1]!.error, "compensation requested by an operator")
       assert.isNumber(during[0]!.durationMs)
       assert.isNull(during[2]!.durationMs)
 
       const script = makeScript()
+      yield* testTime.advance("1 millis") // the recovery worker's next round, later than the request
       const report = yield* Saga.recoverOnce({ registry: Saga.registry(localOrder(script)) })
       assert.deepStrictEqual(report.recovered.map((r) => r.outcome), ["compensated"])
       assert.deepStrictEqual(script.log, ["undo:reserve", "released res-o-2 until 2030-01-01T00:00:00.000Z"])
       const done = (yield* store.load(id))!
       assert.strictEqual(done.saga.status, "compensated")
       assert.strictEqual(done.saga.error, "compensation requested by an operator")
-      assert.deepStrictEqual(Admin.timeline(done, Date.now()).map((e) => [e.step, e.status, e.compensationAttempts]), [["reserve", "compensated", 1], ["charge", "failed", 0], ["confirm", "pending", 0]])
+      assert.deepStrictEqual(Admin.timeline(done, yield* Clock.currentTimeMillis).map((e) => [e.step, e.status, e.compensationAttempts]), [["reserve", "compensated", 1], ["charge", "failed", 0], ["confirm", "pending", 0]])
       // Only a running saga can be compensated.
       assert.strictEqual(failureTag(yield* Effect.exit(Admin.compensateSaga(id))), "SagaActionConflict")
     })))

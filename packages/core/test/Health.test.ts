@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer, Schedule } from "effect"
+import { Effect, Fiber, Layer } from "effect"
+import { TestClock } from "effect/testing"
 import { PublishError, Unavailable } from "../src/Errors.ts"
 import * as Health from "../src/Health.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
@@ -10,7 +11,7 @@ import { startRelay, testTime } from "@tidings/core/testing"
 const statusOf = (report: Health.Report) => report.checks.map((c) => [c.name, c.status, c.message ?? null])
 
 describe("Health", () => {
-  it.live("make: true or nothing is up; false, a failure or a defect is down with a message; run never fails", () =>
+  it.effect("make: true or nothing is up; false, a failure or a defect is down with a message; run never fails", () =>
     Effect.gen(function*() {
       const report = yield* Health.run([
         Health.make("void", Effect.void),
@@ -35,27 +36,29 @@ describe("Health", () => {
       assert.deepStrictEqual(yield* Health.run([]), { status: "up", checks: [] })
     }))
 
-  it.live("run: a check slower than the timeout is down, and the others do not wait for it", () =>
+  it.effect("run: a check slower than the timeout is down at the timeout, and the others do not wait for it", () =>
     Effect.gen(function*() {
-      const start = Date.now()
-      const report = yield* Health.run([Health.make("hangs", Effect.never), Health.up("fine")], { timeout: "100 millis" })
-      assert.isBelow(Date.now() - start, 2_000)
+      const running = yield* Effect.forkChild(Health.run([Health.make("hangs", Effect.never), Health.up("fine")], { timeout: "100 millis" }), { startImmediately: true })
+      yield* TestClock.adjust("99 millis")
+      assert.isUndefined(running.pollUnsafe(), "no report before the timeout")
+      yield* TestClock.adjust("1 millis")
+      const report = yield* Fiber.join(running)
       assert.deepStrictEqual(statusOf(report), [["hangs", "down", "timed out after 100ms"], ["fine", "up", null]])
+      assert.deepStrictEqual(report.checks.map((c) => c.durationMs), [100, 0], "the fine check took no time")
     }))
 
-  it.live("relay: up while the relay's pollers run, down when the relay says it is not running", () =>
-    Effect.gen(function*() {
-      const live = Relay.layer({ statsInterval: false, retention: false }).pipe(Layer.provide(Layer.merge(MemoryOutboxStore.layer, MemoryBroker.layer())))
+  it.effect("relay: up while the relay's pollers run, down when the relay says it is not running", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { relay, stop } = yield* startRelay({ statsInterval: false, retention: false })
+      const check = Health.run([Health.relay]).pipe(Effect.provideService(Relay.Relay, relay))
       // The pollers start right after the layer is built: ready once they run.
-      const up = yield* Health.run([Health.relay]).pipe(
-        Effect.repeat({ schedule: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 300 })), until: (r) => r.status === "up" }),
-        Effect.provide(live)
-      )
-      assert.deepStrictEqual(statusOf(up), [["relay", "up", null]])
+      yield* testTime.eventually(Effect.map(check, (r) => r.status === "up"), "5 seconds", "the relay's pollers to run")
+      assert.deepStrictEqual(statusOf(yield* check), [["relay", "up", null]])
+      yield* testTime.run(stop)
       const stopped = Layer.succeed(Relay.Relay, Relay.Relay.of({ settings: undefined as never, relayIds: [], isRunning: Effect.succeed(false), status: Effect.succeed({ pollers: 0, idle: 0, paused: 0, claims: 0 }), wake: Effect.void }))
       const down = yield* Health.run([Health.relay]).pipe(Effect.provide(stopped))
       assert.deepStrictEqual(statusOf(down), [["relay", "down", "the relay is not running"]])
-    }))
+    }).pipe(Effect.provide(Layer.merge(MemoryOutboxStore.layer, MemoryBroker.layer())))))
 
   it.effect("relay: down while all its pollers wait for an unavailable publisher, up again when it is back", () =>
     Effect.scoped(Effect.gen(function*() {

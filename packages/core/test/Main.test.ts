@@ -25,7 +25,7 @@ describe.each(runtimes)("Main.runMain on %s", (runtime) => {
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     it(`${signal}: interrupts the program, runs its finalizers, exits 0`, async () => {
       const child = start(runtime, "serve")
-      await waitForOutput(child, "ready", 60_000)
+      await waitForOutput(child, "ready")
       process.kill(child.pid!, signal) // not child.kill: Deno's child_process then reports the signal instead of the exit code
       const code = await exited(child)
       const lines = child.output().trim().split("\n")
@@ -36,9 +36,9 @@ describe.each(runtimes)("Main.runMain on %s", (runtime) => {
 
   it("a second signal while a finalizer hangs exits at once with 130", async () => {
     const child = start(runtime, "stubborn")
-    await waitForOutput(child, "ready", 60_000)
+    await waitForOutput(child, "ready")
     process.kill(child.pid!, "SIGTERM")
-    await waitForOutput(child, "finalizer started", 60_000)
+    await waitForOutput(child, "finalizer started")
     process.kill(child.pid!, "SIGTERM")
     assert.strictEqual(await exited(child), 130, child.output())
   })

@@ -14,7 +14,11 @@ import type * as HttpErrors from "./HttpErrors.ts"
 import * as Input from "./Input.ts"
 import type { Result, Runtime } from "./Runtime.ts"
 
-/** What a command handler is given. */
+/**
+ * What a command handler is given.
+ * @since 0.1.0
+ * @category models
+ */
 export interface CommandInput<B, P, Q> {
   /** The decoded JSON body (`undefined` without a `body` schema). */
   readonly body: B
@@ -26,7 +30,11 @@ export interface CommandInput<B, P, Q> {
   readonly context: HonoContext
 }
 
-/** Options of {@link handler}. */
+/**
+ * Options of {@link handler}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface Options<B, P, Q> {
   /** Schema of the JSON body; without one the body is not read. */
   readonly body?: Input.Decoder<B>
@@ -53,8 +61,13 @@ type InputError = HttpErrors.BadRequest | HttpErrors.PayloadTooLarge | HttpError
 /**
  * Runs `effect` in one outbox transaction, retried along `retry` (when given) on retryable errors.
  * Use it in your own handlers when {@link handler} does not fit.
+ * @since 0.1.0
+ * @category combinators
  */
-export const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>, retry?: Schedule.Schedule<unknown, unknown>) => {
+export const transaction = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  retry?: Schedule.Schedule<unknown, unknown>
+): Effect.Effect<A, E | StoreError, R | OutboxStore> => {
   const once = Outbox.transaction(effect)
   return retry === undefined ? once : once.pipe(Effect.retry({ schedule: retry, while: isRetryable }))
 }
@@ -64,6 +77,8 @@ export const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>, retry?: Sch
  * when they fail), runs `run` inside one outbox transaction and answers with its result as JSON
  * (a `Response` result is sent as is). Typed errors roll the transaction back and map to statuses
  * as in `HttpErrors`.
+ * @since 0.1.0
+ * @category combinators
  */
 export const handler = <R, A extends Result, E, B = undefined, P = undefined, Q = undefined, V extends Env = any, Path extends string = any, I extends HonoInput = {}>(
   runtime: Runtime<R | OutboxStore>,

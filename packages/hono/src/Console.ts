@@ -13,49 +13,20 @@
  * @module
  */
 import type * as Health from "@tidings/core/Health"
-import { type Effect } from "effect"
 import { Hono } from "hono"
 import * as Auth from "./Auth.ts"
 import * as Api from "./internal/consoleApi.ts"
 import * as Assets from "./internal/consoleAssets.ts"
+import type { DeadLetterQueues } from "./internal/deadLetterQueues.ts"
 import type { Runtime } from "./Runtime.ts"
 
-/** A broker dead-letter queue. */
-export interface DeadLetterQueue {
-  /** The dead-letter queue (e.g. `orders.billing.dlq`). */
-  readonly name: string
-  /** The work queue its messages are replayed into. */
-  readonly target: string
-  /** Messages waiting in it. */
-  readonly messages: number
-  /** Consumers attached to the work queue, when the broker says. */
-  readonly consumers?: number
-}
-
-/** A message in a dead-letter queue, as far as the broker tells. */
-export interface DeadLetterMessage {
-  readonly messageId: string | null
-  readonly type: string | null
-  /** Why it was dead-lettered (`rejected`, `delivery_limit`, ...) and from where. */
-  readonly reason: string | null
-  readonly headers: Readonly<Record<string, unknown>>
-  /** The body as text (cut to a few kilobytes). */
-  readonly body: string
-}
+export type { DeadLetterMessage, DeadLetterQueue, DeadLetterQueues } from "./internal/deadLetterQueues.ts"
 
 /**
- * The port to a broker's dead-letter queues: list them, look at their messages without taking
- * them, and move messages back to their work queue. `@tidings/rabbitmq`'s `DeadLetters` implements
- * it; errors are reported as JSON errors (a broker that is down answers 503).
+ * Options of {@link routes}.
+ * @since 0.1.0
+ * @category options
  */
-export interface DeadLetterQueues<R = never> {
-  readonly list: Effect.Effect<ReadonlyArray<DeadLetterQueue>, unknown, R>
-  readonly peek: (queue: string, limit: number) => Effect.Effect<ReadonlyArray<DeadLetterMessage>, unknown, R>
-  /** Moves up to `limit` messages (all without one) back to the work queue; returns how many. */
-  readonly replay: (queue: string, options?: { readonly limit?: number }) => Effect.Effect<number, unknown, R>
-}
-
-/** Options of {@link routes}. */
 export interface Options<R = never> {
   /** The admin guard: a bearer token (`Redacted`, at least 32 characters) or a middleware. Without one the API answers 403. */
   readonly auth?: Auth.Guard
@@ -92,6 +63,8 @@ const pageHeaders = {
  * The console under the prefix it is mounted at: `GET /` (the page, also `/index.html`; mounted at
  * `/admin/console`, it is `/admin/console` without a trailing slash), `/console.js`, `/console.css`,
  * and the JSON API under `/api` (guarded by `auth`).
+ * @since 0.1.0
+ * @category routes
  */
 export const routes = <R>(runtime: Runtime<R>, options: Options<NoInfer<R>> = {}): Hono => {
   const settings: Api.Settings = {

@@ -11,11 +11,26 @@ import { Cause, Effect, Option, Schema, SchemaIssue } from "effect"
 import type { ErrorHandler, NotFoundHandler } from "hono"
 import * as Json from "./internal/json.ts"
 
-/** One problem with a request, with the path into the input (`["body", "items", 0, "sku"]`). */
-export const Issue = Schema.Struct({ path: Schema.Array(Schema.Union([Schema.String, Schema.Number])), message: Schema.String })
+/**
+ * One problem with a request, with the path into the input (`["body", "items", 0, "sku"]`).
+ * @since 0.1.0
+ * @category schemas
+ */
+export const Issue: Schema.Struct<{
+  readonly path: Schema.$Array<Schema.Union<readonly [Schema.String, Schema.Number]>>
+  readonly message: Schema.String
+}> = Schema.Struct({ path: Schema.Array(Schema.Union([Schema.String, Schema.Number])), message: Schema.String })
+/**
+ * @since 0.1.0
+ * @category models
+ */
 export type Issue = typeof Issue.Type
 
-/** The body of every error response. */
+/**
+ * The body of every error response.
+ * @since 0.1.0
+ * @category models
+ */
 export interface ErrorBody {
   readonly error: {
     readonly tag: string
@@ -24,73 +39,150 @@ export interface ErrorBody {
   }
 }
 
-/** The request is malformed: bad JSON, a body, path or query parameter failing its schema. */
-export class BadRequest extends Schema.TaggedError<BadRequest>()("BadRequest", {
+const BadRequestBase: Schema.Class<BadRequest, Schema.TaggedStruct<"BadRequest", {
+  readonly message: Schema.String
+  readonly issues: Schema.optional<Schema.$Array<typeof Issue>>
+}>, Cause.YieldableError> = Schema.TaggedError<BadRequest>()("BadRequest", {
   message: Schema.String,
   issues: Schema.optional(Schema.Array(Issue))
-}) {
+})
+
+/**
+ * The request is malformed: bad JSON, a body, path or query parameter failing its schema.
+ * @since 0.1.0
+ * @category errors
+ */
+export class BadRequest extends BadRequestBase {
   get httpStatus(): number {
     return 400
   }
 }
 
-/** No credentials, or wrong ones. */
-export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthorized", { message: Schema.String }) {
+const UnauthorizedBase: Schema.Class<Unauthorized, Schema.TaggedStruct<"Unauthorized", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<Unauthorized>()("Unauthorized", { message: Schema.String })
+
+/**
+ * No credentials, or wrong ones.
+ * @since 0.1.0
+ * @category errors
+ */
+export class Unauthorized extends UnauthorizedBase {
   get httpStatus(): number {
     return 401
   }
 }
 
-/** The route is closed (admin routes without a configured token or middleware) or the caller may not use it. */
-export class Forbidden extends Schema.TaggedError<Forbidden>()("Forbidden", { message: Schema.String }) {
+const ForbiddenBase: Schema.Class<Forbidden, Schema.TaggedStruct<"Forbidden", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<Forbidden>()("Forbidden", { message: Schema.String })
+
+/**
+ * The route is closed (admin routes without a configured token or middleware) or the caller may not use it.
+ * @since 0.1.0
+ * @category errors
+ */
+export class Forbidden extends ForbiddenBase {
   get httpStatus(): number {
     return 403
   }
 }
 
-/** The resource does not exist. */
-export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", { message: Schema.String }) {
+const NotFoundBase: Schema.Class<NotFound, Schema.TaggedStruct<"NotFound", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<NotFound>()("NotFound", { message: Schema.String })
+
+/**
+ * The resource does not exist.
+ * @since 0.1.0
+ * @category errors
+ */
+export class NotFound extends NotFoundBase {
   get httpStatus(): number {
     return 404
   }
 }
 
-/** The path exists, but not for this method (the `Allow` header lists the methods it has). */
-export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", { message: Schema.String }) {
+const MethodNotAllowedBase: Schema.Class<MethodNotAllowed, Schema.TaggedStruct<"MethodNotAllowed", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", { message: Schema.String })
+
+/**
+ * The path exists, but not for this method (the `Allow` header lists the methods it has).
+ * @since 0.1.0
+ * @category errors
+ */
+export class MethodNotAllowed extends MethodNotAllowedBase {
   get httpStatus(): number {
     return 405
   }
 }
 
-/** The request body is larger than the limit (see `Safety`); it was not read past the limit. */
-export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", { message: Schema.String }) {
+const PayloadTooLargeBase: Schema.Class<PayloadTooLarge, Schema.TaggedStruct<"PayloadTooLarge", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", { message: Schema.String })
+
+/**
+ * The request body is larger than the limit (see `Safety`); it was not read past the limit.
+ * @since 0.1.0
+ * @category errors
+ */
+export class PayloadTooLarge extends PayloadTooLargeBase {
   get httpStatus(): number {
     return 413
   }
 }
 
-/** The body is not of a media type the route reads (JSON routes need `application/json`). */
-export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", { message: Schema.String }) {
+const UnsupportedMediaTypeBase: Schema.Class<UnsupportedMediaType, Schema.TaggedStruct<"UnsupportedMediaType", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", { message: Schema.String })
+
+/**
+ * The body is not of a media type the route reads (JSON routes need `application/json`).
+ * @since 0.1.0
+ * @category errors
+ */
+export class UnsupportedMediaType extends UnsupportedMediaTypeBase {
   get httpStatus(): number {
     return 415
   }
 }
 
-/** The request conflicts with the resource's current state. */
-export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", { message: Schema.String }) {
+const ConflictBase: Schema.Class<Conflict, Schema.TaggedStruct<"Conflict", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<Conflict>()("Conflict", { message: Schema.String })
+
+/**
+ * The request conflicts with the resource's current state.
+ * @since 0.1.0
+ * @category errors
+ */
+export class Conflict extends ConflictBase {
   get httpStatus(): number {
     return 409
   }
 }
 
-/** The server does not provide this feature (e.g. a view over a store the app does not use). */
-export class NotImplemented extends Schema.TaggedError<NotImplemented>()("NotImplemented", { message: Schema.String }) {
+const NotImplementedBase: Schema.Class<NotImplemented, Schema.TaggedStruct<"NotImplemented", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<NotImplemented>()("NotImplemented", { message: Schema.String })
+
+/**
+ * The server does not provide this feature (e.g. a view over a store the app does not use).
+ * @since 0.1.0
+ * @category errors
+ */
+export class NotImplemented extends NotImplementedBase {
   get httpStatus(): number {
     return 501
   }
 }
 
-/** Status codes by error tag; they win over the built-in mapping. */
+/**
+ * Status codes by error tag; they win over the built-in mapping.
+ * @since 0.1.0
+ * @category models
+ */
 export type StatusMap = Readonly<Record<string, number>>
 
 // Tidings' own input errors: the caller sent something that can never succeed.
@@ -107,7 +199,11 @@ const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
 const pathOf = (path: ReadonlyArray<PropertyKey> | undefined): Array<string | number> =>
   (path ?? []).map((p) => typeof p === "number" ? p : String(p))
 
-/** The issues of a schema error, as `{ path, message }` (all of them when decoded with `errors: "all"`). */
+/**
+ * The issues of a schema error, as `{ path, message }` (all of them when decoded with `errors: "all"`).
+ * @since 0.1.0
+ * @category combinators
+ */
 export const issuesOf = (error: Schema.SchemaError, prefix: ReadonlyArray<string | number> = []): Array<Issue> =>
   formatIssues(error.issue).issues.map((i) => ({ path: [...prefix, ...pathOf(i.path as ReadonlyArray<PropertyKey> | undefined)], message: i.message }))
 
@@ -121,6 +217,8 @@ const validStatus = (n: unknown): n is number => typeof n === "number" && Number
  * The status of a typed error: the `statuses` map, then an `httpStatus` property on the error, then
  * Tidings' table (schema and invalid-input errors 400, `*NotFound` 404, `*Conflict` 409), then
  * `isRetryable` (store, connection, timeout) 503, else 500.
+ * @since 0.1.0
+ * @category combinators
  */
 export const statusOf = (error: unknown, statuses: StatusMap = {}): number => {
   const tag = tagOf(error)
@@ -143,7 +241,11 @@ const issuesFrom = (error: unknown): ReadonlyArray<Issue> | undefined => {
   )
 }
 
-/** The status and body for a typed error. */
+/**
+ * The status and body for a typed error.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const describe = (error: unknown, statuses: StatusMap = {}): { readonly status: number; readonly body: ErrorBody } => {
   const status = statusOf(error, statuses)
   const tag = tagOf(error) ?? "Error"
@@ -157,7 +259,11 @@ export const describe = (error: unknown, statuses: StatusMap = {}): { readonly s
 
 const retryAfter = (status: number): Record<string, string> => status === 503 ? { "retry-after": "1" } : {}
 
-/** An error response for a typed error (see {@link statusOf}). */
+/**
+ * An error response for a typed error (see {@link statusOf}).
+ * @since 0.1.0
+ * @category combinators
+ */
 export const response = (error: unknown, statuses: StatusMap = {}): Response => {
   const { body, status } = describe(error, statuses)
   return Json.response(body, status, retryAfter(status))
@@ -170,6 +276,8 @@ const interrupted: ErrorBody = { error: { tag: "Interrupted", message: "the requ
 /**
  * Turns the failure of a handler into a response: the first typed error per {@link describe}, else
  * 500 for a defect (or 503 for an interruption). Server errors are logged with the full cause.
+ * @since 0.1.0
+ * @category combinators
  */
 export const fromCause = <E>(cause: Cause.Cause<E>, statuses: StatusMap = {}): Effect.Effect<Response> => {
   const error = Cause.findErrorOption(cause)
@@ -186,6 +294,8 @@ export const fromCause = <E>(cause: Cause.Cause<E>, statuses: StatusMap = {}): E
 /**
  * For `app.onError(HttpErrors.onError)`: errors thrown outside Effect handlers (a Hono middleware, a
  * hand-written route) get the same shape. Hono's `HTTPException` keeps its status.
+ * @since 0.1.0
+ * @category handlers
  */
 export const onError: ErrorHandler = (error) => {
   const status = isRecord(error) && typeof error["getResponse"] === "function" && validStatus(error["status"]) ? error["status"] : undefined
@@ -198,5 +308,9 @@ export const onError: ErrorHandler = (error) => {
   return tagOf(error) !== undefined ? response(error) : Json.response(internal, 500)
 }
 
-/** For `app.notFound(HttpErrors.notFound)`: unknown routes answer 404 in the same shape. */
+/**
+ * For `app.notFound(HttpErrors.notFound)`: unknown routes answer 404 in the same shape.
+ * @since 0.1.0
+ * @category handlers
+ */
 export const notFound: NotFoundHandler = (c) => Json.response({ error: { tag: "NotFound", message: `no route for ${c.req.method} ${c.req.path}` } }, 404)

@@ -10,7 +10,11 @@ import type { Context as HonoContext } from "hono"
 import { BadRequest, issuesOf, PayloadTooLarge, UnsupportedMediaType } from "./HttpErrors.ts"
 import * as Body from "./internal/body.ts"
 
-/** A schema that decodes unknown input (its encoded side is not constrained). */
+/**
+ * A schema that decodes unknown input (its encoded side is not constrained).
+ * @since 0.1.0
+ * @category models
+ */
 export type Decoder<A, RD = never> = Schema.Decoder<A, RD>
 
 // A NUL can reach a handler in a percent-decoded path or query when `Safety` is not installed; no
@@ -28,7 +32,11 @@ const decode = <A, RD>(schema: Decoder<A, RD>, value: unknown, where: string): E
   ) as Effect.Effect<A, BadRequest, RD>
 }
 
-/** How a JSON body is read: the limits of `Safety.middleware` (or the defaults), per call overridable. */
+/**
+ * How a JSON body is read: the limits of `Safety.middleware` (or the defaults), per call overridable.
+ * @since 0.1.0
+ * @category options
+ */
 export interface JsonOptions {
   /** Largest body in bytes (default: the middleware's, else 1 MiB); larger answers 413, unread. */
   readonly bodyLimit?: number
@@ -45,6 +53,8 @@ const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false })
  * `application/json` (or `+json`; 415 otherwise, so a cross-site form cannot post), the body at
  * most `bodyLimit` bytes (413, checked on `Content-Length` and counted while streaming), valid UTF-8,
  * nested at most `maxJsonDepth` deep, and without `\u0000` (which no text column holds): 400 otherwise.
+ * @since 0.1.0
+ * @category decoding
  */
 export const jsonBody = (c: HonoContext, options: JsonOptions = {}): Effect.Effect<unknown, BadRequest | PayloadTooLarge | UnsupportedMediaType> =>
   Effect.gen(function*() {
@@ -73,23 +83,37 @@ export const jsonBody = (c: HonoContext, options: JsonOptions = {}): Effect.Effe
     })
   })
 
-/** The JSON body decoded by `schema`. */
+/**
+ * The JSON body decoded by `schema`.
+ * @since 0.1.0
+ * @category decoding
+ */
 export const json = <A, RD>(c: HonoContext, schema: Decoder<A, RD>, options: JsonOptions = {}): Effect.Effect<A, BadRequest | PayloadTooLarge | UnsupportedMediaType, RD> =>
   Effect.flatMap(jsonBody(c, options), (value) => decode(schema, value, "body"))
 
-/** One path parameter decoded by `schema` (e.g. `Schema.String.check(Schema.isUUID())`). */
+/**
+ * One path parameter decoded by `schema` (e.g. `Schema.String.check(Schema.isUUID())`).
+ * @since 0.1.0
+ * @category decoding
+ */
 export const param = <A, RD>(c: HonoContext, name: string, schema: Decoder<A, RD>): Effect.Effect<A, BadRequest, RD> =>
   Effect.suspend(() => decode(schema, c.req.param(name), "params")).pipe(
     Effect.mapError((e) => new BadRequest({ message: `invalid path parameter ${name}`, issues: (e.issues ?? []).map((i) => ({ ...i, path: ["params", name, ...i.path.slice(1)] })) }))
   )
 
-/** All path parameters decoded by a struct schema. */
+/**
+ * All path parameters decoded by a struct schema.
+ * @since 0.1.0
+ * @category decoding
+ */
 export const params = <A, RD>(c: HonoContext, schema: Decoder<A, RD>): Effect.Effect<A, BadRequest, RD> =>
   Effect.suspend(() => decode(schema, c.req.param(), "params"))
 
 /**
  * The query string decoded by a struct schema; each key is a string (the last value when repeated),
  * so use `Schema.NumberFromString` & co for numbers.
+ * @since 0.1.0
+ * @category decoding
  */
 export const query = <A, RD>(c: HonoContext, schema: Decoder<A, RD>): Effect.Effect<A, BadRequest, RD> =>
   Effect.suspend(() => decode(schema, c.req.query(), "query"))

@@ -25,7 +25,11 @@ import * as Input from "./Input.ts"
 import * as Prometheus from "./Prometheus.ts"
 import type { Runtime } from "./Runtime.ts"
 
-/** Options of the admin views. */
+/**
+ * Options of the admin views.
+ * @since 0.1.0
+ * @category options
+ */
 export interface AdminOptions {
   /** A bearer token (`Redacted`) or a middleware. Without one every request answers 403. */
   readonly auth?: Auth.Guard
@@ -33,7 +37,11 @@ export interface AdminOptions {
   readonly maxLimit?: number
 }
 
-/** Options of {@link health}. */
+/**
+ * Options of {@link health}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface HealthOptions<R = never> {
   /**
    * The admin guard: a request that passes it gets `/ready`'s details (each check's message and
@@ -46,13 +54,21 @@ export interface HealthOptions<R = never> {
   readonly timeout?: Duration.Input
 }
 
-/** Options of {@link metrics}. */
+/**
+ * Options of {@link metrics}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface MetricsOptions extends Prometheus.Options {
   /** An optional guard; without one the route is open. */
   readonly auth?: Exclude<Auth.Guard, undefined>
 }
 
-/** Options of {@link all}. */
+/**
+ * Options of {@link all}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface AllOptions<R = never> extends AdminOptions, HealthOptions<R> {
   readonly metrics?: MetricsOptions | false
 }
@@ -79,7 +95,11 @@ const guarded = (auth: Auth.Guard) => {
   return app
 }
 
-/** A failed outbox event as JSON. */
+/**
+ * A failed outbox event as JSON.
+ * @since 0.1.0
+ * @category models
+ */
 export interface FailedEventJson {
   readonly id: string
   readonly type: string
@@ -115,6 +135,8 @@ type AnyRuntime = Runtime<any>
 /**
  * `GET /:id`: a saga execution with its steps (`{ saga, steps }`), 404 when unknown, 400 for an id
  * that is not a UUID. Includes the saga's input and the steps' results: guard it like the other views.
+ * @since 0.1.0
+ * @category routes
  */
 export const sagas = <R>(runtime: Runtime<R | SagaStore>, options: AdminOptions = {}): Hono => sagasRoutes(runtime, options)
 
@@ -141,6 +163,8 @@ const RetryBody = Schema.Union([IdsBody, Schema.Struct({ all: Schema.Literal(tru
  * - `POST /failed/retry` with `{ "ids": [...] }` or `{ "all": true }`: back to pending, attempts
  *   reset, relays woken; `POST /failed/:id/retry` for one (404 when it is not failed);
  * - `POST /failed/discard` with `{ "ids": [...] }`; `DELETE /failed/:id` for one: deleted for good.
+ * @since 0.1.0
+ * @category routes
  */
 export const outbox = <R>(runtime: Runtime<R | OutboxStore>, options: AdminOptions = {}): Hono => outboxRoutes(runtime, options)
 
@@ -199,6 +223,8 @@ const Name = Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(500))
  * - `GET /?status=failed&consumer=billing&limit=100`: rows, most recent first;
  * - `GET /counts?consumer=billing`: rows by status;
  * - `GET /:consumer/:messageId`: one row, 404 when unknown.
+ * @since 0.1.0
+ * @category routes
  */
 export const inbox = <R>(runtime: Runtime<R | InboxStore>, options: AdminOptions = {}): Hono => inboxRoutes(runtime, options)
 
@@ -242,6 +268,8 @@ const inboxRoutes = (runtime: AnyRuntime, options: AdminOptions): Hono => {
  * `GET /?limit=100&consumer=billing`: the dead letters, `{ inbox, outbox }`: inbox rows in status
  * `failed` with their reason (`lastError`), and the outbox's failed events with their last error.
  * A side whose store the app does not provide is an empty list.
+ * @since 0.1.0
+ * @category routes
  */
 export const deadLetters = <R>(runtime: Runtime<R | InboxStore | OutboxStore>, options: AdminOptions = {}): Hono =>
   deadLettersRoutes(runtime, options)
@@ -271,6 +299,8 @@ const deadLettersRoutes = (runtime: AnyRuntime, options: AdminOptions): Hono => 
  * `GET /ready`: readiness, runs `checks`: 200 when all are up, 503 otherwise, with
  * `{ status, checks: [{ name, status }] }`; a request passing `auth` also gets each check's
  * `message` (why it is down) and `durationMs`. Error text never reaches anonymous callers.
+ * @since 0.1.0
+ * @category routes
  */
 export const health = <R>(runtime: Runtime<R>, options: HealthOptions<NoInfer<R>> = {}): Hono => {
   const checks = options.checks ?? []
@@ -287,7 +317,11 @@ export const health = <R>(runtime: Runtime<R>, options: HealthOptions<NoInfer<R>
   return app
 }
 
-/** `GET /metrics`: the Effect metrics registry in the Prometheus text format 0.0.4. */
+/**
+ * `GET /metrics`: the Effect metrics registry in the Prometheus text format 0.0.4.
+ * @since 0.1.0
+ * @category routes
+ */
 export const metrics = <R>(runtime: Runtime<R>, options: MetricsOptions = {}): Hono => {
   const app = new Hono()
   if (options.auth !== undefined) app.use("/metrics", Auth.middleware(options.auth))
@@ -300,6 +334,8 @@ export const metrics = <R>(runtime: Runtime<R>, options: MetricsOptions = {}): H
  * Everything under one prefix: `/health`, `/ready` (details for `auth`), `/metrics` (unless `metrics: false`), and the
  * guarded views `/sagas/:id`, `/outbox/...`, `/inbox/...`, `/dead-letters`. Views whose store the app
  * does not provide answer 501.
+ * @since 0.1.0
+ * @category routes
  */
 export const all = <R>(runtime: Runtime<R>, options: AllOptions<NoInfer<R>> = {}): Hono => {
   const admin: AdminOptions = {

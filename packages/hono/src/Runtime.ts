@@ -8,7 +8,7 @@
  * `examples/edge` does; serve with `Serve` everywhere else.
  * @module
  */
-import { Cause, Effect, Exit, type Layer, ManagedRuntime, Option } from "effect"
+import { Cause, Effect, Exit, type Layer, ManagedRuntime, Option, type Scope } from "effect"
 import type { Context as HonoContext, Env, Handler, Input } from "hono"
 import * as Tracing from "@tidings/core/Tracing"
 import * as HttpErrors from "./HttpErrors.ts"
@@ -167,7 +167,7 @@ export const make = async <R, E>(layer: Layer.Layer<R, E, never>, options: Optio
 }
 
 /** The Effect variant of {@link make}: the runtime lives as long as the scope. */
-export const makeScoped = <R, E>(layer: Layer.Layer<R, E, never>, options: Options = {}) =>
+export const makeScoped = <R, E>(layer: Layer.Layer<R, E, never>, options: Options = {}): Effect.Effect<Runtime<R>, RuntimeBuildError, Scope.Scope> =>
   Effect.acquireRelease(Effect.tryPromise({ try: () => make(layer, options), catch: (e) => e as RuntimeBuildError }), (rt) => Effect.promise(() => rt.dispose()))
 
 /** The layers given to {@link make} failed to build: `failure` is the layer's typed error (if any), `effectCause` the whole cause. */

@@ -19,7 +19,11 @@ import * as HttpErrors from "./HttpErrors.ts"
 import * as Body from "./internal/body.ts"
 import * as Json from "./internal/json.ts"
 
-/** Options of {@link middleware}, {@link install} and {@link app}. */
+/**
+ * Options of {@link middleware}, {@link install} and {@link app}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface Options {
   /** Largest request body in bytes; default 1 MiB (1,048,576). */
   readonly bodyLimit?: number
@@ -33,7 +37,11 @@ const positiveInt = (path: string, value: number | undefined, fallback: number):
   return n
 }
 
-/** The limits of `options`; throws `InvalidConfig` for one that is not a positive integer. */
+/**
+ * The limits of `options`; throws `InvalidConfig` for one that is not a positive integer.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const limits = (options: Options = {}): Body.Limits => ({
   bodyLimit: positiveInt("bodyLimit", options.bodyLimit, Body.defaultBodyLimit),
   maxJsonDepth: positiveInt("maxJsonDepth", options.maxJsonDepth, Body.defaultMaxJsonDepth)
@@ -50,7 +58,11 @@ const decodes = (s: string): boolean => {
   }
 }
 
-/** Why the path or query of `url` cannot be used, or `undefined` when it can. */
+/**
+ * Why the path or query of `url` cannot be used, or `undefined` when it can.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const urlProblem = (url: string): string | undefined => {
   const scheme = url.indexOf("://")
   const start = url.indexOf("/", scheme < 0 ? 0 : scheme + 3)
@@ -77,6 +89,8 @@ const tooLargeResponse = (limit: number): Response => HttpErrors.response(Body.t
 /**
  * The request guard: 400 for a bad path or query, 413 for a body over the limit (declared, or as
  * streamed), and the limits `Input.json` reads with. Throws `InvalidConfig` for bad options.
+ * @since 0.1.0
+ * @category middleware
  */
 export const middleware = (options: Options = {}): MiddlewareHandler => {
   const settings = limits(options)
@@ -104,6 +118,8 @@ export const middleware = (options: Options = {}): MiddlewareHandler => {
  * A not-found handler for `app`: 405 with `Allow` when the path has routes for other methods, 404
  * otherwise, both in the JSON error shape. It reads `app.routes` when called, so routes added later
  * count.
+ * @since 0.1.0
+ * @category handlers
  */
 export const notFound = (app: Hono<any, any, any>): NotFoundHandler => {
   let router: TrieRouter<string> | undefined
@@ -133,6 +149,8 @@ export const notFound = (app: Hono<any, any, any>): NotFoundHandler => {
 /**
  * Installs the guard (as the first middleware: call it before adding routes), the JSON error
  * handler and the 404/405 handler on `app`; returns `app`.
+ * @since 0.1.0
+ * @category combinators
  */
 export const install = <A extends Hono<any, any, any>>(target: A, options: Options = {}): A => {
   target.use("*", middleware(options))
@@ -141,5 +159,9 @@ export const install = <A extends Hono<any, any, any>>(target: A, options: Optio
   return target
 }
 
-/** A new Hono app with {@link install} applied. */
+/**
+ * A new Hono app with {@link install} applied.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const app = (options: Options = {}): Hono => install(new Hono(), options)

@@ -119,7 +119,7 @@ const withTimeout = (promise: Promise<void>, ms: number, onTimeout: () => void):
  * does): the app gets a signal that aborts only when the response was not delivered, so that a
  * client going away still interrupts its handler.
  */
-export const denoHandler = (app: Fetchable) => {
+export const denoHandler = (app: Fetchable): (request: Request, info?: { readonly completed?: Promise<void> }) => Response | Promise<Response> => {
   const fetch = toFetch(app)
   return (request: Request, info?: { readonly completed?: Promise<void> }): Response | Promise<Response> => {
     const delivered = new AbortController()

@@ -54,5 +54,5 @@ describe("Console: RabbitMQ dead-letter queues", () => {
       expect((yield* Effect.promise(() => raw.checkQueue(cq.queue))).messageCount).toBe(2)
       const unknown = yield* Effect.promise(async () => app.request("/console/api/dlq/nope.dlq/messages", { headers: auth }))
       expect(unknown.status).toBe(404)
-    }).pipe(Effect.scoped), 60_000)
+    }).pipe(Effect.scoped))
 })

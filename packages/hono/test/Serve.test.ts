@@ -3,6 +3,7 @@ import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
 import type * as OutboxStore from "@tidings/core/OutboxStore"
 import { Effect, Exit, Redacted, Scope } from "effect"
 import { Hono } from "hono"
+import { setImmediate } from "node:timers/promises"
 import * as HttpErrors from "../src/HttpErrors.ts"
 import * as Routes from "../src/Routes.ts"
 import * as Runtime from "../src/Runtime.ts"
@@ -10,12 +11,21 @@ import * as Serve from "../src/Serve.ts"
 
 declare const Deno: unknown
 
-const appWith = (rt: Runtime.Runtime<OutboxStore.OutboxStore>) => {
+/** Holds `/slow` requests: `reached` resolves when one is in its handler, `release()` lets it answer. */
+const makeGate = () => {
+  let arrive = () => {}
+  let release = () => {}
+  const reached = new Promise<void>((resolve) => arrive = resolve)
+  const released = new Promise<void>((resolve) => release = resolve)
+  return { reached, released, arrive: () => arrive(), release: () => release() }
+}
+
+const appWith = (rt: Runtime.Runtime<OutboxStore.OutboxStore>, gate = makeGate()) => {
   const app = new Hono()
   app.onError(HttpErrors.onError)
   app.notFound(HttpErrors.notFound)
   app.route("/admin", Routes.all(rt, { auth: Redacted.make("t0ken-0123456789abcdef-0123456789ab") }))
-  app.get("/slow", rt.handler(() => Effect.sleep("300 millis").pipe(Effect.as({ slow: true }))))
+  app.get("/slow", rt.handler(() => Effect.promise(() => (gate.arrive(), gate.released)).pipe(Effect.as({ slow: true }))))
   app.post("/echo", rt.handler((c) => Effect.promise(() => c.req.json())))
   return app
 }
@@ -53,11 +63,17 @@ describe(`Serve on ${typeof Deno !== "undefined" ? "Deno (Deno.serve)" : "Node (
 
   it("close() lets an in-flight request finish", async () => {
     const rt = await Runtime.make(MemoryOutboxStore.layer)
-    const server = await Serve.serve(appWith(rt), { gracePeriodMs: 5_000 })
+    const gate = makeGate()
+    const server = await Serve.serve(appWith(rt, gate), { gracePeriodMs: 60_000 })
     try {
       const inFlight = fetch(`${server.url}/slow`)
-      await new Promise((r) => setTimeout(r, 100)) // the request has reached the handler
+      await gate.reached
       const closed = server.close()
+      let closedEarly = false
+      void closed.then(() => closedEarly = true)
+      await setImmediate() // the event loop turned: a close() that did not wait would be done
+      expect(closedEarly, "close() waits for the request in flight").toBe(false)
+      gate.release()
       const res = await inFlight
       expect([res.status, await res.json()]).toEqual([200, { slow: true }])
       await closed

@@ -15,6 +15,7 @@ import * as PgSagaStore from "@tidings/postgres/PgSagaStore"
 import { Effect, Layer, References } from "effect"
 import { SqlClient } from "effect/sql"
 import { pgClientLayer, schemaName } from "../../../test/support/pg.ts"
+import { until } from "../../../test/support/progress.ts"
 
 /** A fast relay for tests: short polls, no retention, stats every 100 ms. */
 export const relayConfig: Relay.Config = {
@@ -57,15 +58,9 @@ export const pgLayer = (schema = schemaName("hono"), options: LayerOptions = {})
   )
 }
 
-/** Polls `check` every 20 ms until it returns true; throws after `timeoutMs`. */
-export const waitUntil = async (check: () => Promise<boolean> | boolean, timeoutMs = 10_000, what = "condition"): Promise<void> => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (await check()) return
-    await new Promise((r) => setTimeout(r, 20))
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
-}
+/** Polls `check` until it returns true (no cap a loaded machine can hit: see test/support/progress.ts). */
+export const waitUntil = (check: () => Promise<boolean> | boolean, expectedMs = 10_000, what = "condition"): Promise<void> =>
+  until(what, check, expectedMs)
 
 /** One sample line. */
 export interface Sample {

@@ -26,7 +26,11 @@ import { mapSqlError } from "./internal/storeError.ts"
 const storeErrors = <A, R>(effect: Effect.Effect<A, InvalidConfig | SqlError.SqlError, R>) =>
   Effect.catchIf(effect, SqlError.isSqlError, (error) => mapSqlError("migrate")(Effect.fail(error)))
 
-/** A migration this package carries. */
+/**
+ * A migration this package carries.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Migration {
   readonly version: number
   readonly name: string
@@ -36,10 +40,18 @@ export interface Migration {
   readonly statements: ReadonlyArray<string>
 }
 
-/** The migrations this package carries, in order. */
+/**
+ * The migrations this package carries, in order.
+ * @since 0.1.0
+ * @category constants
+ */
 export const all: ReadonlyArray<Migration> = migrations.map((m) => ({ ...m, statements: m.transactions.flat() }))
 
-/** Options of {@link run}, {@link render} and {@link pending}. */
+/**
+ * Options of {@link run}, {@link render} and {@link pending}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface Options {
   /**
    * Schema to migrate (created when missing); default `tidings`. At most 48 characters of a-z, 0-9
@@ -51,13 +63,21 @@ export interface Options {
   readonly grantTo?: string | ReadonlyArray<string> | undefined
 }
 
-/** A migration that was applied now. */
+/**
+ * A migration that was applied now.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Applied {
   readonly version: number
   readonly name: string
 }
 
-/** A migration not applied yet, with the SQL that applies it (transactions in BEGIN ... COMMIT). */
+/**
+ * A migration not applied yet, with the SQL that applies it (transactions in BEGIN ... COMMIT).
+ * @since 0.1.0
+ * @category models
+ */
 export interface Pending {
   readonly version: number
   readonly name: string
@@ -94,6 +114,8 @@ const appliedVersions = (schema: string) =>
 /**
  * Applies pending migrations, then grants `grantTo` what the app needs (every time: a new table is
  * covered too). Returns those applied by this call (empty when up to date).
+ * @since 0.1.0
+ * @category combinators
  */
 export const run = (options: Options = {}): Effect.Effect<ReadonlyArray<Applied>, InvalidConfig | StoreError, SqlClient.SqlClient> =>
   Effect.gen(function*() {
@@ -126,7 +148,11 @@ export const run = (options: Options = {}): Effect.Effect<ReadonlyArray<Applied>
     return applied
   }).pipe(storeErrors, Effect.withSpan("tidings.postgres.migrate"))
 
-/** The migrations not applied to the schema yet, with their SQL. */
+/**
+ * The migrations not applied to the schema yet, with their SQL.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const pending = (options: Pick<Options, "schema"> = {}): Effect.Effect<ReadonlyArray<Pending>, InvalidConfig | StoreError, SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const schema = yield* resolveSchema(options.schema)
@@ -141,6 +167,8 @@ export const pending = (options: Pick<Options, "schema"> = {}): Effect.Effect<Re
 /**
  * The whole script {@link run} executes on an empty database: schema and migrations table, every
  * migration, the grants. (Against a database that has some migrations already, see {@link pending}.)
+ * @since 0.1.0
+ * @category combinators
  */
 export const render = (options: Options = {}): Effect.Effect<string, InvalidConfig> =>
   Effect.gen(function*() {

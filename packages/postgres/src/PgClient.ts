@@ -27,7 +27,7 @@
  * @module
  */
 import * as Health from "@tidings/core/Health"
-import { Config, Context, type Duration, Effect, Layer, Redacted, Schema, type Stream } from "effect"
+import { type Cause, Config, Context, type Duration, Effect, Layer, Redacted, Schema, type Stream } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient, type SqlConnection, SqlError, Statement } from "effect/sql"
 import postgres from "postgres"
@@ -66,10 +66,14 @@ export interface PgClientConfig {
   readonly prepare?: boolean | undefined
 }
 
-/** The configuration could not be used (bad URL, out-of-range number). Never contains credentials. */
-export class PgConfigError extends Schema.TaggedError<PgConfigError>()("PgConfigError", {
+const PgConfigErrorBase: Schema.Class<PgConfigError, Schema.TaggedStruct<"PgConfigError", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<PgConfigError>()("PgConfigError", {
   message: Schema.String
-}) {}
+})
+
+/** The configuration could not be used (bad URL, out-of-range number). Never contains credentials. */
+export class PgConfigError extends PgConfigErrorBase {}
 
 /** What the {@link PgClient} service offers beyond `SqlClient`. */
 export interface PgClientShape {
@@ -96,8 +100,13 @@ export interface PgClientShape {
   readonly notify: (channel: string, payload: string) => Effect.Effect<void, SqlError.SqlError>
 }
 
+const PgClientBase: Context.ServiceClass<PgClient, "@tidings/postgres/PgClient", PgClientShape> = Context.Service<
+  PgClient,
+  PgClientShape
+>()("@tidings/postgres/PgClient")
+
 /** The Postgres-specific service; provided together with `SqlClient.SqlClient` by {@link layer}. */
-export class PgClient extends Context.Service<PgClient, PgClientShape>()("@tidings/postgres/PgClient") {}
+export class PgClient extends PgClientBase {}
 
 /**
  * Whether retrying the failed work (as a whole, in a new transaction) may succeed: connection-level

@@ -37,7 +37,10 @@ export interface Options {
  * @since 0.1.0
  * @category settings
  */
-export const OptionsSchema = Schema.Struct({
+export const OptionsSchema: Schema.Struct<{
+  readonly schema: Schema.optional<Schema.String>
+  readonly bookkeepingCommit: Settings.Defaulted<Schema.Literals<readonly ["async", "sync"]>>
+}> = Schema.Struct({
   schema: Schema.optional(Schema.String),
   bookkeepingCommit: Schema.Literals(["async", "sync"]).pipe(Schema.withDecodingDefault(Effect.succeed("async" as const)))
 })

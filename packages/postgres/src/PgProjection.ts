@@ -15,23 +15,30 @@ import * as Settings from "@tidings/core/Settings"
 import { fromSqlError } from "./internal/storeError.ts"
 import type { Message } from "@tidings/core/Message"
 import type { Definition } from "@tidings/core/Projection"
-import { Effect, Schema } from "effect"
+import { type Cause, Effect, Schema } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import { projectionLockKey } from "./PgInboxStore.ts"
 import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
+
+const RebuildGapBase: Schema.Class<RebuildGap, Schema.TaggedStruct<"RebuildGap", {
+  readonly projection: Schema.String
+  readonly aggregateId: Schema.String
+  readonly applied: Schema.Int
+  readonly version: Schema.Int
+}>, Cause.YieldableError> = Schema.TaggedError<RebuildGap>()("RebuildGap", {
+  projection: Schema.String,
+  aggregateId: Schema.String,
+  applied: Schema.Int,
+  version: Schema.Int
+})
 
 /**
  * The outbox no longer holds an event the rebuild needs (pruned): nothing was changed.
  * @since 0.1.0
  * @category errors
  */
-export class RebuildGap extends Schema.TaggedError<RebuildGap>()("RebuildGap", {
-  projection: Schema.String,
-  aggregateId: Schema.String,
-  applied: Schema.Int,
-  version: Schema.Int
-}) {
+export class RebuildGap extends RebuildGapBase {
   get isRetryable(): boolean {
     return false
   }
@@ -66,7 +73,10 @@ export interface Rebuilt {
  * @since 0.1.0
  * @category settings
  */
-export const OptionsSchema = Schema.Struct({
+export const OptionsSchema: Schema.Struct<{
+  readonly schema: Schema.optional<Schema.String>
+  readonly batchSize: Settings.Defaulted<Settings.IntSetting>
+}> = Schema.Struct({
   schema: Schema.optional(Schema.String),
   batchSize: Settings.int(1, 100_000).pipe(Schema.withDecodingDefault(Effect.succeed(1000)))
 })

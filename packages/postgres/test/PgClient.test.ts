@@ -155,21 +155,18 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
       const sql = yield* SqlClient.SqlClient
       const marker = `cancel_${schema}`
       const fiber = yield* sql.unsafe(`SELECT pg_sleep(30) /* ${marker} */`).pipe(Effect.forkChild)
-      yield* Effect.sleep("200 millis")
       const running = (label: string) =>
         sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
           WHERE state = 'active' AND query LIKE ${`%${label}%`} AND pid <> pg_backend_pid()`.pipe(Effect.map((rows) => rows[0]!.n))
-      assert.strictEqual(yield* running(marker), 1, "the query should be running before the interrupt")
+      // the query runs on the server before the interrupt
+      while ((yield* running(marker)) === 0) yield* Effect.sleep("20 millis")
+      assert.strictEqual(yield* running(marker), 1)
       const started = Date.now()
       yield* Fiber.interrupt(fiber)
       assert.isBelow(Date.now() - started, 2_000)
       // the server may take a moment to process the cancel request
-      let remaining = yield* running(marker)
-      for (let i = 0; i < 40 && remaining > 0; i++) {
-        yield* Effect.sleep("50 millis")
-        remaining = yield* running(marker)
-      }
-      assert.strictEqual(remaining, 0)
+      // (no cap on that moment: a loaded machine takes longer; a cancel that never lands hangs the test)
+      while ((yield* running(marker)) > 0) yield* Effect.sleep("50 millis")
     }))
 
   it.effect("listen receives notifications; notify inside a transaction is sent on commit only", () =>

@@ -34,6 +34,13 @@ const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, m
 const stallMillis = 120_000
 
 /** A client process; `stop` asks it to shut down and returns its report. */
+/** `url` without its `application_name` parameter. */
+const withoutApplicationName = (url: string): string => {
+  const parsed = new URL(url)
+  parsed.searchParams.delete("application_name")
+  return parsed.toString()
+}
+
 const startClient = async (url: string, name: string, env: Record<string, string> = {}) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tidings-faults-"))
   const stopFile = path.join(dir, "stop")
@@ -106,7 +113,9 @@ describe("PgClient under connection faults", () => {
     Effect.promise(async () => {
       const name = `faults_${Math.random().toString(36).slice(2, 10)}`
       const admin = postgres(pgUrl(), { max: 1, fetch_types: false, onnotice: () => {} })
-      const client = await startClient(pgUrl(), name, { END_TIMEOUT_MS: "300000" })
+      // The client names its connections (APP): the URL must not name them otherwise (pgUrl() names
+      // them after the test file, for the leak check), or the storm below would find none of them.
+      const client = await startClient(withoutApplicationName(pgUrl()), name, { END_TIMEOUT_MS: "300000" })
       try {
         // The storm, from the moment the client starts connecting: every 100 ms, terminate every
         // backend of the client (pool, transactions, LISTEN), until 60 rounds found at least one and
@@ -191,6 +200,16 @@ describe("closing the client", () => {
       assert.isTrue(error._tag === "Some" && isRetryableSqlError(error.value), String(exit))
       // the 5 minutes of pg_sleep were not waited for
       assert.isBelow(closeMillis, 150_000)
+      // The server runs pg_sleep on until it notices that its client is gone (when it would next
+      // write): end it, so that the file leaves nothing running in the database.
+      yield* Effect.promise(async () => {
+        const admin = postgres(pgUrl(), { max: 1, fetch_types: false, onnotice: () => {} })
+        try {
+          await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE ${`%${name}%`} AND pid <> pg_backend_pid()`
+        } finally {
+          await admin.end()
+        }
+      })
     }), 900_000)
 
   it.live("closing after the server went away does not wait for endTimeout", () =>

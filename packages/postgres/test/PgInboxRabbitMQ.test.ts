@@ -111,7 +111,7 @@ describe("Inbox with RabbitMQ consumers in child processes", () => {
       assert.match(zero.lastError ?? "", /^$|Flaky/)
       assert.strictEqual((yield* drain(t.raw, t.cq.deadLetterQueue)).length, 0)
       second.kill("SIGKILL")
-    }).pipe(Effect.provide(pgClientLayer()))), 60_000)
+    }).pipe(Effect.provide(pgClientLayer()))))
 
   it.live("a message whose handling kills the consumer process is dead-lettered after 3 crashes; the others are handled", () =>
     Effect.scoped(Effect.gen(function*() {
@@ -143,5 +143,5 @@ describe("Inbox with RabbitMQ consumers in child processes", () => {
       assert.deepStrictEqual(rows.map((r) => [r.n, r.copies]), ns.filter((n) => n !== 3).map((n) => [n, 1]))
       const dead = yield* drain(t.raw, t.cq.deadLetterQueue)
       assert.strictEqual(dead[0]?.properties.messageId, ids[3])
-    })), 90_000)
+    })))
 })

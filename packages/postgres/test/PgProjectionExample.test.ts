@@ -31,5 +31,5 @@ describe("examples/orders-view", () => {
       assert.match(lines.find((l) => l.startsWith("deliveries:")) ?? "", /^deliveries: 8 applied, 8 duplicates ignored/)
       assert.match(lines.find((l) => l.startsWith("damaged alice:")) ?? "", /garbled/)
       assert.match(lines.find((l) => l.startsWith("rebuilt from the outbox:")) ?? "", /^rebuilt from the outbox: \d+ events, \d+ orders$/)
-    }), 90_000)
+    }))
 })

@@ -167,5 +167,5 @@ describe("Saga.start on Postgres, through the outbox, the relay and the in-memor
         yield* Layer.build(Relay.layer({ statsInterval: false, retention: false, pollInterval: { base: "20 millis", max: "100 millis" } }))
         const outcomes = yield* startConsumers(schema, Saga.registry(definition))
         yield* orderScenario(schema, definition, outcomes)
-      })), 60_000)
+      })))
 })

@@ -77,5 +77,5 @@ describe("Saga.start over RabbitMQ", () => {
     Effect.scoped(Effect.gen(function*() {
       const schema = yield* freshSchema("sagamq")
       return yield* scenario(schema).pipe(Effect.provide(Layer.mergeAll(PgSagaStore.layer({ schema }), PgOutboxStore.layer({ schema }))))
-    })).pipe(Effect.provide(pgClientLayer())), 60_000)
+    })).pipe(Effect.provide(pgClientLayer())))
 })

@@ -8,8 +8,8 @@ import * as Saga from "@tidings/core/Saga"
 import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import * as path from "node:path"
-import { eventually } from "@tidings/core/testing"
 import { freshSchema, pgClientLayer, pgUrl } from "../../../test/support/pg.ts"
+import { eventually } from "../../../test/support/progress.ts"
 import { exited, spawnScript, waitForOutput } from "../../../test/support/processes.ts"
 import * as PgSagaStore from "../src/PgSagaStore.ts"
 
@@ -24,10 +24,16 @@ describe("saga recovery across processes", () => {
       yield* sql`CREATE TABLE ${sql(`${schema}.effects`)} (
         seq bigint GENERATED ALWAYS AS IDENTITY, saga_id uuid NOT NULL, step text NOT NULL, kind text NOT NULL, pid int NOT NULL)`
       const env = { TIDINGS_TEST_PG_URL: pgUrl(), SCHEMA: schema, COUNT: String(COUNT) }
+      // The doomed process runs its sagas to the third step before the workers start: until the kill
+      // no worker competes for them, so a heartbeat that a loaded machine delays cannot hand a saga
+      // to a worker while its executor still runs it. The lease (3 s, a heartbeat every second) is
+      // what recovery waits for after the kill.
+      const doomed = spawnScript(script, { ...env, MODE: "run", LEASE_MS: "3000" })
+      yield* Effect.addFinalizer(() => Effect.sync(() => doomed.exitCode === null && doomed.kill("SIGKILL")))
+      yield* Effect.promise(() => waitForOutput(doomed, "between"))
       const workers = [1, 2, 3].map(() => spawnScript(script, { ...env, MODE: "recover" }))
       yield* Effect.addFinalizer(() => Effect.sync(() => workers.forEach((w) => w.exitCode === null && w.kill("SIGKILL"))))
-      const doomed = spawnScript(script, { ...env, MODE: "run", LEASE_MS: "1000" })
-      yield* Effect.promise(() => Promise.all([waitForOutput(doomed, "between", 30_000), ...workers.map((w) => waitForOutput(w, "ready", 30_000))]))
+      yield* Effect.promise(() => Promise.all(workers.map((w) => waitForOutput(w, "ready"))))
 
       // the sagas are claimed by the doomed process, steps 1 and 2 done, step 3 running
       const before = yield* sql<{ id: string; status: string; claimed_by: string | null }>`
@@ -39,7 +45,11 @@ describe("saga recovery across processes", () => {
       const killedAt = Date.now()
 
       const states = () => Effect.forEach(before, (s) => Saga.get(s.id)).pipe(Effect.provide(PgSagaStore.layer({ schema })))
-      yield* eventually(Effect.map(states(), (ss) => ss.every((s) => s.status === "compensated")), "30 seconds", "every saga compensated")
+      // Recovery starts once the doomed process's claims expire; the wait goes on while the sagas move.
+      yield* eventually(states(), (ss) => ss.every((s) => s.status === "compensated"), {
+        what: "every saga compensated",
+        progress: (ss) => ss.map((s) => [s.status, s.claimedBy, s.steps.map((st) => st.status)])
+      })
       const recoveredAfter = Date.now() - killedAt
       // Stop the workers: each closes its recovery worker, which waits for any compensation still
       // under way, so that every side effect a duplicate could have is in the table before counting.
@@ -70,5 +80,5 @@ describe("saga recovery across processes", () => {
       console.log(`recovered ${COUNT} sagas ${recoveredAfter} ms after the kill; compensations by worker: ${
         workers.map((w) => w.output().split("\n").filter((l) => l.startsWith("compensated ")).length).join("/")
       }`)
-    })).pipe(Effect.provide(Layer.fresh(pgClientLayer()))), 90_000)
+    })).pipe(Effect.provide(Layer.fresh(pgClientLayer()))))
 })

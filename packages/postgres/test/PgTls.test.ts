@@ -24,6 +24,13 @@ const overTls = (url: string) =>
     return row!.ssl
   }))
 
+/** `url` with `sslmode` set (the test server's URL already has a query: its `application_name`). */
+const withSslmode = (url: string, mode: string): string => {
+  const parsed = new URL(url)
+  parsed.searchParams.set("sslmode", mode)
+  return parsed.toString()
+}
+
 const failure = (exit: Exit.Exit<unknown, unknown>): SqlError.SqlError => {
   assert.isTrue(Exit.isFailure(exit), "expected a failure")
   const error = Cause.findErrorOption((exit as Exit.Failure<unknown, unknown>).cause)
@@ -66,9 +73,9 @@ describe("TLS", () => {
 
   it.live("a server without TLS: require fails with a retryable connection error, prefer falls back", () =>
     Effect.gen(function*() {
-      const refused = failure(yield* Effect.exit(overTls(`${pgUrl()}?sslmode=require`)))
+      const refused = failure(yield* Effect.exit(overTls(withSslmode(pgUrl(), "require"))))
       assert.strictEqual(refused.reason._tag, "ConnectionError")
       assert.match(refused.message, /SSL_REFUSED/)
-      assert.isFalse(yield* overTls(`${pgUrl()}?sslmode=prefer`))
+      assert.isFalse(yield* overTls(withSslmode(pgUrl(), "prefer")))
     }), 600_000)
 })

@@ -72,7 +72,16 @@ export interface Config {
  * @since 0.1.0
  * @category settings
  */
-export const ConfigSchema = Schema.Struct({
+export const ConfigSchema: Schema.Struct<{
+  readonly url: Schema.Codec<Redacted.Redacted<string>, string | Redacted.Redacted<string>>
+  readonly reconnectDelay: Settings.Defaulted<Settings.DurationSetting>
+  readonly reconnectMaxDelay: Settings.Defaulted<Settings.DurationSetting>
+  readonly heartbeat: Settings.Defaulted<Settings.DurationSetting>
+  readonly connectTimeout: Settings.Defaulted<Settings.DurationSetting>
+  readonly startupTimeout: Settings.Defaulted<Settings.DurationSetting>
+  readonly closeTimeout: Settings.Defaulted<Settings.DurationSetting>
+  readonly name: Settings.Defaulted<Schema.String>
+}> = Schema.Struct({
   url: Settings.secret({ check: (url) => /^amqps?:\/\//i.test(url) ? undefined : "must be an amqp:// or amqps:// URL" }),
   reconnectDelay: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 second"))),
   reconnectMaxDelay: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))),
@@ -115,12 +124,14 @@ export interface Service {
   readonly scrub: (text: string) => string
 }
 
+const AmqpConnectionBase: Context.ServiceClass<AmqpConnection, "@tidings/rabbitmq/AmqpConnection", Service> = Context.Service<AmqpConnection, Service>()("@tidings/rabbitmq/AmqpConnection")
+
 /**
  * The connection of a layer.
  * @since 0.1.0
  * @category services
  */
-export class AmqpConnection extends Context.Service<AmqpConnection, Service>()("@tidings/rabbitmq/AmqpConnection") {}
+export class AmqpConnection extends AmqpConnectionBase {}
 
 /**
  * The default reconnect schedule: 1 s doubling to a 30 s cap, jittered, forever.

@@ -105,7 +105,20 @@ export interface Config<A, E, R> {
  * @since 0.1.0
  * @category settings
  */
-export const ConfigSchema = Schema.Struct({
+export const ConfigSchema: Schema.Struct<{
+  readonly maxAttempts: Settings.Defaulted<Settings.IntSetting>
+  readonly timeout: Settings.Defaulted<Settings.DurationSetting>
+  readonly shutdownTimeout: Settings.Defaulted<Settings.DurationSetting>
+  readonly unknownType: Settings.Defaulted<typeof Consumer.Decision>
+  readonly unavailableDelay: Settings.Defaulted<Settings.DurationSetting>
+  readonly unavailableMaxDelay: Settings.Defaulted<Settings.DurationSetting>
+  readonly name: Schema.String
+  readonly concurrency: Settings.Defaulted<Settings.IntSetting>
+  readonly prefetch: Schema.optional<Settings.IntSetting>
+  readonly maxBodyBytes: Settings.Defaulted<Settings.IntSetting>
+  readonly retry: Schema.optional<Schema.Literals<readonly ["delayed", "requeue"]>>
+  readonly retryConfirmTimeout: Settings.Defaulted<Settings.DurationSetting>
+}> = Schema.Struct({
   name: Schema.String.check(Schema.makeFilter((s: string) => /^[\w.:-]{1,100}$/.test(s) ? undefined : "must be 1-100 characters of [A-Za-z0-9_.:-]")),
   concurrency: Settings.int(1, 1000).pipe(Schema.withDecodingDefault(Effect.succeed(10))),
   prefetch: Schema.optional(Settings.int(1, 65535)),

@@ -6,9 +6,23 @@
  * @since 0.1.0
  * @module
  */
-import { Schema } from "effect"
+import { type Cause, Schema } from "effect"
 
 const Code = Schema.optional(Schema.Union([Schema.Number, Schema.String]))
+
+const AmqpConnectionErrorBase: Schema.Class<AmqpConnectionError, Schema.TaggedStruct<"AmqpConnectionError", {
+  readonly operation: Schema.String
+  readonly message: Schema.String
+  /** AMQP reply code (e.g. 320, 403) or socket error code (e.g. `ECONNREFUSED`). */
+  readonly code: Schema.optional<Schema.Union<readonly [Schema.Number, Schema.String]>>
+  readonly retryable: Schema.Boolean
+}>, Cause.YieldableError> = Schema.TaggedError<AmqpConnectionError>()("AmqpConnectionError", {
+  operation: Schema.String,
+  message: Schema.String,
+  /** AMQP reply code (e.g. 320, 403) or socket error code (e.g. `ECONNREFUSED`). */
+  code: Code,
+  retryable: Schema.Boolean
+})
 
 /**
  * The broker connection (or a channel on it) failed or is not available: refused, reset, closed by
@@ -16,13 +30,7 @@ const Code = Schema.optional(Schema.Union([Schema.Number, Schema.String]))
  * @since 0.1.0
  * @category errors
  */
-export class AmqpConnectionError extends Schema.TaggedError<AmqpConnectionError>()("AmqpConnectionError", {
-  operation: Schema.String,
-  message: Schema.String,
-  /** AMQP reply code (e.g. 320, 403) or socket error code (e.g. `ECONNREFUSED`). */
-  code: Code,
-  retryable: Schema.Boolean
-}) {
+export class AmqpConnectionError extends AmqpConnectionErrorBase {
   get isRetryable(): boolean {
     return this.retryable
   }
@@ -32,19 +40,27 @@ export class AmqpConnectionError extends Schema.TaggedError<AmqpConnectionError>
   }
 }
 
+const TopologyErrorBase: Schema.Class<TopologyError, Schema.TaggedStruct<"TopologyError", {
+  readonly operation: Schema.String
+  readonly entity: Schema.String
+  readonly message: Schema.String
+  readonly code: Schema.optional<Schema.Union<readonly [Schema.Number, Schema.String]>>
+  readonly retryable: Schema.Boolean
+}>, Cause.YieldableError> = Schema.TaggedError<TopologyError>()("TopologyError", {
+  operation: Schema.String,
+  entity: Schema.String,
+  message: Schema.String,
+  code: Code,
+  retryable: Schema.Boolean
+})
+
 /**
  * Declaring an exchange, queue or binding failed. `406 PRECONDITION_FAILED` (a queue that exists
  * with other arguments) and `403` are configuration problems and not retryable; a lost connection is.
  * @since 0.1.0
  * @category errors
  */
-export class TopologyError extends Schema.TaggedError<TopologyError>()("TopologyError", {
-  operation: Schema.String,
-  entity: Schema.String,
-  message: Schema.String,
-  code: Code,
-  retryable: Schema.Boolean
-}) {
+export class TopologyError extends TopologyErrorBase {
   get isRetryable(): boolean {
     return this.retryable
   }

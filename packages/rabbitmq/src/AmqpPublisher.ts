@@ -62,7 +62,13 @@ export interface Config {
  * @since 0.1.0
  * @category settings
  */
-export const ConfigSchema = Schema.Struct({
+export const ConfigSchema: Schema.Struct<{
+  readonly exchange: Schema.String
+  readonly confirmTimeout: Settings.Defaulted<Settings.DurationSetting>
+  readonly channels: Settings.Defaulted<Settings.IntSetting>
+  readonly unroutable: Settings.Defaulted<Schema.Literals<readonly ["retry", "fail"]>>
+  readonly appId: Schema.optional<Schema.String>
+}> = Schema.Struct({
   exchange: Schema.String,
   confirmTimeout: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))),
   channels: Settings.int(1, 64).pipe(Schema.withDecodingDefault(Effect.succeed(1))),

@@ -15,13 +15,17 @@
  */
 import type { Channel, ConfirmChannel, GetMessage } from "amqplib"
 import { Buffer } from "node:buffer"
-import { Context, Effect, Layer, Schema, Semaphore, type Scope } from "effect"
+import { type Cause, Context, Effect, Layer, Schema, type Scope, Semaphore } from "effect"
 import { AmqpConnection } from "./AmqpConnection.ts"
 import { InvalidConfig } from "@tidings/core/Errors"
 import { AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
 import type * as Topology from "./Topology.ts"
 
-/** Settings of {@link make}. */
+/**
+ * Settings of {@link make}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface Config {
   /** The work queues whose dead-letter queues are managed: names, or `Topology.consumerQueue` results. */
   readonly queues: ReadonlyArray<string | Topology.ConsumerQueue>
@@ -29,7 +33,11 @@ export interface Config {
   readonly confirmTimeoutMs?: number
 }
 
-/** A dead-letter queue and the work queue it replays into. */
+/**
+ * A dead-letter queue and the work queue it replays into.
+ * @since 0.1.0
+ * @category models
+ */
 export interface DeadLetterQueue {
   readonly name: string
   readonly target: string
@@ -38,7 +46,11 @@ export interface DeadLetterQueue {
   readonly consumers: number
 }
 
-/** A dead-lettered message, as a peek shows it. */
+/**
+ * A dead-lettered message, as a peek shows it.
+ * @since 0.1.0
+ * @category models
+ */
 export interface DeadLetterMessage {
   readonly messageId: string | null
   readonly type: string | null
@@ -49,17 +61,30 @@ export interface DeadLetterMessage {
   readonly body: string
 }
 
-/** A queue that is not one of the configured dead-letter queues (nor their work queues). */
-export class DeadLetterQueueNotFound extends Schema.TaggedError<DeadLetterQueueNotFound>()("DeadLetterQueueNotFound", {
+const DeadLetterQueueNotFoundBase: Schema.Class<DeadLetterQueueNotFound, Schema.TaggedStruct<"DeadLetterQueueNotFound", {
+  readonly queue: Schema.String
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<DeadLetterQueueNotFound>()("DeadLetterQueueNotFound", {
   queue: Schema.String,
   message: Schema.String
-}) {
+})
+
+/**
+ * A queue that is not one of the configured dead-letter queues (nor their work queues).
+ * @since 0.1.0
+ * @category errors
+ */
+export class DeadLetterQueueNotFound extends DeadLetterQueueNotFoundBase {
   get isRetryable(): boolean {
     return false
   }
 }
 
-/** Options of {@link Service.replay}. */
+/**
+ * Options of {@link Service.replay}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface ReplayOptions {
   /** At most this many messages (default: all that are there when it starts). */
   readonly limit?: number
@@ -67,7 +92,11 @@ export interface ReplayOptions {
   readonly onProgress?: (done: number, total: number) => Effect.Effect<void>
 }
 
-/** The dead-letter queues service. */
+/**
+ * The dead-letter queues service.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Service {
   readonly list: Effect.Effect<ReadonlyArray<DeadLetterQueue>, AmqpConnectionError>
   /**
@@ -79,10 +108,20 @@ export interface Service {
   readonly replay: (queue: string, options?: ReplayOptions) => Effect.Effect<number, AmqpConnectionError | DeadLetterQueueNotFound>
 }
 
-/** The service of {@link layer}. */
-export class DeadLetters extends Context.Service<DeadLetters, Service>()("@tidings/rabbitmq/DeadLetters") {}
+const DeadLettersBase: Context.ServiceClass<DeadLetters, "@tidings/rabbitmq/DeadLetters", Service> = Context.Service<DeadLetters, Service>()("@tidings/rabbitmq/DeadLetters")
 
-/** The header counting replays of a message. */
+/**
+ * The service of {@link layer}.
+ * @since 0.1.0
+ * @category services
+ */
+export class DeadLetters extends DeadLettersBase {}
+
+/**
+ * The header counting replays of a message.
+ * @since 0.1.0
+ * @category constants
+ */
 export const replayedHeader = "tidings-replayed"
 
 // The broker's death bookkeeping and the consumer's attempt count (AmqpPublisher.HeaderNames.attempt)
@@ -119,7 +158,11 @@ const failure = (operation: string, scrub: (s: string) => string) => (error: unk
   })
 }
 
-/** Builds the service on the app's `AmqpConnection`; its channels are re-opened after every reconnect. */
+/**
+ * Builds the service on the app's `AmqpConnection`; its channels are re-opened after every reconnect.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const make = (config: Config): Effect.Effect<Service, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
   Effect.gen(function*() {
     const connection = yield* AmqpConnection
@@ -248,6 +291,10 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
     })
   })
 
-/** {@link make} as a layer over the app's `AmqpConnection`. */
+/**
+ * {@link make} as a layer over the app's `AmqpConnection`.
+ * @since 0.1.0
+ * @category layers
+ */
 export const layer = (config: Config): Layer.Layer<DeadLetters, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
   Layer.effect(DeadLetters, make(config))

@@ -237,7 +237,12 @@ const queueName = Schema.String.check(Schema.makeFilter((name: string) =>
  * @since 0.1.0
  * @category settings
  */
-export const ConsumerQueueSchema = Schema.Struct({
+export const ConsumerQueueSchema: Schema.Struct<{
+  readonly queue: Schema.String
+  readonly type: Settings.Defaulted<Schema.Literals<readonly ["quorum", "classic"]>>
+  readonly deliveryLimit: Schema.optional<Settings.IntSetting>
+  readonly retryDelays: Settings.Defaulted<Schema.$Array<Settings.DurationSetting>>
+}> = Schema.Struct({
   queue: queueName,
   type: Schema.Literals(["quorum", "classic"]).pipe(Schema.withDecodingDefault(Effect.succeed("quorum" as const))),
   deliveryLimit: Schema.optional(Settings.int(1, 1_000_000)),

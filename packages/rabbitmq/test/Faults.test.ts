@@ -26,10 +26,10 @@ import { eventually, fastReconnect, unique } from "./helpers.ts"
 let rabbit: RunningRabbit | undefined
 beforeAll(async () => {
   rabbit = await startRabbit({ private: true, name: "tidings-faults" })
-}, 120_000)
+})
 afterAll(async () => {
   await rabbit?.stop()
-}, 60_000)
+})
 
 const node = () => {
   if (rabbit?.control === undefined) throw new Error("the private RabbitMQ node did not start")
@@ -208,5 +208,5 @@ describe("RabbitMQ faults (private broker node)", () => {
         "10 seconds",
         "publishing after the restart"
       )
-    }).pipe(Effect.scoped), 60_000)
+    }).pipe(Effect.scoped))
 })

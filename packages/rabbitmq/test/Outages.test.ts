@@ -33,10 +33,10 @@ import { eventually, messageCount, rawChannel, unique } from "./helpers.ts"
 let rabbit: RunningRabbit | undefined
 beforeAll(async () => {
   rabbit = await startRabbit({ private: true, name: "tidings-outages" })
-}, 120_000)
+})
 afterAll(async () => {
   await rabbit?.stop()
-}, 60_000)
+})
 
 const node = () => {
   if (rabbit?.control === undefined) throw new Error("the private RabbitMQ node did not start")
@@ -137,7 +137,7 @@ describe("RabbitMQ outages (private broker node)", () => {
       assert.deepStrictEqual([stats.failed, stats.published], [0, ids.length])
       assert.isTrue(yield* publishing.isReady)
       assert.isTrue(yield* consumer.isConsuming)
-    }).pipe(Effect.scoped, Effect.provide(PgClient.layer({ url: pgUrl(), maxConnections: 6 }))), 240_000)
+    }).pipe(Effect.scoped, Effect.provide(PgClient.layer({ url: pgUrl(), maxConnections: 6 }))))
 
   /**
    * 200 confirmed messages each fail their first delivery and wait in the retry queue; `fault` strikes
@@ -196,7 +196,7 @@ describe("RabbitMQ outages (private broker node)", () => {
       yield* ctl((c) => c.stopApp())
       yield* Effect.sleep("5 seconds")
       yield* ctl((c) => c.startApp())
-    })), 240_000)
+    })))
 
   it.live("SIGTERM with the broker blocking publishers (memory alarm): the relay process exits within shutdownTimeout + 1 s, nothing left claimed", () =>
     Effect.gen(function*() {
@@ -224,7 +224,7 @@ describe("RabbitMQ outages (private broker node)", () => {
         SHUTDOWN_MS: String(shutdownMs)
       })
       yield* Effect.addFinalizer(() => Effect.sync(() => child.exitCode === null && child.kill("SIGKILL")))
-      yield* Effect.promise(() => waitForOutput(child, "relaying", 120_000))
+      yield* Effect.promise(() => waitForOutput(child, "relaying"))
       yield* append(100)
       yield* eventually(Effect.map(store.stats, (s) => s.published === 100), "30 seconds", "the relay publishing")
 
@@ -232,7 +232,7 @@ describe("RabbitMQ outages (private broker node)", () => {
       yield* Effect.addFinalizer(() => ctl((c) => c.ctl(["set_vm_memory_high_watermark", "0.4"])).pipe(Effect.ignore))
       // Events keep coming: the next batches are written to a connection the broker stops reading.
       const producer = yield* Effect.forkChild(Effect.forever(append(20).pipe(Effect.andThen(Effect.yieldNow))).pipe(Effect.orDie))
-      yield* Effect.promise(() => waitForOutput(child, "state Connected blocked", 120_000))
+      yield* Effect.promise(() => waitForOutput(child, "state Connected blocked"))
       yield* eventually(Effect.map(store.stats, (s) => s.processing > 0), "60 seconds", "a batch in flight on the blocked connection")
       yield* Fiber.interrupt(producer)
 
@@ -248,5 +248,5 @@ describe("RabbitMQ outages (private broker node)", () => {
       assert.isBelow(Number(stopped![1]), shutdownMs + 1000, "the shutdown fits in shutdownTimeout + 1 s")
       const stats = yield* store.stats
       assert.strictEqual(stats.processing, 0, "nothing left claimed")
-    }).pipe(Effect.scoped, Effect.provide(PgClient.layer({ url: pgUrl(), maxConnections: 4 }))), 300_000)
+    }).pipe(Effect.scoped, Effect.provide(PgClient.layer({ url: pgUrl(), maxConnections: 4 }))))
 })

@@ -5,10 +5,11 @@
 import * as Event from "@tidings/core/Event"
 import * as amqp from "amqplib"
 import type { Channel, GetMessage, Options } from "amqplib"
-import { Duration, Effect, Layer, Logger, References, Schedule, Schema, type Scope, Tracer } from "effect"
+import { Effect, Layer, Logger, References, Schedule, Schema, type Scope, Tracer } from "effect"
 import { inject } from "vitest"
 import * as AmqpConnection from "../src/AmqpConnection.ts"
 import * as Topology from "../src/Topology.ts"
+import { untilTrue } from "../../../test/support/progress.ts"
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -78,13 +79,9 @@ export const drain = (channel: Channel, queue: string) =>
     return out
   })
 
-/** Polls `check` every 25 ms until it holds, dying after `timeout`. */
-export const eventually = <E, R>(check: Effect.Effect<boolean, E, R>, timeout: Duration.Input = "10 seconds", what = "condition") =>
-  check.pipe(
-    Effect.flatMap((ok) => ok ? Effect.void : Effect.fail("not yet" as const)),
-    Effect.retry(Schedule.spaced("25 millis")),
-    Effect.timeoutOrElse({ duration: timeout, orElse: () => Effect.die(new Error(`timed out after ${timeout} waiting for ${what}`)) })
-  )
+/** Polls `check` every 25 ms until it holds (past `expected`, it says what it still waits for). */
+export const eventually = untilTrue
+
 
 /** Every log line as JSON text (message, annotations, cause), at every level. */
 export const captureLogs = () => {

@@ -80,10 +80,10 @@ export const defaultBody = (message: Message): string =>
   `"aggregateId":${JSON.stringify(message.aggregateId)},"data":${payloadJson(message) ?? "null"}}`
 
 /** Webhook requests by `endpoint` and `outcome` (`delivered`, `retry`, `failed`). */
-export const deliveries = Metric.counter("tidings_webhook_deliveries_total", { description: "Webhook requests by endpoint and outcome", incremental: true })
+export const deliveries: Metric.Counter<number> = Metric.counter("tidings_webhook_deliveries_total", { description: "Webhook requests by endpoint and outcome", incremental: true })
 
 /** Seconds from sending a webhook request to its answer, by `endpoint`. */
-export const duration = Metric.histogram("tidings_webhook_request_duration_seconds", {
+export const duration: Metric.Histogram<number> = Metric.histogram("tidings_webhook_request_duration_seconds", {
   description: "Webhook request round trips",
   boundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 })

@@ -25,7 +25,11 @@ import { Cause, Clock, Duration, Effect, Exit, Option, Schema } from "effect"
 import { readBounded } from "./internal/http.ts"
 import * as WebhookSignature from "./WebhookSignature.ts"
 
-/** Settings of {@link make}. */
+/**
+ * Settings of {@link make}.
+ * @since 0.1.0
+ * @category options
+ */
 export interface Options {
   /** The shared secret (`whsec_…`), or several during a rotation (a request signed with any of them passes). */
   readonly secret: WebhookSignature.SecretInput | ReadonlyArray<WebhookSignature.SecretInput>
@@ -39,7 +43,11 @@ export interface Options {
   readonly inbox?: Inbox.Options
 }
 
-/** A verified webhook. */
+/**
+ * A verified webhook.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Webhook {
   /** `webhook-id`: the event id; the inbox key. */
   readonly id: string
@@ -56,17 +64,30 @@ export interface Webhook {
   readonly headers: Headers
 }
 
-/** Why a request was refused before its handler ran. */
-export class WebhookRejected extends Schema.TaggedError<WebhookRejected>()("WebhookRejected", {
+const WebhookRejectedBase: Schema.Class<WebhookRejected, Schema.TaggedStruct<"WebhookRejected", {
+  readonly status: Schema.Int
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<WebhookRejected>()("WebhookRejected", {
   status: Schema.Int,
   message: Schema.String
-}) {
+})
+
+/**
+ * Why a request was refused before its handler ran.
+ * @since 0.1.0
+ * @category errors
+ */
+export class WebhookRejected extends WebhookRejectedBase {
   get isRetryable(): boolean {
     return false
   }
 }
 
-/** A receiver with its keys imported. */
+/**
+ * A receiver with its keys imported.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Receiver {
   readonly consumer: string
   /** Reads and verifies a request; the handler is not involved. */
@@ -86,7 +107,11 @@ const errorTag = (error: unknown): string =>
 const errorMessage = (error: unknown): string =>
   (typeof error === "object" && error !== null && "message" in error ? String((error as { message: unknown }).message) : String(error)).slice(0, 500)
 
-/** Imports the keys and returns the receiver; a bad secret is an `InvalidSecret`. */
+/**
+ * Imports the keys and returns the receiver; a bad secret is an `InvalidSecret`.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const make = (options: Options): Effect.Effect<Receiver, WebhookSignature.InvalidSecret> =>
   Effect.gen(function*() {
     const secrets: ReadonlyArray<WebhookSignature.SecretInput> = Array.isArray(options.secret) ? options.secret : [options.secret as WebhookSignature.SecretInput]
@@ -156,7 +181,11 @@ export const make = (options: Options): Effect.Effect<Receiver, WebhookSignature
     return { consumer, verify, handle }
   })
 
-/** What {@link hono} needs of a runtime: `@tidings/hono`'s `Runtime`, or an Effect `ManagedRuntime`. */
+/**
+ * What {@link hono} needs of a runtime: `@tidings/hono`'s `Runtime`, or an Effect `ManagedRuntime`.
+ * @since 0.1.0
+ * @category models
+ */
 export interface RunsEffects<R> {
   readonly runPromiseExit: <A, E>(effect: Effect.Effect<A, E, R>, options?: { readonly signal?: AbortSignal }) => Promise<Exit.Exit<A, E>>
 }
@@ -165,6 +194,8 @@ export interface RunsEffects<R> {
  * A Hono handler (`app.post("/webhooks", WebhookReceiver.hono(rt, options, handler))`) on an app's
  * runtime, which must provide an `InboxStore` (e.g. `PgInboxStore`, whose transaction the handler's
  * SQL joins). The keys are imported on the first request; a bad secret answers 500 and is logged.
+ * @since 0.1.0
+ * @category handlers
  */
 export const hono = <E, R>(
   runtime: RunsEffects<R> & ([InboxStore | OutboxStore] extends [R] ? unknown : { readonly "the runtime must provide an InboxStore and an OutboxStore": never }),

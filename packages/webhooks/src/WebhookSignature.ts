@@ -10,29 +10,49 @@
  * Everything runs on WebCrypto (`crypto.subtle`), so it works on Node, Deno, Bun and Workers.
  * @module
  */
-import { Effect, Redacted, Schema } from "effect"
+import { type Cause, Effect, Redacted, Schema } from "effect"
 import * as Hmac from "./internal/hmac.ts"
 
-/** Header names of the convention. */
+/**
+ * Header names of the convention.
+ * @since 0.1.0
+ * @category constants
+ */
 export const Headers = {
   id: "webhook-id",
   timestamp: "webhook-timestamp",
   signature: "webhook-signature"
 } as const
 
-/** A secret as given: `whsec_…` text, plain or `Redacted`. */
+/**
+ * A secret as given: `whsec_…` text, plain or `Redacted`.
+ * @since 0.1.0
+ * @category models
+ */
 export type SecretInput = string | Redacted.Redacted<string>
 
-/** A secret that cannot be used (not base64, too short or too long). The secret itself is never in the message. */
-export class InvalidSecret extends Schema.TaggedError<InvalidSecret>()("InvalidSecret", {
+const InvalidSecretBase: Schema.Class<InvalidSecret, Schema.TaggedStruct<"InvalidSecret", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<InvalidSecret>()("InvalidSecret", {
   message: Schema.String
-}) {
+})
+
+/**
+ * A secret that cannot be used (not base64, too short or too long). The secret itself is never in the message.
+ * @since 0.1.0
+ * @category errors
+ */
+export class InvalidSecret extends InvalidSecretBase {
   get isRetryable(): boolean {
     return false
   }
 }
 
-/** A parsed secret: its HMAC key, ready to sign and verify. */
+/**
+ * A parsed secret: its HMAC key, ready to sign and verify.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Key {
   readonly _tag: "WebhookKey"
   readonly cryptoKey: CryptoKey
@@ -40,10 +60,18 @@ export interface Key {
 
 const prefix = "whsec_"
 
-/** Standard base64 (with padding) of `bytes`. */
+/**
+ * Standard base64 (with padding) of `bytes`.
+ * @since 0.1.0
+ * @category encoding
+ */
 export const toBase64: (bytes: Uint8Array) => string = Hmac.toBase64
 
-/** Bytes of standard base64 text; `undefined` when it is not base64. */
+/**
+ * Bytes of standard base64 text; `undefined` when it is not base64.
+ * @since 0.1.0
+ * @category encoding
+ */
 export const fromBase64 = (text: string): Uint8Array | undefined => {
   if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 === 1) return undefined
   try {
@@ -56,10 +84,18 @@ export const fromBase64 = (text: string): Uint8Array | undefined => {
   }
 }
 
-/** A new random secret (`whsec_` + 32 bytes), for an endpoint to share with its receiver. */
+/**
+ * A new random secret (`whsec_` + 32 bytes), for an endpoint to share with its receiver.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const generateSecret = (): string => prefix + toBase64(crypto.getRandomValues(new Uint8Array(32)))
 
-/** Parses a secret and imports its HMAC-SHA256 key. */
+/**
+ * Parses a secret and imports its HMAC-SHA256 key.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const key = (secret: SecretInput): Effect.Effect<Key, InvalidSecret> =>
   Effect.gen(function*() {
     const raw = Redacted.isRedacted(secret) ? Redacted.value(secret) : secret
@@ -76,13 +112,19 @@ export const key = (secret: SecretInput): Effect.Effect<Key, InvalidSecret> =>
     return { _tag: "WebhookKey", cryptoKey } as const
   })
 
-/** The `webhook-signature` value for one attempt: `v1,<base64>` per key, space-separated. */
+/**
+ * The `webhook-signature` value for one attempt: `v1,<base64>` per key, space-separated.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const sign = (keys: ReadonlyArray<Key>, id: string, timestamp: number, body: string): Effect.Effect<string> =>
   Effect.promise(() => Hmac.signatureHeader(keys.map((k) => k.cryptoKey), id, timestamp, body))
 
 /**
  * Whether one of the `v1` signatures of `header` was made with one of `keys` over
  * `<id>.<timestamp>.<body>`. The comparison is WebCrypto's `verify`, which takes constant time.
+ * @since 0.1.0
+ * @category combinators
  */
 export const isValid = (keys: ReadonlyArray<Key>, header: string, id: string, timestamp: number, body: string): Effect.Effect<boolean> =>
   Effect.promise(async () => {

@@ -96,11 +96,5 @@ export const startReceiver = (secret: string, answer: (r: Received) => Answer | 
     })
   })
 
-/** Waits until `check` holds, polling every 20 ms (at most `timeoutMs`). */
-export const until = async (what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> => {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 20))
-  }
-}
+/** Waits until `check` holds (no cap: see test/support/progress.ts). */
+export { until } from "../../../test/support/progress.ts"

@@ -17,7 +17,7 @@ export interface Service {
 
 
 /** Standard output and error of the process. */
-export const Output = Context.Reference<Service>("@tidings/cli/Output", {
+export const Output: Context.Reference<Service> = Context.Reference<Service>("@tidings/cli/Output", {
   defaultValue: () => ({
     write: (text) => process.stdout.write(text),
     error: (text) => process.stderr.write(text),

@@ -5,23 +5,30 @@
  * the components read it in an app (`Settings.read` of their `environment`: every `TIDINGS_PG_*`,
  * `TIDINGS_AMQP_*` ... variable applies), with the flags taking precedence over the variables.
  */
-import type { InvalidConfig } from "@tidings/core/Errors"
+import type { SagaActionError } from "@tidings/core/Admin"
+import type { InvalidConfig, StoreError } from "@tidings/core/Errors"
 import { InboxStore } from "@tidings/core/InboxStore"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { SagaStore } from "@tidings/core/SagaStore"
 import * as Settings from "@tidings/core/Settings"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
+import type { AmqpConnectionError, TopologyError } from "@tidings/rabbitmq/AmqpErrors"
+import type { DeadLetterQueueNotFound } from "@tidings/rabbitmq/DeadLetters"
 import type * as Topology from "@tidings/rabbitmq/Topology"
 import * as PgClient from "@tidings/postgres/PgClient"
 import * as PgInboxStore from "@tidings/postgres/PgInboxStore"
 import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import * as PgSagaStore from "@tidings/postgres/PgSagaStore"
-import { ConfigProvider, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
+import { type Cause, ConfigProvider, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
-import type { SqlClient } from "effect/sql"
+import type { SqlClient, SqlError } from "effect/sql"
+
+const SettingErrorBase: Schema.Class<SettingError, Schema.TaggedStruct<"SettingError", {
+  readonly message: Schema.String
+}>, Cause.YieldableError> = Schema.TaggedError<SettingError>()("SettingError", { message: Schema.String })
 
 /** A setting the command needs is missing or unusable; the message says which and how to give it. */
-export class SettingError extends Schema.TaggedError<SettingError>()("SettingError", { message: Schema.String }) {}
+export class SettingError extends SettingErrorBase {}
 
 /** `tidings`, with the flags every subcommand accepts (before or after its name). */
 export const root = Command.make("tidings").pipe(
@@ -122,3 +129,26 @@ export const brokerLayer = (name: string, topology?: Topology.Topology) =>
 
 /** The schema, checked: a lower-case SQL identifier (`--schema`, else `TIDINGS_SCHEMA`, else `tidings`). */
 export const schemaName = Effect.map(read(Settings.read(PgSagaStore.environment)), (s) => s.schema)
+
+/** The flags every subcommand accepts. */
+export interface SharedFlags {
+  readonly json: boolean
+  readonly databaseUrl: Option.Option<Redacted.Redacted<string>>
+  readonly schema: Option.Option<string>
+  readonly amqpUrl: Option.Option<Redacted.Redacted<string>>
+}
+
+/** What a subcommand may fail with (the doctor adds `ProblemsFound`). */
+export type CommandError =
+  | SettingError
+  | InvalidConfig
+  | StoreError
+  | PgClient.PgConfigError
+  | SqlError.SqlError
+  | AmqpConnectionError
+  | TopologyError
+  | DeadLetterQueueNotFound
+  | SagaActionError
+
+/** A subcommand of `tidings` with its flags (explicit types for JSR). */
+export type Subcommand<Name extends string, Input = {}> = Command.Command<Name, Input, {}, CommandError, Command.CommandContext<"tidings">>

@@ -119,7 +119,7 @@ const counter = (name: string, metric: Metric.Counter<number>, extra: Record<str
  * @since 0.1.0
  * @category contracts
  */
-export const consumerContract = (name: string, harness: ConsumerHarness) => {
+export const consumerContract = (name: string, harness: ConsumerHarness): void => {
   const test = harness.clock === "test" ? it.effect : it.live
   const wait = (check: () => boolean, what: string) => until(harness.clock, Effect.sync(check), what)
   /** Waits until a consumer metric reaches `value`. */

@@ -78,7 +78,7 @@ export const inboxContract = (
   name: string,
   makeStores: Effect.Effect<InboxStores, unknown, Scope.Scope>,
   options: { readonly clock?: "test" | "live" } = {}
-) => {
+): void => {
   const clock = options.clock ?? "live"
   const test = clock === "test" ? it.effect : it.live
   /** Lets time pass: the test clock moves, or the real one is waited for. */

@@ -56,7 +56,7 @@ const lease = Duration.seconds(30)
  * @since 0.1.0
  * @category contracts
  */
-export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>, options: ContractOptions = {}) => {
+export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>, options: ContractOptions = {}): void => {
   const { test, time } = timeOf(options)
   const run = <A, E>(body: Effect.Effect<A, E, OutboxStore>) =>
     Effect.scoped(Effect.flatMap(makeStore, (store) => Effect.provide(body, Layer.mergeAll(Layer.succeed(OutboxStore, store), Layer.fresh(EagerDispatch.layer)))))

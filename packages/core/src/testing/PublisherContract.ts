@@ -58,7 +58,7 @@ const assertOneResultEach = (messages: ReadonlyArray<Message>, results: Readonly
  * @since 0.1.0
  * @category contracts
  */
-export const publisherContract = (name: string, makeHarness: Effect.Effect<PublisherHarness, unknown, Scope.Scope>, options: ContractOptions = {}) => {
+export const publisherContract = (name: string, makeHarness: Effect.Effect<PublisherHarness, unknown, Scope.Scope>, options: ContractOptions = {}): void => {
   const { test, time } = timeOf(options)
   const run = <A, E>(body: (harness: PublisherHarness) => Effect.Effect<A, E>) =>
     Effect.scoped(Effect.flatMap(Effect.orDie(makeHarness), body))

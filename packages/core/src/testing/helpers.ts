@@ -9,6 +9,7 @@
 import { Cause, Clock, Context, Duration, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import * as EagerDispatch from "../EagerDispatch.ts"
+import type { InvalidConfig } from "../Errors.ts"
 import * as Event from "../Event.ts"
 import * as MemoryBroker from "../MemoryBroker.ts"
 import * as Outbox from "../Outbox.ts"
@@ -89,12 +90,14 @@ export const liveTime: Time = {
   run: (effect) => effect
 }
 
+type ThingSchema = Schema.Struct<{ readonly n: Schema.Int; readonly label: Schema.String }>
+
 /**
  * The event type the suites append.
  * @since 0.1.0
  * @category fixtures
  */
-export const Thing = Event.define("thing.happened", {
+export const Thing: Event.EventType<"thing.happened", ThingSchema> = Event.define("thing.happened", {
   aggregateType: "thing",
   schema: Schema.Struct({ n: Schema.Int, label: Schema.String })
 })
@@ -104,14 +107,14 @@ export const Thing = Event.define("thing.happened", {
  * @since 0.1.0
  * @category fixtures
  */
-export const draft = (n: number, aggregateId = `a${n % 3}`) => Thing.make({ aggregateId, payload: { n, label: `#${n}` } })
+export const draft = (n: number, aggregateId = `a${n % 3}`): Event.EventDraft<typeof Thing> => Thing.make({ aggregateId, payload: { n, label: `#${n}` } })
 
 /**
  * Appends `count` events in one committed transaction; returns their ids in order.
  * @since 0.1.0
  * @category fixtures
  */
-export const seed = (count: number, from = 0) =>
+export const seed = (count: number, from = 0): Effect.Effect<ReadonlyArray<string>, Outbox.AppendError, OutboxStore> =>
   Effect.gen(function*() {
     const store = yield* OutboxStore
     const messages = yield* store.withTransaction(Outbox.appendAll(Array.from({ length: count }, (_, i) => draft(from + i))))
@@ -167,7 +170,11 @@ export const assertDeliveredOnce = (ids: ReadonlyArray<string>): Effect.Effect<v
  * @since 0.1.0
  * @category relays
  */
-export const startRelay = (config: Relay.Config) =>
+export const startRelay = (config: Relay.Config): Effect.Effect<
+  { readonly relay: Relay.Service; readonly stop: Effect.Effect<void> },
+  InvalidConfig,
+  OutboxStore | Publisher
+> =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
     const context = yield* Layer.buildWithScope(Relay.layer(config), scope)
@@ -179,7 +186,7 @@ export const startRelay = (config: Relay.Config) =>
  * @since 0.1.0
  * @category relays
  */
-export const slowPublisher = (delay: Duration.Input) =>
+export const slowPublisher = (delay: Duration.Input): Layer.Layer<Publisher, never, Publisher> =>
   Layer.effect(Publisher, Effect.gen(function*() {
     const inner = yield* Publisher
     return Publisher.of({ publish: (messages) => Effect.andThen(Effect.sleep(delay), inner.publish(messages)), ...(inner.awaitAvailable === undefined ? {} : { awaitAvailable: inner.awaitAvailable }) })

@@ -251,7 +251,9 @@ class GuardedSocket extends EventEmitter {
     return this.socket.write(data, callback)
   }
   end(data?: Uint8Array | string): this {
-    if (!this.dead) data === undefined ? this.socket.end() : this.socket.end(data)
+    if (this.dead) return this
+    if (data === undefined) this.socket.end()
+    else this.socket.end(data)
     return this
   }
   destroy(): this {

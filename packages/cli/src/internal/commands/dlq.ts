@@ -3,7 +3,7 @@ import * as DeadLetters from "@tidings/rabbitmq/DeadLetters"
 import { Effect, Layer } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Out from "../output.ts"
-import { brokerLayer, settings } from "../root.ts"
+import { brokerLayer, settings, type Subcommand } from "../root.ts"
 
 const queues = Flag.String("queue").pipe(Flag.atLeast(1), Flag.withDescription("A consumer's work queue (its dead-letter queue is <queue>.dlq); repeat for several"))
 
@@ -32,4 +32,4 @@ const replay = Command.make("replay", {
   }))).pipe(Command.withDescription("Moves dead-lettered messages back to their work queue (confirmed, one at a time), with a progress bar"))
 
 /** `tidings dlq ...` */
-export const command = Command.make("dlq").pipe(Command.withSubcommands([list, replay]), Command.withDescription("RabbitMQ dead-letter queues: list and replay"))
+export const command: Subcommand<"dlq"> = Command.make("dlq").pipe(Command.withSubcommands([list, replay]), Command.withDescription("RabbitMQ dead-letter queues: list and replay"))

@@ -8,14 +8,18 @@ import { OutboxStore } from "@tidings/core/OutboxStore"
 import { SagaStore } from "@tidings/core/SagaStore"
 import * as Migrator from "@tidings/postgres/Migrator"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
-import { Effect, Exit, Layer, Option, Schema } from "effect"
+import { type Cause, Effect, Exit, Layer, Option, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
 import { SqlClient } from "effect/sql"
 import * as Out from "../output.ts"
-import { brokerLayer, databaseLayer, schemaName, settings, storesLayer } from "../root.ts"
+import { brokerLayer, type CommandError, databaseLayer, schemaName, settings, storesLayer } from "../root.ts"
+
+const ProblemsFoundBase: Schema.Class<ProblemsFound, Schema.TaggedStruct<"ProblemsFound", {
+  readonly count: Schema.Number
+}>, Cause.YieldableError> = Schema.TaggedError<ProblemsFound>()("ProblemsFound", { count: Schema.Number })
 
 /** The doctor found problems (it has printed them); the process exits 1. */
-export class ProblemsFound extends Schema.TaggedError<ProblemsFound>()("ProblemsFound", { count: Schema.Number }) {}
+export class ProblemsFound extends ProblemsFoundBase {}
 
 type Status = "ok" | "warn" | "fail"
 interface Check {
@@ -41,7 +45,10 @@ interface OpenTransaction {
 }
 
 /** `tidings doctor` */
-export const command = Command.make("doctor", {
+export const command: Command.Command<"doctor", {
+  readonly maxLag: number
+  readonly maxTransactionAge: number
+}, {}, ProblemsFound | CommandError, Command.CommandContext<"tidings">> = Command.make("doctor", {
   maxLag: Flag.Int("max-lag").pipe(Flag.withDefault(30), Flag.withDescription("Seconds the oldest pending event may wait before the relay counts as behind")),
   maxTransactionAge: Flag.Int("max-transaction-age").pipe(Flag.withDefault(60), Flag.withDescription("Seconds a writing transaction may stay open before it counts as holding back ordered publishing"))
 }, (f) =>

@@ -4,7 +4,7 @@ import { InboxStore } from "@tidings/core/InboxStore"
 import { Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Out from "../output.ts"
-import { settings, SettingError, withStores } from "../root.ts"
+import { settings, SettingError, type Subcommand, withStores } from "../root.ts"
 
 const list = Command.make("list", {
   status: Flag.Literals("status", ["processing", "processed", "failed"] as const).pipe(Flag.withDefault("failed" as const), Flag.withDescription("Rows in this status (default failed: the dead letters)")),
@@ -45,4 +45,4 @@ const replay = Command.make("replay", {
   }))).pipe(Command.withDescription("Forgets dead-lettered inbox rows and publishes their events again from the outbox"))
 
 /** `tidings inbox ...` */
-export const command = Command.make("inbox").pipe(Command.withSubcommands([list, replay]), Command.withDescription("Inspect and replay the inbox's dead letters"))
+export const command: Subcommand<"inbox"> = Command.make("inbox").pipe(Command.withSubcommands([list, replay]), Command.withDescription("Inspect and replay the inbox's dead letters"))

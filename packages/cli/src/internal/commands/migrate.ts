@@ -3,7 +3,7 @@ import * as Migrator from "@tidings/postgres/Migrator"
 import { Effect, Option } from "effect"
 import { Command, Flag } from "effect/cli"
 import * as Out from "../output.ts"
-import { schemaName, settings, SettingError, withDatabase } from "../root.ts"
+import { schemaName, settings, SettingError, type Subcommand, withDatabase } from "../root.ts"
 
 const role = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
 
@@ -20,7 +20,11 @@ const pendingSql = (schema: string, todo: ReadonlyArray<Migrator.Pending>, grant
   })
 
 /** `tidings migrate` */
-export const command = Command.make("migrate", {
+export const command: Subcommand<"migrate", {
+  readonly dryRun: boolean
+  readonly printSql: boolean
+  readonly grantTo: Option.Option<string>
+}> = Command.make("migrate", {
   dryRun: Flag.Boolean("dry-run").pipe(Flag.withDefault(false), Flag.withDescription("Show what would be applied, change nothing")),
   printSql: Flag.Boolean("print-sql").pipe(Flag.withDefault(false), Flag.withDescription("Print the SQL of the pending migrations")),
   grantTo: Flag.String("grant-to").pipe(Flag.optional, Flag.withDescription("A role that gets the rights the app needs on the schema's tables"))

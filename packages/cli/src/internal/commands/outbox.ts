@@ -4,7 +4,7 @@ import { OutboxStore, type Status, type StoredEvent } from "@tidings/core/Outbox
 import { Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Out from "../output.ts"
-import { settings, SettingError, withStores } from "../root.ts"
+import { settings, SettingError, type Subcommand, withStores } from "../root.ts"
 
 const statuses = ["pending", "processing", "published", "failed", "suspect"] as const satisfies ReadonlyArray<Status>
 
@@ -105,7 +105,7 @@ const discard = Command.make("discard", { ids: Argument.String("id").pipe(Argume
   }))).pipe(Command.withDescription("Deletes failed events for good"))
 
 /** `tidings outbox ...` */
-export const command = Command.make("outbox").pipe(
+export const command: Subcommand<"outbox"> = Command.make("outbox").pipe(
   Command.withSubcommands([stats, list, show, retry, discard]),
   Command.withDescription("Inspect and repair the outbox")
 )

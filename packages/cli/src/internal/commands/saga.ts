@@ -4,7 +4,7 @@ import { type SagaStatus, SagaStore } from "@tidings/core/SagaStore"
 import { Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Out from "../output.ts"
-import { settings, SettingError, withStores } from "../root.ts"
+import { settings, SettingError, type Subcommand, withStores } from "../root.ts"
 
 const statuses = ["running", "completed", "compensating", "compensated", "failed"] as const satisfies ReadonlyArray<SagaStatus>
 
@@ -51,7 +51,7 @@ const action = (name: string, run: (id: string) => ReturnType<typeof Admin.retry
     }))).pipe(Command.withDescription(description))
 
 /** `tidings saga ...` */
-export const command = Command.make("saga").pipe(
+export const command: Subcommand<"saga"> = Command.make("saga").pipe(
   Command.withSubcommands([
     list,
     show,

@@ -110,16 +110,20 @@ export interface Config {
   readonly shutdownTimeout?: Duration.Input
 }
 
-const withDefault = <S extends Schema.Top>(schema: S, value: S["Encoded"]) =>
+const withDefault = <S extends Schema.Top>(schema: S, value: S["Encoded"]): Codec.Defaulted<S> =>
   schema.pipe(Schema.withDecodingDefault(Effect.succeed(value)))
 
-const durationOr = (fallback: Duration.Input, options?: { readonly allowZero?: boolean }) =>
+const durationOr = (fallback: Duration.Input, options?: { readonly allowZero?: boolean }): Codec.Defaulted<Codec.DurationSetting> =>
   withDefault(Codec.duration(options), fallback)
 
-const RetrySchedule = Schema.declare(
+const RetrySchedule: Schema.declare<Schedule.Schedule<unknown, unknown>> = Schema.declare(
   (u: unknown): u is Schedule.Schedule<unknown, unknown> => Schedule.isSchedule(u),
   { expected: "a Schedule" }
 )
+
+type Defaulted<S extends Schema.Top> = Codec.Defaulted<S>
+type Duration_ = Defaulted<Codec.DurationSetting>
+type FalseOr<S extends Schema.Top> = Schema.Union<readonly [Schema.Literal<false>, S]>
 
 /**
  * The schema of {@link Config}: what `settings` decodes (defaults that depend on other options are
@@ -127,7 +131,27 @@ const RetrySchedule = Schema.declare(
  * @since 0.1.0
  * @category schemas
  */
-export const ConfigSchema = Schema.Struct({
+export const ConfigSchema: Schema.Struct<{
+  readonly name: Defaulted<Schema.String>
+  readonly concurrency: Defaulted<Codec.IntSetting>
+  readonly claimConcurrency: Schema.optional<Codec.IntSetting>
+  readonly coalesceClaims: Schema.optional<Schema.Boolean>
+  readonly ordering: Defaulted<Schema.Literals<readonly ["unordered", "per-key"]>>
+  readonly dispatch: Schema.optional<Schema.Literals<readonly ["eager", "poll"]>>
+  readonly eagerLimit: Schema.optional<Codec.IntSetting>
+  readonly backpressure: Defaulted<FalseOr<Codec.DurationSetting>>
+  readonly maxCrashes: Defaulted<Codec.IntSetting>
+  readonly batchSize: Defaulted<Codec.IntSetting>
+  readonly lease: Duration_
+  readonly pollInterval: Defaulted<Schema.Struct<{ readonly min: Duration_; readonly base: Duration_; readonly max: Duration_ }>>
+  readonly retry: Schema.optional<Schema.declare<Schedule.Schedule<unknown, unknown>>>
+  readonly maxAttempts: Defaulted<Codec.IntSetting>
+  readonly publishTimeout: Schema.optional<Codec.DurationSetting>
+  readonly reclaimInterval: Schema.optional<Codec.DurationSetting>
+  readonly retention: Defaulted<FalseOr<Schema.Struct<{ readonly olderThan: Duration_; readonly interval: Duration_; readonly batchSize: Defaulted<Codec.IntSetting> }>>>
+  readonly statsInterval: Defaulted<FalseOr<Codec.DurationSetting>>
+  readonly shutdownTimeout: Duration_
+}> = Schema.Struct({
   name: withDefault(
     Schema.String.check(Schema.makeFilter((name: string) =>
       /^[\w.:-]{1,64}$/.test(name) ? undefined : "must be 1-64 characters of [A-Za-z0-9_.:-]"

@@ -12,7 +12,11 @@ import type * as Relay from "../../Relay.ts"
 import { assertDeliveredOnce, deliveredIds, seed } from "../helpers.ts"
 import { quiet, type Suite } from "./suite.ts"
 
-/** Registers the merged-claims part of the relay contract. */
+/**
+ * Registers the merged-claims part of the relay contract.
+ * @since 0.1.0
+ * @category suites
+ */
 export const claimTests = ({ run, start, test, time }: Suite) => {
   test("merged claims: waiting pollers share a claim statement, each still publishes one batch at a time; without merging, one claim per poller", () =>
       run(Effect.gen(function*() {

@@ -14,7 +14,11 @@ import { Publisher } from "../../Publisher.ts"
 import { assertDeliveredOnce, deliveredIds, seed, Thing } from "../helpers.ts"
 import { idle, quiet, spyStore, type Suite } from "./suite.ts"
 
-/** Registers the delivery part of the relay contract. */
+/**
+ * Registers the delivery part of the relay contract.
+ * @since 0.1.0
+ * @category suites
+ */
 export const deliveryTests = ({ run, start, test, time }: Suite) => {
   test("4 pollers publish 2,000 events exactly once", () =>
     run(Effect.gen(function*() {

@@ -12,7 +12,11 @@ import * as Relay from "../../Relay.ts"
 import { assertDeliveredOnce, deliveredIds, failureTag, seed, slowPublisher } from "../helpers.ts"
 import type { Suite } from "./suite.ts"
 
-/** Registers the drain part of the relay contract. */
+/**
+ * Registers the drain part of the relay contract.
+ * @since 0.1.0
+ * @category suites
+ */
 export const drainTests = ({ run, test, time }: Suite) => {
   test("drain: publishes everything due, then reports idle", () =>
     run(Effect.gen(function*() {

@@ -10,7 +10,11 @@ import { OutboxStore } from "../../OutboxStore.ts"
 import { assertDeliveredOnce, deliveredIds, seed, slowPublisher, Thing } from "../helpers.ts"
 import { idle, quiet, spyStore, type Suite } from "./suite.ts"
 
-/** Registers the eager-dispatch part of the relay contract. */
+/**
+ * Registers the eager-dispatch part of the relay contract.
+ * @since 0.1.0
+ * @category suites
+ */
 export const eagerTests = ({ run, start, test, time }: Suite) => {
   test("eager dispatch: events appended in the relay's process go out without a claim; a rollback sends nothing", () =>
     run(Effect.gen(function*() {

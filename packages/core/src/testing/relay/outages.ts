@@ -36,7 +36,11 @@ const nothingCounted = (store: Service, spy: ReturnType<typeof spyStore>, publis
     assert.isTrue(spy.attempts().every((n) => n === 1), `every claim was a first attempt: ${spy.attempts().join(",")}`)
   })
 
-/** Registers the outage part of the relay contract. */
+/**
+ * Registers the outage part of the relay contract.
+ * @since 0.1.0
+ * @category suites
+ */
 export const outageTests = ({ run, start, test, time }: Suite) => {
   const firstDeliveryAfter = (from: number) =>
     Effect.gen(function*() {

@@ -11,7 +11,11 @@ import { Publisher } from "../../Publisher.ts"
 import { assertDeliveredOnce, seed, slowPublisher } from "../helpers.ts"
 import { quiet, type Suite, switchableStore, timed } from "./suite.ts"
 
-/** Registers the shutdown part of the relay contract. */
+/**
+ * Registers the shutdown part of the relay contract.
+ * @since 0.1.0
+ * @category suites
+ */
 export const shutdownTests = ({ run, start, test, time }: Suite) => {
   test("merged claims: shutdown leaves no claim behind, whether the batches finish or are interrupted and released", () =>
       run(Effect.gen(function*() {

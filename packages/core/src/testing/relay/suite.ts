@@ -13,10 +13,18 @@ import { Publisher, rejected } from "../../Publisher.ts"
 import type * as Relay from "../../Relay.ts"
 import { startRelay, type Time, withStore } from "../helpers.ts"
 
-/** The services a contract test body runs with. */
+/**
+ * The services a contract test body runs with.
+ * @since 0.1.0
+ * @category models
+ */
 export type Env = OutboxStore | MemoryBroker.MemoryBroker | Publisher | Scope.Scope
 
-/** A relay contract part's view of the suite. */
+/**
+ * A relay contract part's view of the suite.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Suite {
   readonly test: typeof it.live
   readonly time: Time
@@ -26,7 +34,11 @@ export interface Suite {
   readonly start: (config: Relay.Config) => Effect.Effect<{ readonly relay: Relay.Service; readonly stop: Effect.Effect<void> }, unknown, OutboxStore | Publisher>
 }
 
-/** Builds the suite of one store. */
+/**
+ * Builds the suite of one store.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const makeSuite = (makeStore: Effect.Effect<Service, unknown, Scope.Scope>, test: typeof it.live, time: Time): Suite => ({
   test,
   time,
@@ -34,14 +46,26 @@ export const makeSuite = (makeStore: Effect.Effect<Service, unknown, Scope.Scope
   start: (config) => Effect.map(startRelay(config), ({ relay, stop }) => ({ relay, stop: time.run(stop) }))
 })
 
-/** Settings that keep the background loops out of the way, with short polls. */
+/**
+ * Settings that keep the background loops out of the way, with short polls.
+ * @since 0.1.0
+ * @category fixtures
+ */
 export const quiet: Relay.Config = { statsInterval: false, retention: false, pollInterval: { base: "20 millis", max: "100 millis" } }
 
-/** Waits until the relay's pollers are all idle (their last claim found nothing), having claimed at least once. */
+/**
+ * Waits until the relay's pollers are all idle (their last claim found nothing), having claimed at least once.
+ * @since 0.1.0
+ * @category fixtures
+ */
 export const idle = (time: Time, relay: Relay.Service, pollers = 1) =>
   time.eventually(Effect.map(relay.status, (s) => s.claims > 0 && s.idle >= pollers), "5 seconds", `${pollers} idle pollers`)
 
-/** Wraps a store, counting and recording what it is asked to do. */
+/**
+ * Wraps a store, counting and recording what it is asked to do.
+ * @since 0.1.0
+ * @category fixtures
+ */
 export const spyStore = (inner: Service) => {
   let claimed = 0
   const attempts: Array<number> = []
@@ -85,6 +109,8 @@ const unavailable = (operation: string) => new StoreError({ operation, message: 
 /**
  * Wraps a store that can be taken away: `down` fails every call with an `Unavailable` store error,
  * `gone` holds every call until the store is `up` again (a database that does not answer).
+ * @since 0.1.0
+ * @category fixtures
  */
 export const switchableStore = (inner: Service) => {
   let mode: "up" | "down" | "gone" = "up"
@@ -119,6 +145,8 @@ export const switchableStore = (inner: Service) => {
  * A publisher in front of the memory broker's that can be taken away without saying when it is
  * back (no `awaitAvailable`): while down, a publish fails as `Unavailable`, for the whole batch or
  * per message (in turns). It records when each publish was called (by `Clock`).
+ * @since 0.1.0
+ * @category fixtures
  */
 export const switchablePublisher = () => {
   let down = false
@@ -140,7 +168,11 @@ export const switchablePublisher = () => {
   return { layer, calls: () => calls, setDown: (on: boolean) => Effect.sync(() => void (down = on)) }
 }
 
-/** The milliseconds `effect` took, by the suite's clock. */
+/**
+ * The milliseconds `effect` took, by the suite's clock.
+ * @since 0.1.0
+ * @category fixtures
+ */
 export const timed = <A, E, R>(time: Time, effect: Effect.Effect<A, E, R>) =>
   Effect.gen(function*() {
     const start = yield* time.now
@@ -148,5 +180,9 @@ export const timed = <A, E, R>(time: Time, effect: Effect.Effect<A, E, R>) =>
     return { value, ms: (yield* time.now) - start }
   })
 
-/** A duration in milliseconds. */
+/**
+ * A duration in milliseconds.
+ * @since 0.1.0
+ * @category fixtures
+ */
 export const ms = (d: Duration.Input) => Duration.toMillis(Duration.fromInputUnsafe(d))
