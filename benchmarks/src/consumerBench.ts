@@ -10,6 +10,7 @@
  * @module
  */
 import * as Inbox from "@tidings/core/Inbox"
+import { InboxStore } from "@tidings/core/InboxStore"
 import type { Message } from "@tidings/core/Message"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import * as PgInboxStore from "@tidings/postgres/PgInboxStore"
@@ -19,7 +20,6 @@ import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
 import * as AmqpConsumer from "@tidings/rabbitmq/AmqpConsumer"
 import * as EventRegistry from "@tidings/rabbitmq/EventRegistry"
-import { InboxStore } from "@tidings/core/InboxStore"
 import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import { waitFor } from "./latency.ts"
@@ -41,15 +41,25 @@ export interface ConsumerRun {
 }
 
 const handledTable = (schema: string) =>
-  SqlClient.SqlClient.use((sql) => sql`CREATE TABLE ${sql(`${schema}.handled`)} (id text NOT NULL, at timestamptz NOT NULL DEFAULT now())`).pipe(Effect.orDie)
+  SqlClient.SqlClient.use((sql) =>
+    sql`CREATE TABLE ${sql(`${schema}.handled`)} (id text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
+  ).pipe(Effect.orDie)
 
 const check = (schema: string, events: number, seconds: number) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const [r] = yield* sql<{ rows: number; ids: number }>`SELECT count(*)::int AS rows, count(DISTINCT id)::int AS ids FROM ${sql(`${schema}.handled`)}`.pipe(Effect.orDie)
+    const [r] = yield* sql<
+      { rows: number; ids: number }
+    >`SELECT count(*)::int AS rows, count(DISTINCT id)::int AS ids FROM ${sql(`${schema}.handled`)}`.pipe(Effect.orDie)
     const rows = Number(r?.rows ?? 0)
     const ids = Number(r?.ids ?? 0)
-    return { events: ids, seconds: round(seconds, 3), eventsPerSecond: Math.round(ids / seconds), lost: events - ids, duplicates: rows - ids } satisfies ConsumerRun
+    return {
+      events: ids,
+      seconds: round(seconds, 3),
+      eventsPerSecond: Math.round(ids / seconds),
+      lost: events - ids,
+      duplicates: rows - ids
+    } satisfies ConsumerRun
   })
 
 /** `PgLogConsumer` (its defaults: 2 workers, 100 events per transaction) drains a log of `msgs`. */
@@ -59,7 +69,9 @@ export const logRun = (url: string, msgs: ReadonlyArray<Message>): Effect.Effect
     return yield* Effect.gen(function*() {
       const schema = yield* Pg.freshSchema("logcons")
       const stores = yield* PgLogStore.make({ schema, partitions }).pipe(Effect.orDie)
-      for (let i = 0; i < msgs.length; i += 1_000) yield* stores.outbox.withTransaction(stores.outbox.append(msgs.slice(i, i + 1_000))).pipe(Effect.orDie)
+      for (let i = 0; i < msgs.length; i += 1_000) {
+        yield* stores.outbox.withTransaction(stores.outbox.append(msgs.slice(i, i + 1_000))).pipe(Effect.orDie)
+      }
       yield* handledTable(schema)
       let committed = 0
       const start = performance.now()
@@ -75,7 +87,9 @@ export const logRun = (url: string, msgs: ReadonlyArray<Message>): Effect.Effect
               yield* sql.afterCommit(Effect.sync(() => void committed++))
             }).pipe(Effect.orDie)
         } as PgLogConsumer.Options<never, SqlClient.SqlClient>)).pipe(Effect.orDie)
-        if (!(yield* waitFor(() => committed >= msgs.length, 120_000))) log(`  ! log consumer: ${committed} of ${msgs.length} handled`)
+        if (!(yield* waitFor(() => committed >= msgs.length, 120_000))) {
+          log(`  ! log consumer: ${committed} of ${msgs.length} handled`)
+        }
       }))
       return yield* check(schema, msgs.length, (performance.now() - start) / 1000)
     }).pipe(Effect.provideContext(context))
@@ -87,7 +101,13 @@ const registry = EventRegistry.make([Seed.OrderPlaced])
  * `AmqpConsumer` (`concurrency` handlers, prefetch `prefetch`) with `Inbox.wrap` over
  * `PgInboxStore` drains a classic queue holding `msgs`.
  */
-export const inboxRun = (url: string, rabbitUrl: string, msgs: ReadonlyArray<Message>, concurrency: number, prefetch: number): Effect.Effect<ConsumerRun> =>
+export const inboxRun = (
+  url: string,
+  rabbitUrl: string,
+  msgs: ReadonlyArray<Message>,
+  concurrency: number,
+  prefetch: number
+): Effect.Effect<ConsumerRun> =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(url, concurrency + 2)
     return yield* Effect.gen(function*() {
@@ -95,12 +115,16 @@ export const inboxRun = (url: string, rabbitUrl: string, msgs: ReadonlyArray<Mes
       yield* handledTable(schema)
       const queue = yield* Rabbit.freshQueue(rabbitUrl, "inbox", "classic")
       const exchange = Rabbit.exchangeOf(queue)
-      const channel = yield* Effect.flatMap(Rabbit.rawConnection(rabbitUrl), (m) => Effect.promise(() => m.createConfirmChannel()))
-      channel.on("error", () => undefined)
+      const channel = yield* Effect.flatMap(Rabbit.rawConnection(rabbitUrl), (m) =>
+        Effect.promise(() => m.createConfirmChannel()))
+      channel.on("error", () =>
+        undefined)
       yield* Effect.promise(async () => {
         for (const m of msgs) {
           const o = Rabbit.outgoing(m, exchange)
-          if (!channel.publish(o.exchange, o.routingKey, o.content, o.options)) await new Promise((r) => channel.once("drain", r))
+          if (!channel.publish(o.exchange, o.routingKey, o.content, o.options)) {
+            await new Promise((r) => channel.once("drain", r))
+          }
         }
         await channel.waitForConfirms()
       })
@@ -122,7 +146,9 @@ export const inboxRun = (url: string, rabbitUrl: string, msgs: ReadonlyArray<Mes
           Effect.provideService(OutboxStore, outbox),
           Effect.orDie
         )
-        if (!(yield* waitFor(() => committed >= msgs.length, 120_000))) log(`  ! inbox consumer: ${committed} of ${msgs.length} handled`)
+        if (!(yield* waitFor(() => committed >= msgs.length, 120_000))) {
+          log(`  ! inbox consumer: ${committed} of ${msgs.length} handled`)
+        }
       }))
       return yield* check(schema, msgs.length, (performance.now() - start) / 1000)
     }).pipe(Effect.provideContext(context))

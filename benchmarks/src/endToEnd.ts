@@ -24,8 +24,8 @@ import * as Relay from "@tidings/core/Relay"
 import * as Wakeup from "@tidings/core/Wakeup"
 import * as PgLogStore from "@tidings/postgres/PgLogStore"
 import { Duration, Effect, Layer, type Scope } from "effect"
-import { LatencyTracker, waitFor } from "./latency.ts"
 import * as Claim from "./claim.ts"
+import { LatencyTracker, waitFor } from "./latency.ts"
 import { monotonicMs } from "./lib/monotonic.ts"
 import * as Pg from "./lib/postgres.ts"
 import { counting, Tally, timing } from "./lib/publishers.ts"
@@ -56,33 +56,57 @@ export const checked = (rabbitUrl: string, queue: string, ids: ReadonlyArray<str
   }))
 
 /** A Tidings relay (row or log mode) moves `msgs` from a fresh table into a fresh queue. */
-export const tidingsDrain = (url: string, rabbitUrl: string, mode: "row" | "log", msgs: ReadonlyArray<Message>): Effect.Effect<E2eDrain> =>
+export const tidingsDrain = (
+  url: string,
+  rabbitUrl: string,
+  mode: "row" | "log",
+  msgs: ReadonlyArray<Message>
+): Effect.Effect<E2eDrain> =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(url, 8)
     return yield* Effect.gen(function*() {
       const queue = yield* Rabbit.freshQueue(rabbitUrl, `e2e-${mode}`, "classic")
-      const amqp = yield* Rabbit.publisher(yield* Rabbit.connection(rabbitUrl, `bench-e2e-${mode}`), Rabbit.exchangeOf(queue), 1)
+      const amqp = yield* Rabbit.publisher(
+        yield* Rabbit.connection(rabbitUrl, `bench-e2e-${mode}`),
+        Rabbit.exchangeOf(queue),
+        1
+      )
       const tally = new Tally()
       const publisher = counting(amqp, tally)
       const hub = Layer.succeed(Wakeup.Wakeups)(Wakeup.makeHub())
       let relay: Effect.Effect<unknown, never, Scope.Scope>
       if (mode === "row") {
         const { store } = yield* Claim.prepare("clean", msgs)
-        relay = Layer.build(Relay.layer({ name: "e2e", concurrency: 4, batchSize: 1_000, statsInterval: false, retention: false }).pipe(
-          Layer.provide(Layer.mergeAll(Layer.succeed(OutboxStore)(store), Layer.succeed(Publisher)(publisher), hub))
-        )).pipe(Effect.orDie)
+        relay = Layer.build(
+          Relay.layer({ name: "e2e", concurrency: 4, batchSize: 1_000, statsInterval: false, retention: false }).pipe(
+            Layer.provide(Layer.mergeAll(Layer.succeed(OutboxStore)(store), Layer.succeed(Publisher)(publisher), hub))
+          )
+        ).pipe(Effect.orDie)
       } else {
         const schema = yield* Pg.freshSchema("e2elog")
         const stores = yield* PgLogStore.make({ schema, partitions }).pipe(Effect.orDie)
-        for (let i = 0; i < msgs.length; i += 1_000) yield* stores.outbox.withTransaction(stores.outbox.append(msgs.slice(i, i + 1_000))).pipe(Effect.orDie)
-        relay = Layer.build(LogRelay.layer({ group: "e2e", statsInterval: false, retention: false }).pipe(
-          Layer.provide(Layer.mergeAll(Layer.succeed(LogStore.LogStore)(stores.log), Layer.succeed(OutboxStore)(stores.outbox), Layer.succeed(Publisher)(publisher), hub))
-        )).pipe(Effect.orDie)
+        for (let i = 0; i < msgs.length; i += 1_000) {
+          yield* stores.outbox.withTransaction(stores.outbox.append(msgs.slice(i, i + 1_000))).pipe(Effect.orDie)
+        }
+        relay = Layer.build(
+          LogRelay.layer({ group: "e2e", statsInterval: false, retention: false }).pipe(
+            Layer.provide(
+              Layer.mergeAll(
+                Layer.succeed(LogStore.LogStore)(stores.log),
+                Layer.succeed(OutboxStore)(stores.outbox),
+                Layer.succeed(Publisher)(publisher),
+                hub
+              )
+            )
+          )
+        ).pipe(Effect.orDie)
       }
       const start = performance.now()
       yield* Effect.scoped(Effect.gen(function*() {
         yield* relay
-        if (!(yield* waitFor(() => tally.total >= msgs.length, 180_000))) log(`  ! e2e ${mode}: ${tally.total} of ${msgs.length} confirmed`)
+        if (!(yield* waitFor(() => tally.total >= msgs.length, 180_000))) {
+          log(`  ! e2e ${mode}: ${tally.total} of ${msgs.length} confirmed`)
+        }
       }))
       return yield* checked(rabbitUrl, queue.queue, msgs.map((m) => m.id), (performance.now() - start) / 1000)
     }).pipe(Effect.provideContext(context))
@@ -111,7 +135,13 @@ export interface PacedRun {
  * events/s (late transactions do not slow it down); with `relay`, a `LogRelay` in this process
  * publishes them into a fresh queue and each event's commit → confirm is recorded.
  */
-export const paced = (url: string, rabbitUrl: string, rate: number, opts: PacedOptions, relay = true): Effect.Effect<PacedRun> =>
+export const paced = (
+  url: string,
+  rabbitUrl: string,
+  rate: number,
+  opts: PacedOptions,
+  relay = true
+): Effect.Effect<PacedRun> =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(url, opts.producers + 4)
     return yield* Effect.gen(function*() {
@@ -120,14 +150,20 @@ export const paced = (url: string, rabbitUrl: string, rate: number, opts: PacedO
       const tracker = new LatencyTracker()
       if (relay) {
         const queue = yield* Rabbit.freshQueue(rabbitUrl, "e2e-paced", "classic")
-        const amqp = yield* Rabbit.publisher(yield* Rabbit.connection(rabbitUrl, "bench-e2e-paced"), Rabbit.exchangeOf(queue), 1)
-        yield* Layer.build(LogRelay.layer({ group: "paced", statsInterval: false, retention: false }).pipe(
-          Layer.provide(Layer.mergeAll(
-            Layer.succeed(LogStore.LogStore)(stores.log),
-            Layer.succeed(OutboxStore)(stores.outbox),
-            Layer.succeed(Publisher)(timing(amqp, (id) => tracker.received(id, monotonicMs())))
-          ))
-        )).pipe(Effect.orDie)
+        const amqp = yield* Rabbit.publisher(
+          yield* Rabbit.connection(rabbitUrl, "bench-e2e-paced"),
+          Rabbit.exchangeOf(queue),
+          1
+        )
+        yield* Layer.build(
+          LogRelay.layer({ group: "paced", statsInterval: false, retention: false }).pipe(
+            Layer.provide(Layer.mergeAll(
+              Layer.succeed(LogStore.LogStore)(stores.log),
+              Layer.succeed(OutboxStore)(stores.outbox),
+              Layer.succeed(Publisher)(timing(amqp, (id) => tracker.received(id, monotonicMs())))
+            ))
+          )
+        ).pipe(Effect.orDie)
       }
       const txs = Math.round((rate * (opts.warmup + opts.duration)) / opts.txEvents)
       const start = monotonicMs() + 20
@@ -152,13 +188,24 @@ export const paced = (url: string, rabbitUrl: string, rate: number, opts: PacedO
             }
           }
         })
-      yield* Effect.forEach(Array.from({ length: opts.producers }, (_, i) => i), producer, { concurrency: "unbounded", discard: true }).pipe(
+      yield* Effect.forEach(Array.from({ length: opts.producers }, (_, i) => i), producer, {
+        concurrency: "unbounded",
+        discard: true
+      }).pipe(
         Effect.provideService(OutboxStore, stores.outbox),
         Effect.orDie
       )
       const achievedRate = Math.round(measured / Math.max(0.001, (last - measuredFrom) / 1000))
-      if (relay && !(yield* waitFor(() => tracker.outstanding === 0, 30_000))) log(`  ! e2e paced ${rate}/s: ${tracker.outstanding} not confirmed`)
+      if (relay && !(yield* waitFor(() => tracker.outstanding === 0, 30_000))) {
+        log(`  ! e2e paced ${rate}/s: ${tracker.outstanding} not confirmed`)
+      }
       const s = sorted(tracker.latencies)
-      return { rate, achievedRate, p50Ms: round(percentile(s, 50)), p99Ms: round(percentile(s, 99)), lost: relay ? tracker.outstanding : 0 }
+      return {
+        rate,
+        achievedRate,
+        p50Ms: round(percentile(s, 50)),
+        p99Ms: round(percentile(s, 99)),
+        lost: relay ? tracker.outstanding : 0
+      }
     }).pipe(Effect.provideContext(context))
   }))

@@ -55,7 +55,11 @@ const workerPath = fileURLToPath(new URL("./logWorker.ts", import.meta.url))
  * schedule), spread over `producers` fibers; `append(k)` commits one and returns its id; the commit
  * time (monotonic clock) goes to `tracker`.
  */
-const pace = (opts: Options, tracker: LatencyTracker, append: (k: number) => Effect.Effect<string, unknown, OutboxStore>) =>
+const pace = (
+  opts: Options,
+  tracker: LatencyTracker,
+  append: (k: number) => Effect.Effect<string, unknown, OutboxStore>
+) =>
   Effect.gen(function*() {
     const total = Math.round(opts.rate * (opts.warmup + opts.duration))
     const start = monotonicMs() + 20
@@ -78,7 +82,10 @@ const pace = (opts: Options, tracker: LatencyTracker, append: (k: number) => Eff
           }
         }
       })
-    yield* Effect.forEach(Array.from({ length: opts.producers }, (_, i) => i), producer, { concurrency: "unbounded", discard: true }).pipe(Effect.orDie)
+    yield* Effect.forEach(Array.from({ length: opts.producers }, (_, i) => i), producer, {
+      concurrency: "unbounded",
+      discard: true
+    }).pipe(Effect.orDie)
     return Math.round(measured / Math.max(0.001, (last - measuredFrom) / 1000))
   })
 
@@ -96,7 +103,8 @@ const summary = (tracker: LatencyTracker, achievedRate: number): Sample => {
   }
 }
 
-const appendWith = (k: number) => Effect.map(Outbox.transaction(Outbox.append(Seed.OrderPlaced, Seed.input(k))), (m) => m.id)
+const appendWith = (k: number) =>
+  Effect.map(Outbox.transaction(Outbox.append(Seed.OrderPlaced, Seed.input(k))), (m) => m.id)
 
 /** Commit → publish with the relay in another process, woken by NOTIFY. */
 export const otherProcess = (url: string, opts: Options): Effect.Effect<Sample> =>
@@ -110,7 +118,12 @@ export const otherProcess = (url: string, opts: Options): Effect.Effect<Sample> 
       let done!: () => void
       const finished = new Promise<void>((resolve) => (done = resolve))
       const child = yield* Effect.acquireRelease(
-        Effect.sync(() => fork(workerPath, [url, schema, "latency", "2", "500", "30000", "1"], { stdio: ["ignore", "ignore", "inherit", "ipc"], execArgv: [] })),
+        Effect.sync(() =>
+          fork(workerPath, [url, schema, "latency", "2", "500", "30000", "1"], {
+            stdio: ["ignore", "ignore", "inherit", "ipc"],
+            execArgv: []
+          })
+        ),
         (c) => Effect.sync(() => void (c.exitCode === null && c.kill()))
       )
       child.on("message", (m: FromLogWorker) => {
@@ -119,7 +132,9 @@ export const otherProcess = (url: string, opts: Options): Effect.Effect<Sample> 
         else if (m.type === "done") done()
         else if (m.type === "failed") log(`  ! log relay process failed: ${m.error}`)
       })
-      if (!(yield* waitFor(() => held === stores.log.partitions, 60_000))) log("  ! the log relay process did not take its partitions")
+      if (!(yield* waitFor(() => held === stores.log.partitions, 60_000))) {
+        log("  ! the log relay process did not take its partitions")
+      }
       const achieved = yield* pace(opts, tracker, appendWith).pipe(Effect.provideService(OutboxStore, stores.outbox))
       yield* waitFor(() => tracker.outstanding === 0, 10_000)
       child.send({ type: "stop" } satisfies ToLogWorker)
@@ -136,12 +151,24 @@ export const rabbit = (url: string, rabbitUrl: string, opts: Options): Effect.Ef
       const schema = yield* Pg.freshSchema("lograb")
       const stores = yield* PgLogStore.make({ schema }).pipe(Effect.orDie)
       const queue = yield* Rabbit.freshQueue(rabbitUrl, "loglat", "classic")
-      const amqp = yield* Rabbit.publisher(yield* Rabbit.connection(rabbitUrl, "bench-log-relay"), Rabbit.exchangeOf(queue), 1)
+      const amqp = yield* Rabbit.publisher(
+        yield* Rabbit.connection(rabbitUrl, "bench-log-relay"),
+        Rabbit.exchangeOf(queue),
+        1
+      )
       const tracker = new LatencyTracker()
       const publisher = timing(amqp, (id) => tracker.received(id, monotonicMs()))
-      yield* Layer.build(LogRelay.layer({ group: "latency", statsInterval: false, retention: false }).pipe(
-        Layer.provide(Layer.mergeAll(Layer.succeed(LogStore.LogStore)(stores.log), Layer.succeed(OutboxStore)(stores.outbox), Layer.succeed(Publisher)(publisher)))
-      )).pipe(Effect.orDie)
+      yield* Layer.build(
+        LogRelay.layer({ group: "latency", statsInterval: false, retention: false }).pipe(
+          Layer.provide(
+            Layer.mergeAll(
+              Layer.succeed(LogStore.LogStore)(stores.log),
+              Layer.succeed(OutboxStore)(stores.outbox),
+              Layer.succeed(Publisher)(publisher)
+            )
+          )
+        )
+      ).pipe(Effect.orDie)
       const achieved = yield* pace(opts, tracker, appendWith).pipe(Effect.provideService(OutboxStore, stores.outbox))
       yield* waitFor(() => tracker.outstanding === 0, 10_000)
       return summary(tracker, achieved)

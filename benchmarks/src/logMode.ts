@@ -68,14 +68,16 @@ export const drain = (
     const start = performance.now()
     const deadline = start + capSeconds * 1000
     yield* Effect.scoped(Effect.gen(function*() {
-      yield* Layer.build(LogRelay.layer({ statsInterval: false, retention: false, ...config, group }).pipe(
-        Layer.provide(Layer.mergeAll(
-          Layer.succeed(LogStore.LogStore)(stores.log),
-          Layer.succeed(OutboxStore)(stores.outbox),
-          Layer.succeed(Publisher)(counted),
-          Layer.succeed(Wakeup.Wakeups)(Wakeup.makeHub())
-        ))
-      )).pipe(Effect.orDie)
+      yield* Layer.build(
+        LogRelay.layer({ statsInterval: false, retention: false, ...config, group }).pipe(
+          Layer.provide(Layer.mergeAll(
+            Layer.succeed(LogStore.LogStore)(stores.log),
+            Layer.succeed(OutboxStore)(stores.outbox),
+            Layer.succeed(Publisher)(counted),
+            Layer.succeed(Wakeup.Wakeups)(Wakeup.makeHub())
+          ))
+        )
+      ).pipe(Effect.orDie)
       while (tally.total < events && performance.now() < deadline) yield* Effect.sleep("1 millis")
     }))
     const seconds = (performance.now() - start) / 1000
@@ -98,7 +100,12 @@ export const drain = (
   })
 
 /** One claim-phase run: its own pool (`relays` + 2 connections), a fresh log, one drain. */
-export const measure = (url: string, plan: { readonly relays: number; readonly batch: number }, msgs: ReadonlyArray<Message>, capSeconds: number) =>
+export const measure = (
+  url: string,
+  plan: { readonly relays: number; readonly batch: number },
+  msgs: ReadonlyArray<Message>,
+  capSeconds: number
+) =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(url, plan.relays + 3)
     return yield* Effect.gen(function*() {

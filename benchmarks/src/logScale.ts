@@ -31,7 +31,10 @@ interface Worker {
 
 const spawn = (url: string, schema: string, workers: number, batch: number): Worker => {
   // A short lease, so that the processes settle their split quickly before the clock starts.
-  const child = fork(workerPath, [url, schema, "scale", String(workers), String(batch), "3000", "1"], { stdio: ["ignore", "ignore", "inherit", "ipc"], execArgv: [] })
+  const child = fork(workerPath, [url, schema, "scale", String(workers), String(batch), "3000", "1"], {
+    stdio: ["ignore", "ignore", "inherit", "ipc"],
+    execArgv: []
+  })
   let onDone!: () => void
   const done = new Promise<void>((resolve) => (onDone = resolve))
   const w: Worker = { child, held: 0, ids: [], done }
@@ -53,7 +56,14 @@ const spawn = (url: string, schema: string, workers: number, batch: number): Wor
  * `warm` is published first, unmeasured: fresh processes compile their hot paths on it, as
  * long-running relays would have.
  */
-export const run = (url: string, processes: number, workers: number, batch: number, msgs: ReadonlyArray<Message>, warm: ReadonlyArray<Message> = []): Effect.Effect<ScaleRun> =>
+export const run = (
+  url: string,
+  processes: number,
+  workers: number,
+  batch: number,
+  msgs: ReadonlyArray<Message>,
+  warm: ReadonlyArray<Message> = []
+): Effect.Effect<ScaleRun> =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(url, 3)
     return yield* Effect.gen(function*() {
@@ -65,12 +75,18 @@ export const run = (url: string, processes: number, workers: number, batch: numb
         (all) => Effect.sync(() => all.forEach((w) => w.child.exitCode === null && w.child.kill()))
       )
       const split = () => ws.every((w) => w.held > 0) && ws.reduce((n, w) => n + w.held, 0) === partitions
-      if (!(yield* waitFor(split, 60_000))) log(`  ! log scale-out: the processes did not split the partitions (${ws.map((w) => w.held).join(" / ")})`)
+      if (!(yield* waitFor(split, 60_000))) {
+        log(`  ! log scale-out: the processes did not split the partitions (${ws.map((w) => w.held).join(" / ")})`)
+      }
       // A backlog in one transaction: readable at its commit, as a burst would be.
       const appendAll = (ms: ReadonlyArray<Message>) =>
-        stores.outbox.withTransaction(Effect.forEach(Array.from({ length: Math.ceil(ms.length / 1_000) }, (_, i) => i), (i) =>
-          stores.outbox.append(ms.slice(i * 1_000, (i + 1) * 1_000)), { discard: true })).pipe(Effect.orDie)
-      const total = () => ws.reduce((n, w) => n + w.ids.length, 0)
+        stores.outbox.withTransaction(Effect.forEach(
+          Array.from({ length: Math.ceil(ms.length / 1_000) }, (_, i) => i),
+          (i) => stores.outbox.append(ms.slice(i * 1_000, (i + 1) * 1_000)),
+          { discard: true }
+        )).pipe(Effect.orDie)
+      const total = () =>
+        ws.reduce((n, w) => n + w.ids.length, 0)
       if (warm.length > 0) {
         yield* appendAll(warm)
         yield* waitFor(() => total() >= warm.length, 60_000)
@@ -78,7 +94,9 @@ export const run = (url: string, processes: number, workers: number, batch: numb
       const warmed = total()
       yield* appendAll(msgs)
       const start = performance.now()
-      if (!(yield* waitFor(() => total() - warmed >= msgs.length, 120_000))) log(`  ! log scale-out: stuck at ${total() - warmed} of ${msgs.length} events`)
+      if (!(yield* waitFor(() => total() - warmed >= msgs.length, 120_000))) {
+        log(`  ! log scale-out: stuck at ${total() - warmed} of ${msgs.length} events`)
+      }
       const seconds = (performance.now() - start) / 1000
       for (const w of ws) w.child.send({ type: "stop" } satisfies ToLogWorker)
       yield* Effect.promise(() => Promise.all(ws.map((w) => w.done)))

@@ -18,9 +18,9 @@ import { round, summarize } from "./lib/stats.ts"
 import * as LogLatency from "./logLatency.ts"
 import * as LogMode from "./logMode.ts"
 import * as LogScale from "./logScale.ts"
-import * as PeersE2e from "./peersE2e.ts"
 import type { GraphileConfig, PgBossConfig } from "./peers.ts"
 import { graphileLabel, pgBossLabel } from "./peers.ts"
+import * as PeersE2e from "./peersE2e.ts"
 import type { Step } from "./suite.ts"
 
 /** Settings of log mode's suite steps. */
@@ -30,7 +30,12 @@ export interface LogOptions {
   readonly duration: number
   readonly warmup: number
   readonly producers: number
-  readonly scale: { readonly processes: ReadonlyArray<number>; readonly workers: number; readonly batch: number; readonly events: number }
+  readonly scale: {
+    readonly processes: ReadonlyArray<number>
+    readonly workers: number
+    readonly batch: number
+    readonly events: number
+  }
   readonly consumerEvents: number
   readonly inbox: { readonly concurrency: number; readonly prefetch: number }
   readonly e2e: {
@@ -55,8 +60,12 @@ export const options = (quick: boolean): LogOptions => ({
   inbox: { concurrency: 64, prefetch: 512 },
   e2e: {
     events: quick ? 3_000 : 20_000,
-    graphile: quick ? [{ concurrency: 24, localQueue: 500, batchDelay: 0 }] : [{ concurrency: 24, localQueue: 500, batchDelay: 0 }, { concurrency: 64, localQueue: 2_000, batchDelay: 0 }],
-    pgBoss: quick ? [{ mode: "work", fetchers: 4, batch: 1_000 }] : [{ mode: "work", fetchers: 4, batch: 1_000 }, { mode: "work", fetchers: 8, batch: 100 }],
+    graphile: quick
+      ? [{ concurrency: 24, localQueue: 500, batchDelay: 0 }]
+      : [{ concurrency: 24, localQueue: 500, batchDelay: 0 }, { concurrency: 64, localQueue: 2_000, batchDelay: 0 }],
+    pgBoss: quick
+      ? [{ mode: "work", fetchers: 4, batch: 1_000 }]
+      : [{ mode: "work", fetchers: 4, batch: 1_000 }, { mode: "work", fetchers: 8, batch: 100 }],
     fractions: quick ? [0.5, 1] : [0.4, 0.6, 0.8, 1],
     txEvents: 10
   }
@@ -67,9 +76,22 @@ const lat = (label: string, r: LogLatency.Sample) =>
   log(`    ${label}: p50 ${ms(r.p50Ms)} ms, p99 ${ms(r.p99Ms)} ms (achieved ${int(r.achievedRate)}/s)`)
 
 /** Latency steps of the latency phase: `runs` interleaved rounds. */
-export const latencySteps = (url: () => string, rabbitUrl: () => string | undefined, base: Latency.Options, o: LogOptions, runs: number, problems: Problems) => {
-  const samples = new Map<string, { key: Omit<LogLatencyRow, "p50" | "p99" | "achievedRate" | "lost" | "duplicates">; runs: Array<LogLatency.Sample> }>()
-  const add = (key: Omit<LogLatencyRow, "p50" | "p99" | "achievedRate" | "lost" | "duplicates">, r: LogLatency.Sample) => {
+export const latencySteps = (
+  url: () => string,
+  rabbitUrl: () => string | undefined,
+  base: Latency.Options,
+  o: LogOptions,
+  runs: number,
+  problems: Problems
+) => {
+  const samples = new Map<
+    string,
+    { key: Omit<LogLatencyRow, "p50" | "p99" | "achievedRate" | "lost" | "duplicates">; runs: Array<LogLatency.Sample> }
+  >()
+  const add = (
+    key: Omit<LogLatencyRow, "p50" | "p99" | "achievedRate" | "lost" | "duplicates">,
+    r: LogLatency.Sample
+  ) => {
     const k = `${key.system}/${key.transport}/${key.rate}`
     if (!samples.has(k)) samples.set(k, { key, runs: [] })
     samples.get(k)!.runs.push(r)
@@ -91,7 +113,9 @@ export const latencySteps = (url: () => string, rabbitUrl: () => string | undefi
     }
     for (const rate of o.rabbitRates) {
       steps.push({
-        label: `latency run ${run}/${runs}: log mode into RabbitMQ at ${int(rate)} events/s, beside the direct dual write`,
+        label: `latency run ${run}/${runs}: log mode into RabbitMQ at ${
+          int(rate)
+        } events/s, beside the direct dual write`,
         estimate: 2 * (o.duration + o.warmup + 2),
         run: Effect.gen(function*() {
           const broker = rabbitUrl()
@@ -99,7 +123,13 @@ export const latencySteps = (url: () => string, rabbitUrl: () => string | undefi
           const r = yield* LogLatency.rabbit(url(), broker, opts(rate))
           add({ system: "tidings-log", transport: "rabbitmq", target: "confirm", rate }, r)
           lat(`tidings-log RabbitMQ ${rate}/s`, r)
-          const { runs: direct } = yield* Latency.paced(url(), broker, { transport: "rabbitmq", wakeup: "local", rate, queue: "classic", relay: "direct" }, { ...base, duration: o.duration, warmup: o.warmup })
+          const { runs: direct } = yield* Latency.paced(url(), broker, {
+            transport: "rabbitmq",
+            wakeup: "local",
+            rate,
+            queue: "classic",
+            relay: "direct"
+          }, { ...base, duration: o.duration, warmup: o.warmup })
           const confirm = direct.find((d) => d.target === "confirm")
           if (confirm !== undefined) {
             const d = { ...confirm, duplicates: confirm.transport === "rabbitmq" ? confirm.duplicates : 0 }
@@ -132,7 +162,9 @@ export const scaleSteps = (url: () => string, o: LogOptions, runs: number, probl
   for (let run = 1; run <= runs; run++) {
     for (const processes of o.scale.processes) {
       steps.push({
-        label: `scale-out run ${run}/${runs}: ${processes} log relay process${processes === 1 ? "" : "es"} (${o.scale.workers} workers each, batch ${o.scale.batch})`,
+        label: `scale-out run ${run}/${runs}: ${processes} log relay process${
+          processes === 1 ? "" : "es"
+        } (${o.scale.workers} workers each, batch ${o.scale.batch})`,
         estimate: 4 + processes + o.scale.events / 15_000,
         run: Effect.gen(function*() {
           if (msgs.length === 0) {
@@ -141,8 +173,14 @@ export const scaleSteps = (url: () => string, o: LogOptions, runs: number, probl
           }
           const r = yield* LogScale.run(url(), processes, o.scale.workers, o.scale.batch, msgs, warm)
           samples.set(processes, [...(samples.get(processes) ?? []), r])
-          if (r.duplicates > 0 || r.lost > 0) problems.push(`log scale-out ${processes} processes: ${r.duplicates} duplicates, ${r.lost} lost`)
-          log(`    ${processes} process${processes === 1 ? "" : "es"}: ${int(r.eventsPerSecond)} events/s, per process ${r.perProcess.map(int).join(" / ")}, ${r.duplicates} duplicates`)
+          if (r.duplicates > 0 || r.lost > 0) {
+            problems.push(`log scale-out ${processes} processes: ${r.duplicates} duplicates, ${r.lost} lost`)
+          }
+          log(
+            `    ${processes} process${processes === 1 ? "" : "es"}: ${int(r.eventsPerSecond)} events/s, per process ${
+              r.perProcess.map(int).join(" / ")
+            }, ${r.duplicates} duplicates`
+          )
         })
       })
     }
@@ -192,7 +230,13 @@ export const scaleSteps = (url: () => string, o: LogOptions, runs: number, probl
 }
 
 /** The consumer comparison: `PgLogConsumer` vs the inbox over RabbitMQ, interleaved. */
-export const consumerSteps = (url: () => string, rabbitUrl: () => string | undefined, o: LogOptions, runs: number, problems: Problems) => {
+export const consumerSteps = (
+  url: () => string,
+  rabbitUrl: () => string | undefined,
+  o: LogOptions,
+  runs: number,
+  problems: Problems
+) => {
   let msgs: ReadonlyArray<Message> = []
   const logRuns: Array<ConsumerBench.ConsumerRun> = []
   const inboxRuns: Array<ConsumerBench.ConsumerRun> = []
@@ -203,7 +247,9 @@ export const consumerSteps = (url: () => string, rabbitUrl: () => string | undef
   }
   for (let run = 1; run <= runs; run++) {
     steps.push({
-      label: `consumer run ${run}/${runs}: PgLogConsumer vs AmqpConsumer + inbox (RabbitMQ), ${int(o.consumerEvents)} events, one row each`,
+      label: `consumer run ${run}/${runs}: PgLogConsumer vs AmqpConsumer + inbox (RabbitMQ), ${
+        int(o.consumerEvents)
+      } events, one row each`,
       estimate: 4 + o.consumerEvents / 1_000,
       run: Effect.gen(function*() {
         const broker = rabbitUrl()
@@ -231,7 +277,13 @@ export const consumerSteps = (url: () => string, rabbitUrl: () => string | undef
 }
 
 /** The end-to-end phase: backlogs into RabbitMQ, then paced log-mode runs and the producers' limit. */
-export const e2eSteps = (url: () => string, rabbitUrl: () => string | undefined, o: LogOptions, runs: number, problems: Problems) => {
+export const e2eSteps = (
+  url: () => string,
+  rabbitUrl: () => string | undefined,
+  o: LogOptions,
+  runs: number,
+  problems: Problems
+) => {
   let msgs: ReadonlyArray<Message> = []
   const drains = new Map<string, { system: string; config: string; runs: Array<EndToEnd.E2eDrain> }>()
   const record = (system: string, config: string, r: EndToEnd.E2eDrain) => {
@@ -247,7 +299,9 @@ export const e2eSteps = (url: () => string, rabbitUrl: () => string | undefined,
   const steps: Array<Step> = []
   for (let run = 1; run <= runs; run++) {
     steps.push({
-      label: `e2e run ${run}/${runs}: ${int(o.e2e.events)} events into RabbitMQ by Tidings (row, log), graphile-worker, pg-boss`,
+      label: `e2e run ${run}/${runs}: ${
+        int(o.e2e.events)
+      } events into RabbitMQ by Tidings (row, log), graphile-worker, pg-boss`,
       estimate: 10 + (o.e2e.events / 1_500) * (2 + o.e2e.graphile.length + o.e2e.pgBoss.length),
       run: Effect.gen(function*() {
         const broker = rabbitUrl()
@@ -255,8 +309,12 @@ export const e2eSteps = (url: () => string, rabbitUrl: () => string | undefined,
         if (msgs.length === 0) msgs = yield* Seed.messages(o.e2e.events)
         record("tidings-row", "Relay: 4 pollers, batch 1000", yield* EndToEnd.tidingsDrain(url(), broker, "row", msgs))
         record("tidings-log", "LogRelay: defaults", yield* EndToEnd.tidingsDrain(url(), broker, "log", msgs))
-        for (const c of o.e2e.graphile) record("graphile-worker", graphileLabel(c), yield* PeersE2e.graphileDrain(url(), broker, o.e2e.events, c))
-        for (const c of o.e2e.pgBoss) record("pg-boss", pgBossLabel(c), yield* PeersE2e.pgBossDrain(url(), broker, o.e2e.events, c))
+        for (const c of o.e2e.graphile) {
+          record("graphile-worker", graphileLabel(c), yield* PeersE2e.graphileDrain(url(), broker, o.e2e.events, c))
+        }
+        for (const c of o.e2e.pgBoss) {
+          record("pg-boss", pgBossLabel(c), yield* PeersE2e.pgBossDrain(url(), broker, o.e2e.events, c))
+        }
       })
     })
   }
@@ -266,7 +324,9 @@ export const e2eSteps = (url: () => string, rabbitUrl: () => string | undefined,
   }
   for (let run = 1; run <= runs; run++) {
     steps.push({
-      label: `e2e run ${run}/${runs}: paced into RabbitMQ at ${o.e2e.fractions.map((f) => `${Math.round(f * 100)}%`).join(", ")} of the log relay's drain rate; the producers alone`,
+      label: `e2e run ${run}/${runs}: paced into RabbitMQ at ${
+        o.e2e.fractions.map((f) => `${Math.round(f * 100)}%`).join(", ")
+      } of the log relay's drain rate; the producers alone`,
       estimate: (o.e2e.fractions.length + 1) * (o.duration + o.warmup + 2),
       run: Effect.gen(function*() {
         const broker = rabbitUrl()
@@ -277,7 +337,9 @@ export const e2eSteps = (url: () => string, rabbitUrl: () => string | undefined,
           const r = yield* EndToEnd.paced(url(), broker, rate, pacedOpts)
           paced.set(f, [...(paced.get(f) ?? []), r])
           if (r.lost > 0) problems.push(`e2e paced ${rate}/s: ${r.lost} not confirmed`)
-          log(`    paced ${int(rate)}/s: achieved ${int(r.achievedRate)}/s, p50 ${ms(r.p50Ms)} ms, p99 ${ms(r.p99Ms)} ms`)
+          log(
+            `    paced ${int(rate)}/s: achieved ${int(r.achievedRate)}/s, p50 ${ms(r.p50Ms)} ms, p99 ${ms(r.p99Ms)} ms`
+          )
         }
         const alone = yield* EndToEnd.paced(url(), broker, Math.max(20_000, drain * 3), pacedOpts, false)
         producers.push(alone.achievedRate)
@@ -323,7 +385,9 @@ export const section = (parts: {
   readonly consumer?: LogSection["consumer"]
   readonly e2e?: LogSection["e2e"]
 }): LogSection | undefined => {
-  if (parts.latency === undefined && parts.scale === undefined && parts.consumer === undefined && parts.e2e === undefined) return undefined
+  if (
+    parts.latency === undefined && parts.scale === undefined && parts.consumer === undefined && parts.e2e === undefined
+  ) return undefined
   return {
     partitions: LogMode.partitions,
     ...(parts.latency === undefined || parts.latency.length === 0 ? {} : { latency: parts.latency }),
@@ -332,4 +396,3 @@ export const section = (parts: {
     ...(parts.e2e === undefined ? {} : { e2e: parts.e2e })
   }
 }
-

@@ -31,7 +31,8 @@ export type FromLogWorker =
   | { readonly type: "done" }
   | { readonly type: "failed"; readonly error: string }
 
-const send = (message: FromLogWorker) => new Promise<void>((resolve) => process.send!(message, undefined, {}, () => resolve()))
+const send = (message: FromLogWorker) =>
+  new Promise<void>((resolve) => process.send!(message, undefined, {}, () => resolve()))
 
 const [url, schema, group, workers, batch, leaseMs, listen] = process.argv.slice(2)
 
@@ -69,7 +70,14 @@ const program = Effect.gen(function*() {
     const scope = yield* Scope.make()
     const built = yield* Layer.buildWithScope(
       Layer.mergeAll(
-        LogRelay.layer({ group: group!, concurrency: Number(workers), batchSize: Number(batch), lease: Number(leaseMs), statsInterval: false, retention: false }),
+        LogRelay.layer({
+          group: group!,
+          concurrency: Number(workers),
+          batchSize: Number(batch),
+          lease: Number(leaseMs),
+          statsInterval: false,
+          retention: false
+        }),
         listen === "1" ? PgWakeup.layer({ schema: schema! }) : Layer.empty
       ).pipe(Layer.provide(Layer.mergeAll(
         Layer.succeed(LogStore.LogStore)(stores.log),
@@ -99,7 +107,9 @@ const program = Effect.gen(function*() {
   }).pipe(Effect.provideContext(context))
 })
 
-const exit = await Effect.runPromiseExit(program.pipe(Effect.scoped, Effect.provideService(References.LogToStderr, true)))
+const exit = await Effect.runPromiseExit(
+  program.pipe(Effect.scoped, Effect.provideService(References.LogToStderr, true))
+)
 if (Exit.isFailure(exit)) {
   await send({ type: "failed", error: Cause.pretty(exit.cause) })
   process.exitCode = 1

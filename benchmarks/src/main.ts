@@ -4,13 +4,13 @@
  * Tables and progress go to stderr; with `--json`, stdout gets exactly one JSON object.
  * @module
  */
-import { writeStdout } from "./lib/stdio.ts" // first: keeps stray console output off stdout
 import * as EagerDispatch from "@tidings/core/EagerDispatch"
 import { Cause, Effect, Exit, Fiber, References, type Scope } from "effect"
 import * as Claim from "./claim.ts"
+import * as Latency from "./latency.ts"
 import { parse, Reader, UsageError } from "./lib/cli.ts"
 import { log } from "./lib/report.ts"
-import * as Latency from "./latency.ts"
+import { writeStdout } from "./lib/stdio.ts" // first: keeps stray console output off stdout
 import * as Publish from "./publish.ts"
 import * as Suite from "./suite.ts"
 
@@ -72,13 +72,20 @@ const commands = {
 /** What a command line asks for: help, or a benchmark with its options. Throws `UsageError`. */
 export const command = (argv: ReadonlyArray<string>):
   | { readonly _tag: "help" }
-  | { readonly _tag: "run"; readonly name: string; readonly json: boolean; readonly program: () => Effect.Effect<unknown, never, Scope.Scope> } =>
+  | {
+    readonly _tag: "run"
+    readonly name: string
+    readonly json: boolean
+    readonly program: () => Effect.Effect<unknown, never, Scope.Scope>
+  } =>
 {
   const flags = parse(argv)
   const args = new Reader(flags)
   if (args.bool("help") || args.bool("h")) return { _tag: "help" }
   const name = flags.positional[0] ?? "suite"
-  if (!(name in commands) || flags.positional.length > 1) throw new UsageError(`unknown benchmark ${flags.positional.join(" ")}`)
+  if (!(name in commands) || flags.positional.length > 1) {
+    throw new UsageError(`unknown benchmark ${flags.positional.join(" ")}`)
+  }
   const json = args.bool("json")
   const program = commands[name as keyof typeof commands](args, argv)
   args.rejectUnknown()

@@ -5,9 +5,9 @@
  * queue is read back afterwards (each job exactly once).
  * @module
  */
-import { makeWorkerUtils, run, runMigrations } from "graphile-worker"
 import type { ConfirmChannel } from "amqplib"
 import { Effect } from "effect"
+import { makeWorkerUtils, run, runMigrations } from "graphile-worker"
 import pg from "pg"
 import { checked, type E2eDrain } from "./endToEnd.ts"
 import * as Rabbit from "./lib/rabbit.ts"
@@ -33,7 +33,8 @@ const publish = (channel: ConfirmChannel, exchange: string, id: string, payload:
       messageId: id,
       type: Seed.OrderPlaced.type,
       contentType: "application/json"
-    }, (error) => (error ? reject(error) : resolve())))
+    }, (error) => (error ? reject(error) : resolve()))
+  )
 
 /** A fresh queue and a confirm channel on a connection of its own. */
 const target = (rabbitUrl: string, prefix: string) =>
@@ -46,7 +47,12 @@ const target = (rabbitUrl: string, prefix: string) =>
   })
 
 /** graphile-worker: `run()` whose task publishes its job and waits for the confirm. */
-export const graphileDrain = (url: string, rabbitUrl: string, events: number, c: GraphileConfig): Effect.Effect<E2eDrain> =>
+export const graphileDrain = (
+  url: string,
+  rabbitUrl: string,
+  events: number,
+  c: GraphileConfig
+): Effect.Effect<E2eDrain> =>
   Effect.scoped(Effect.gen(function*() {
     const { channel, exchange, queue } = yield* target(rabbitUrl, "e2e-gw")
     const schema = schemaName("gwe2e")
@@ -57,10 +63,11 @@ export const graphileDrain = (url: string, rabbitUrl: string, events: number, c:
         quiet(p)
         return p
       }),
-      (p) => Effect.promise(async () => {
-        await p.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
-        await p.end().catch(() => undefined)
-      })
+      (p) =>
+        Effect.promise(async () => {
+          await p.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
+          await p.end().catch(() => undefined)
+        })
     )
     const ids: Array<string> = []
     yield* Effect.promise(async () => {
@@ -68,7 +75,12 @@ export const graphileDrain = (url: string, rabbitUrl: string, events: number, c:
       const utils = await makeWorkerUtils({ pgPool: pool, schema, logger: quietLogger })
       try {
         for (let i = 0; i < events; i += 1_000) {
-          const jobs = await utils.addJobs(Array.from({ length: Math.min(1_000, events - i) }, (_, k) => ({ identifier: "bench", payload: Seed.input(i + k).payload })))
+          const jobs = await utils.addJobs(
+            Array.from(
+              { length: Math.min(1_000, events - i) },
+              (_, k) => ({ identifier: "bench", payload: Seed.input(i + k).payload })
+            )
+          )
           ids.push(...jobs.map((j) => String(j.id)))
         }
       } finally {
@@ -95,7 +107,9 @@ export const graphileDrain = (url: string, rabbitUrl: string, events: number, c:
         preset: {
           worker: {
             ...(c.localQueue === undefined ? {} : { localQueue: { size: c.localQueue } }),
-            ...(c.batchDelay === undefined ? {} : { completeJobBatchDelay: c.batchDelay, failJobBatchDelay: c.batchDelay })
+            ...(c.batchDelay === undefined
+              ? {}
+              : { completeJobBatchDelay: c.batchDelay, failJobBatchDelay: c.batchDelay })
           }
         }
       })
@@ -115,15 +129,24 @@ export const pgBossDrain = (url: string, rabbitUrl: string, events: number, c: P
     )
     const ids = yield* Effect.promise(async () => {
       for (let i = 0; i < events; i += 1_000) {
-        await boss.insert(name, Array.from({ length: Math.min(1_000, events - i) }, (_, k) => ({ data: Seed.input(i + k).payload })))
+        await boss.insert(
+          name,
+          Array.from({ length: Math.min(1_000, events - i) }, (_, k) => ({ data: Seed.input(i + k).payload }))
+        )
       }
-      const rows = (await boss.getDb().executeSql(`SELECT id::text AS id FROM ${schema}.job WHERE name = $1`, [name])).rows as ReadonlyArray<{ readonly id: string }>
+      const rows = (await boss.getDb().executeSql(`SELECT id::text AS id FROM ${schema}.job WHERE name = $1`, [name]))
+        .rows as ReadonlyArray<{ readonly id: string }>
       return rows.map((r) => r.id)
     })
     let confirmed = 0
     const start = performance.now()
     yield* Effect.promise(async () => {
-      await boss.work(name, { batchSize: c.batch, localConcurrency: c.fetchers, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true }, async (jobs) => {
+      await boss.work(name, {
+        batchSize: c.batch,
+        localConcurrency: c.fetchers,
+        pollingIntervalSeconds: 0.5,
+        burstWhenBatchFull: true
+      }, async (jobs) => {
         await Promise.all(jobs.map((j) => publish(channel, exchange, j.id, (j as { readonly data?: unknown }).data)))
         confirmed += jobs.length
       })

@@ -80,7 +80,10 @@ export type Outcome<E> =
  * @since 0.1.0
  * @category decisions
  */
-export const defaultDecision = <E>(outcome: Outcome<E>, context: { readonly attempt: number; readonly maxAttempts: number }): Decision => {
+export const defaultDecision = <E>(
+  outcome: Outcome<E>,
+  context: { readonly attempt: number; readonly maxAttempts: number }
+): Decision => {
   const transient = (): Decision => (context.attempt >= context.maxAttempts ? "dead-letter" : "retry")
   switch (outcome._tag) {
     case "Success":
@@ -120,7 +123,10 @@ export type Config<E, R> = typeof ConfigSchema.Encoded & {
   /** Delay before retry n (default: 1 s doubling to 5 min, jittered). */
   readonly retry?: Schedule.Schedule<unknown, unknown>
   /** Overrides the table; return `undefined` to keep {@link defaultDecision}. */
-  readonly decide?: (outcome: Outcome<E>, context: { readonly attempt: number; readonly maxAttempts: number }) => Decision | undefined
+  readonly decide?: (
+    outcome: Outcome<E>,
+    context: { readonly attempt: number; readonly maxAttempts: number }
+  ) => Decision | undefined
 }
 
 /**
@@ -178,135 +184,201 @@ class Rollback extends Schema.TaggedError<Rollback>()("Rollback", {}) {}
  * @since 0.1.0
  * @category layers
  */
-export const layer = <E, R>(config: Config<E, R>): Layer.Layer<LogConsumer, InvalidConfig, LogStore | Exclude<R, import("effect").Scope.Scope>> =>
-  Layer.effect(LogConsumer, Effect.gen(function*() {
-    const { decide, handler, retry, ...options } = config
-    const s = yield* Decode.decode(ConfigSchema, options)
-    const poll = checkPoll(s.pollInterval)
-    if (poll !== undefined) return yield* poll
-    const timeout = s.timeout ?? Duration.millis(Math.min(30_000, Duration.toMillis(s.lease) / 2))
-    if (!Duration.isLessThan(timeout, s.lease)) {
-      return yield* Decode.invalid([{ path: "timeout", message: "must be shorter than the lease, or another instance could take over a batch still being handled" }])
-    }
-    const store = yield* LogStore
-    const context = yield* Effect.context<R>()
-    const member = memberId(s.group)
-    const attrs = { consumer: s.group }
-    const planSettings = { maxAttempts: s.maxAttempts, maxCrashes: s.maxCrashes, retry: retry ?? Retry.exponentialBackoff() }
+export const layer = <E, R>(
+  config: Config<E, R>
+): Layer.Layer<LogConsumer, InvalidConfig, LogStore | Exclude<R, import("effect").Scope.Scope>> =>
+  Layer.effect(
+    LogConsumer,
+    Effect.gen(function*() {
+      const { decide, handler, retry, ...options } = config
+      const s = yield* Decode.decode(ConfigSchema, options)
+      const poll = checkPoll(s.pollInterval)
+      if (poll !== undefined) return yield* poll
+      const timeout = s.timeout ?? Duration.millis(Math.min(30_000, Duration.toMillis(s.lease) / 2))
+      if (!Duration.isLessThan(timeout, s.lease)) {
+        return yield* Decode.invalid([{
+          path: "timeout",
+          message: "must be shorter than the lease, or another instance could take over a batch still being handled"
+        }])
+      }
+      const store = yield* LogStore
+      const context = yield* Effect.context<R>()
+      const member = memberId(s.group)
+      const attrs = { consumer: s.group }
+      const planSettings = {
+        maxAttempts: s.maxAttempts,
+        maxCrashes: s.maxCrashes,
+        retry: retry ?? Retry.exponentialBackoff()
+      }
 
-    /** Runs the handler for one event; its outcome as a value (never fails). */
-    const handle = (e: LogEvent, attempt: number) =>
-      Effect.gen(function*() {
-        const parent = Tracing.parseTraceparent(e.message.headers[Tracing.traceparentHeader])
-        const started = yield* Clock.currentTimeMillis
-        const exit = yield* handler(deliveryOf(e, attempt)).pipe(
-          Effect.timeout(timeout),
-          Effect.withSpan("tidings.consumer.handle", {
-            kind: "consumer",
-            ...(parent !== undefined ? { parent } : {}),
-            attributes: { "messaging.message.id": e.message.id, "tidings.consumer": s.group, "tidings.event.type": e.message.type, "tidings.log.partition": e.partition }
-          }, Tracing.noStack),
-          // The layer's services, under those of the running transaction (it must stay the handler's).
-          Effect.updateContext((current: Context.Context<never>) => Context.merge(context, current)),
-          Effect.exit
-        )
-        const outcome: Outcome<E> | "interrupted" = Exit.isSuccess(exit)
-          ? { _tag: "Success" }
-          : Option.match(Cause.findErrorOption(exit.cause), {
-            onSome: (error): Outcome<E> =>
-              (error as { readonly _tag?: unknown })._tag === "TimeoutError"
-                ? { _tag: "Timeout" }
-                : { _tag: "Failure", error: error as E, retryable: Errors.isRetryable(error) },
-            onNone: () => Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : { _tag: "Defect", defect: Cause.squash(exit.cause) }
-          })
-        const ms = (yield* Clock.currentTimeMillis) - started
-        if (outcome !== "interrupted") {
-          yield* Metric.update(Metric.withAttributes(Metrics.consumer.handleDuration, { ...attrs, outcome: outcome._tag }), ms / 1000)
-          if (outcome._tag === "Defect") yield* Metric.update(Metric.withAttributes(Metrics.consumer.defects, attrs), 1)
-        }
-        return outcome
-      })
-
-    /**
-     * Handles `events` in one transaction that ends with the cursor's move; on a handler failure it
-     * rolls back and says where. Interruption rolls back too and is passed on.
-     */
-    const attempt = (h: Held, events: ReadonlyArray<LogEvent>) =>
-      Effect.gen(function*() {
-        let stop: { readonly index: number; readonly outcome: Outcome<E> } | undefined
-        const committed = yield* store.withTransaction(Effect.gen(function*() {
-          for (let i = 0; i < events.length; i++) {
-            const outcome = yield* handle(events[i]!, i === 0 ? h.headAttempts + 1 : 1)
-            if (outcome === "interrupted") return yield* Effect.interrupt
-            if (outcome._tag !== "Success") {
-              stop = { index: i, outcome }
-              return yield* new Rollback()
+      /** Runs the handler for one event; its outcome as a value (never fails). */
+      const handle = (e: LogEvent, attempt: number) =>
+        Effect.gen(function*() {
+          const parent = Tracing.parseTraceparent(e.message.headers[Tracing.traceparentHeader])
+          const started = yield* Clock.currentTimeMillis
+          const exit = yield* handler(deliveryOf(e, attempt)).pipe(
+            Effect.timeout(timeout),
+            Effect.withSpan("tidings.consumer.handle", {
+              kind: "consumer",
+              ...(parent !== undefined ? { parent } : {}),
+              attributes: {
+                "messaging.message.id": e.message.id,
+                "tidings.consumer": s.group,
+                "tidings.event.type": e.message.type,
+                "tidings.log.partition": e.partition
+              }
+            }, Tracing.noStack),
+            // The layer's services, under those of the running transaction (it must stay the handler's).
+            Effect.updateContext((current: Context.Context<never>) => Context.merge(context, current)),
+            Effect.exit
+          )
+          const outcome: Outcome<E> | "interrupted" = Exit.isSuccess(exit)
+            ? { _tag: "Success" }
+            : Option.match(Cause.findErrorOption(exit.cause), {
+              onSome: (error): Outcome<E> =>
+                (error as { readonly _tag?: unknown })._tag === "TimeoutError"
+                  ? { _tag: "Timeout" }
+                  : { _tag: "Failure", error: error as E, retryable: Errors.isRetryable(error) },
+              onNone: () =>
+                Cause.hasInterruptsOnly(exit.cause)
+                  ? "interrupted"
+                  : { _tag: "Defect", defect: Cause.squash(exit.cause) }
+            })
+          const ms = (yield* Clock.currentTimeMillis) - started
+          if (outcome !== "interrupted") {
+            yield* Metric.update(
+              Metric.withAttributes(Metrics.consumer.handleDuration, { ...attrs, outcome: outcome._tag }),
+              ms / 1000
+            )
+            if (outcome._tag === "Defect") {
+              yield* Metric.update(Metric.withAttributes(Metrics.consumer.defects, attrs), 1)
             }
           }
-          return yield* store.settle(s.group, member, [{ partition: h.partition, epoch: h.epoch, cursor: events[events.length - 1]!.position }])
-        })).pipe(Effect.catchTag("Rollback", () => Effect.succeed(undefined)))
-        return { committed, stop }
-      })
+          return outcome
+        })
 
-    const processPartition = (restore: <A, E2, R2>(effect: Effect.Effect<A, E2, R2>) => Effect.Effect<A, E2, R2>, h: Held, events: ReadonlyArray<LogEvent>) =>
-      Effect.gen(function*() {
-        yield* Metric.update(Metric.withAttributes(Metrics.consumer.consumed, attrs), events.length)
-        // All of them; after a failure at k, the k before it on their own (they may fail earlier).
-        let prefix = events
-        let first: { readonly index: number; readonly outcome: Outcome<E> } | undefined
-        let states: ReadonlyArray<import("./LogStore.ts").PartitionState> = []
-        while (prefix.length > 0) {
-          const r = yield* restore(attempt(h, prefix))
-          if (r.stop === undefined) {
-            states = r.committed ?? []
-            if (states.length === 0) return { plan: yield* plan(planSettings, h, [], { _tag: "Done" }), states }
-            break
+      /**
+       * Handles `events` in one transaction that ends with the cursor's move; on a handler failure it
+       * rolls back and says where. Interruption rolls back too and is passed on.
+       */
+      const attempt = (h: Held, events: ReadonlyArray<LogEvent>) =>
+        Effect.gen(function*() {
+          let stop: { readonly index: number; readonly outcome: Outcome<E> } | undefined
+          const committed = yield* store.withTransaction(Effect.gen(function*() {
+            for (let i = 0; i < events.length; i++) {
+              const outcome = yield* handle(events[i]!, i === 0 ? h.headAttempts + 1 : 1)
+              if (outcome === "interrupted") return yield* Effect.interrupt
+              if (outcome._tag !== "Success") {
+                stop = { index: i, outcome }
+                return yield* new Rollback()
+              }
+            }
+            return yield* store.settle(s.group, member, [{
+              partition: h.partition,
+              epoch: h.epoch,
+              cursor: events[events.length - 1]!.position
+            }])
+          })).pipe(Effect.catchTag("Rollback", () => Effect.succeed(undefined)))
+          return { committed, stop }
+        })
+
+      const processPartition = (
+        restore: <A, E2, R2>(effect: Effect.Effect<A, E2, R2>) => Effect.Effect<A, E2, R2>,
+        h: Held,
+        events: ReadonlyArray<LogEvent>
+      ) =>
+        Effect.gen(function*() {
+          yield* Metric.update(Metric.withAttributes(Metrics.consumer.consumed, attrs), events.length)
+          // All of them; after a failure at k, the k before it on their own (they may fail earlier).
+          let prefix = events
+          let first: { readonly index: number; readonly outcome: Outcome<E> } | undefined
+          let states: ReadonlyArray<import("./LogStore.ts").PartitionState> = []
+          while (prefix.length > 0) {
+            const r = yield* restore(attempt(h, prefix))
+            if (r.stop === undefined) {
+              states = r.committed ?? []
+              if (states.length === 0) return { plan: yield* plan(planSettings, h, [], { _tag: "Done" }), states }
+              break
+            }
+            first = r.stop
+            prefix = prefix.slice(0, r.stop.index)
           }
-          first = r.stop
-          prefix = prefix.slice(0, r.stop.index)
-        }
-        const acked = first === undefined ? events.length : first.index
-        yield* Metric.update(Metric.withAttributes(Metrics.consumer.acked, attrs), acked)
-        if (first === undefined) return { plan: yield* plan(planSettings, h, events, { _tag: "Done" }), states }
-        const o = first.outcome
-        const tries = (first.index === 0 ? h.headAttempts : 0) + 1
-        const decision = o._tag === "Failure" && isOutage(o.error)
-          ? "pause" as const
-          : decide?.(o, { attempt: tries, maxAttempts: s.maxAttempts }) ?? defaultDecision(o, { attempt: tries, maxAttempts: s.maxAttempts })
-        const error = o._tag === "Failure" ? o.error : o._tag === "Defect" ? o.defect : o._tag === "Timeout" ? `handler timed out after ${Duration.format(timeout)}` : "acknowledged"
-        const outcome: PlanOutcome = decision === "ack"
-          ? { _tag: "Done" }
-          : { _tag: "Stopped", index: first.index, error, kind: decision === "pause" ? "unavailable" : decision === "retry" ? "retry" : "fail" }
-        // The handled prefix is committed already: the plan's cursor repeats it (or the ack'd event's).
-        const p = yield* plan(planSettings, h, decision === "ack" ? events.slice(0, first.index + 1) : events, outcome)
-        if (p.retried > 0) yield* Metric.update(Metric.withAttributes(Metrics.consumer.retried, { ...attrs, mode: "delayed" }), 1)
-        if (p.failed > 0) {
-          yield* Metric.update(Metric.withAttributes(Metrics.consumer.deadLettered, { ...attrs, reason: o._tag === "Failure" ? (o.retryable ? "TransientFailure" : "PermanentFailure") : o._tag }), 1)
-          yield* Effect.logWarning(`log consumer ${s.group}: dead-lettered ${events[first.index]!.message.id}: ${p.settlement.failed?.[0]?.error ?? ""}`)
-        }
-        const settled = yield* store.settle(s.group, member, [p.settlement])
-        return { plan: p, states: settled }
+          const acked = first === undefined ? events.length : first.index
+          yield* Metric.update(Metric.withAttributes(Metrics.consumer.acked, attrs), acked)
+          if (first === undefined) return { plan: yield* plan(planSettings, h, events, { _tag: "Done" }), states }
+          const o = first.outcome
+          const tries = (first.index === 0 ? h.headAttempts : 0) + 1
+          const decision = o._tag === "Failure" && isOutage(o.error)
+            ? "pause" as const
+            : decide?.(o, { attempt: tries, maxAttempts: s.maxAttempts }) ??
+              defaultDecision(o, { attempt: tries, maxAttempts: s.maxAttempts })
+          const error = o._tag === "Failure"
+            ? o.error
+            : o._tag === "Defect"
+            ? o.defect
+            : o._tag === "Timeout"
+            ? `handler timed out after ${Duration.format(timeout)}`
+            : "acknowledged"
+          const outcome: PlanOutcome = decision === "ack"
+            ? { _tag: "Done" }
+            : {
+              _tag: "Stopped",
+              index: first.index,
+              error,
+              kind: decision === "pause" ? "unavailable" : decision === "retry" ? "retry" : "fail"
+            }
+          // The handled prefix is committed already: the plan's cursor repeats it (or the ack'd event's).
+          const p = yield* plan(
+            planSettings,
+            h,
+            decision === "ack" ? events.slice(0, first.index + 1) : events,
+            outcome
+          )
+          if (p.retried > 0) {
+            yield* Metric.update(Metric.withAttributes(Metrics.consumer.retried, { ...attrs, mode: "delayed" }), 1)
+          }
+          if (p.failed > 0) {
+            yield* Metric.update(
+              Metric.withAttributes(Metrics.consumer.deadLettered, {
+                ...attrs,
+                reason: o._tag === "Failure" ? (o.retryable ? "TransientFailure" : "PermanentFailure") : o._tag
+              }),
+              1
+            )
+            yield* Effect.logWarning(
+              `log consumer ${s.group}: dead-lettered ${events[first.index]!.message.id}: ${
+                p.settlement.failed?.[0]?.error ?? ""
+              }`
+            )
+          }
+          const settled = yield* store.settle(s.group, member, [p.settlement])
+          return { plan: p, states: settled }
+        })
+
+      const processor: LogGroup.Processor = (restore, batches) =>
+        Effect.map(
+          Effect.forEach(batches, (b) => processPartition(restore, b.held, b.events), { concurrency: "unbounded" }),
+          (results) => ({ plans: results.map((r) => r.plan), states: results.flatMap((r) => r.states) })
+        ) as Effect.Effect<LogGroup.Processed, StoreError>
+
+      const running = yield* LogGroup.run(
+        {
+          ...s,
+          ...planSettings,
+          member,
+          margin: Duration.min(timeout, Duration.millis(Duration.toMillis(s.lease) / 4)),
+          pollMin: s.pollInterval.min,
+          pollBase: s.pollInterval.base,
+          pollMax: s.pollInterval.max
+        },
+        processor,
+        Effect.void
+      )
+      return LogConsumer.of({
+        group: s.group,
+        member,
+        isRunning: running.isRunning,
+        partitions: Effect.sync(() => [...running.ownership.held.keys()].sort((a, b) => a - b))
       })
-
-    const processor: LogGroup.Processor = (restore, batches) =>
-      Effect.map(
-        Effect.forEach(batches, (b) => processPartition(restore, b.held, b.events), { concurrency: "unbounded" }),
-        (results) => ({ plans: results.map((r) => r.plan), states: results.flatMap((r) => r.states) })
-      ) as Effect.Effect<LogGroup.Processed, StoreError>
-
-    const running = yield* LogGroup.run({
-      ...s,
-      ...planSettings,
-      member,
-      margin: Duration.min(timeout, Duration.millis(Duration.toMillis(s.lease) / 4)),
-      pollMin: s.pollInterval.min,
-      pollBase: s.pollInterval.base,
-      pollMax: s.pollInterval.max
-    }, processor, Effect.void)
-    return LogConsumer.of({
-      group: s.group,
-      member,
-      isRunning: running.isRunning,
-      partitions: Effect.sync(() => [...running.ownership.held.keys()].sort((a, b) => a - b))
     })
-  }))
+  )

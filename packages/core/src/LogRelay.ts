@@ -29,11 +29,11 @@ import { Clock, Context, Duration, Effect, Layer, Metric, Schedule, Schema } fro
 import * as Errors from "./Errors.ts"
 import type { InvalidConfig } from "./Errors.ts"
 import * as Health from "./Health.ts"
-import { every } from "./internal/periodic.ts"
 import * as LogGroup from "./internal/logGroup.ts"
 import { kindOf, plan } from "./internal/logPlan.ts"
 import { publishInOrder } from "./internal/logPublish.ts"
 import { checkPoll, groupFields, GroupName, memberId } from "./internal/logSettings.ts"
+import { every } from "./internal/periodic.ts"
 import { LogStore } from "./LogStore.ts"
 import * as Metrics from "./Metrics.ts"
 import { Publisher } from "./Publisher.ts"
@@ -59,7 +59,9 @@ export const ConfigSchema = Schema.Struct({
     Schema.Literal(false),
     Schema.Struct({
       /** Keep passed events at least this long (default 0: as soon as every group passed them). */
-      olderThan: Decode.duration({ allowZero: true }).pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>(0))),
+      olderThan: Decode.duration({ allowZero: true }).pipe(
+        Schema.withDecodingDefault(Effect.succeed<Duration.Input>(0))
+      ),
       interval: Decode.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))),
       batchSize: Decode.int(1, 1_000_000).pipe(Schema.withDecodingDefault(Effect.succeed(10_000)))
     })
@@ -100,7 +102,10 @@ export const settings = ({ retry, ...config }: Config = {}): Effect.Effect<Setti
     const poll = checkPoll(s.pollInterval)
     if (poll !== undefined) return yield* poll
     if (!Duration.isLessThan(publishTimeout, s.lease)) {
-      return yield* Decode.invalid([{ path: "publishTimeout", message: "must be shorter than the lease, or another instance could take over a batch still being published" }])
+      return yield* Decode.invalid([{
+        path: "publishTimeout",
+        message: "must be shorter than the lease, or another instance could take over a batch still being published"
+      }])
     }
     return { ...s, publishTimeout, retry: retry ?? Retry.exponentialBackoff() }
   })
@@ -146,89 +151,104 @@ const settleRetry = Schedule.exponential("50 millis").pipe(Schedule.upTo({ times
  * @category layers
  */
 export const layer = (config: Config = {}): Layer.Layer<LogRelay, InvalidConfig, LogStore | Publisher> =>
-  Layer.effect(LogRelay, Effect.gen(function*() {
-    const s = yield* settings(config)
-    const store = yield* LogStore
-    const publisher = yield* Publisher
-    const wakeups = yield* Wakeups
-    const member = memberId(s.group)
-    const processor: LogGroup.Processor = (restore, batches) =>
-      Effect.gen(function*() {
-        const outcomes = yield* restore(publishInOrder(publisher, batches.map((b) => b.events), {
-          group: s.group,
-          timeout: s.publishTimeout,
-          kindOf
-        }))
-        const plans = yield* Effect.forEach(batches, (b, i) => plan(s, b.held, b.events, outcomes[i]!))
-        const states = yield* store.settle(s.group, member, plans.map((p) => p.settlement)).pipe(
-          Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable && !e.isUnavailable }),
-          Effect.withSpan("tidings.log.settle", { attributes: { "tidings.log.group": s.group } }, { captureStackTrace: false })
-        )
-        const now = yield* Clock.currentTimeMillis
-        const context = yield* Effect.context<never>()
-        let published = 0
-        let retried = 0
-        let failed = 0
-        plans.forEach((p, i) => {
-          published += p.done
-          retried += p.retried
-          failed += p.failed
-          const events = batches[i]!.events
-          for (let k = 0; k < p.done; k++) {
-            Metrics.publishLatency.updateUnsafe(Math.max(0, now - events[k]!.message.occurredAt.getTime()) / 1000, context)
+  Layer.effect(
+    LogRelay,
+    Effect.gen(function*() {
+      const s = yield* settings(config)
+      const store = yield* LogStore
+      const publisher = yield* Publisher
+      const wakeups = yield* Wakeups
+      const member = memberId(s.group)
+      const processor: LogGroup.Processor = (restore, batches) =>
+        Effect.gen(function*() {
+          const outcomes = yield* restore(publishInOrder(publisher, batches.map((b) => b.events), {
+            group: s.group,
+            timeout: s.publishTimeout,
+            kindOf
+          }))
+          const plans = yield* Effect.forEach(batches, (b, i) => plan(s, b.held, b.events, outcomes[i]!))
+          const states = yield* store.settle(s.group, member, plans.map((p) => p.settlement)).pipe(
+            Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable && !e.isUnavailable }),
+            Effect.withSpan("tidings.log.settle", { attributes: { "tidings.log.group": s.group } }, {
+              captureStackTrace: false
+            })
+          )
+          const now = yield* Clock.currentTimeMillis
+          const context = yield* Effect.context<never>()
+          let published = 0
+          let retried = 0
+          let failed = 0
+          plans.forEach((p, i) => {
+            published += p.done
+            retried += p.retried
+            failed += p.failed
+            const events = batches[i]!.events
+            for (let k = 0; k < p.done; k++) {
+              Metrics.publishLatency.updateUnsafe(
+                Math.max(0, now - events[k]!.message.occurredAt.getTime()) / 1000,
+                context
+              )
+            }
+          })
+          yield* Metric.update(Metrics.published, published)
+          if (retried > 0) yield* Metric.update(Metrics.retried, retried)
+          if (failed > 0) {
+            yield* Metric.update(Metrics.failed, failed)
+            yield* Effect.logWarning("log events failed for good").pipe(Effect.annotateLogs({
+              group: s.group,
+              events: plans.flatMap((p) => (p.settlement.failed ?? []).map((f) => `${f.event.message.id}: ${f.error}`))
+                .join("; ")
+            }))
+          }
+          return { plans, states }
+        })
+      const group: LogGroup.GroupSettings = {
+        ...s,
+        member,
+        margin: Duration.min(s.publishTimeout, Duration.millis(Duration.toMillis(s.lease) / 4)),
+        pollMin: s.pollInterval.min,
+        pollBase: s.pollInterval.base,
+        pollMax: s.pollInterval.max
+      }
+      const running = yield* LogGroup.run(group, processor, publisher.awaitAvailable ?? Effect.void)
+
+      if (s.retention !== false) {
+        const r = s.retention
+        // Bounded: at most 100 batches per round.
+        const round = Effect.gen(function*() {
+          for (let i = 0; i < 100; i++) {
+            const n = yield* store.prune({ olderThan: r.olderThan, limit: r.batchSize })
+            if (n === undefined || n === 0) return
+            yield* Metric.update(Metrics.log.pruned, n)
+            if (n < r.batchSize) return
           }
         })
-        yield* Metric.update(Metrics.published, published)
-        if (retried > 0) yield* Metric.update(Metrics.retried, retried)
-        if (failed > 0) {
-          yield* Metric.update(Metrics.failed, failed)
-          yield* Effect.logWarning("log events failed for good").pipe(Effect.annotateLogs({
-            group: s.group,
-            events: plans.flatMap((p) => (p.settlement.failed ?? []).map((f) => `${f.event.message.id}: ${f.error}`)).join("; ")
-          }))
-        }
-        return { plans, states }
+        yield* Effect.forkScoped(every(r.interval, "log retention", round, { jitter: 0.2 }))
+      }
+      if (s.statsInterval !== false) {
+        yield* Effect.forkScoped(every(
+          s.statsInterval,
+          "log stats",
+          Effect.gen(function*() {
+            const h = yield* store.horizon
+            yield* Metric.update(Metrics.log.oldestOpenTransactionAge, (h.oldestOpenTransactionAgeMs ?? 0) / 1000)
+            const groups = yield* store.groups
+            for (const g of groups) {
+              yield* Metric.update(Metric.withAttributes(Metrics.log.lag, { group: g.group }), g.lag)
+            }
+          })
+        ))
+      }
+      return LogRelay.of({
+        settings: s,
+        member,
+        isRunning: running.isRunning,
+        isPaused: running.isPaused,
+        partitions: Effect.sync(() => [...running.ownership.held.keys()].sort((a, b) => a - b)),
+        wake: wakeups.signal("local")
       })
-    const group: LogGroup.GroupSettings = {
-      ...s,
-      member,
-      margin: Duration.min(s.publishTimeout, Duration.millis(Duration.toMillis(s.lease) / 4)),
-      pollMin: s.pollInterval.min,
-      pollBase: s.pollInterval.base,
-      pollMax: s.pollInterval.max
-    }
-    const running = yield* LogGroup.run(group, processor, publisher.awaitAvailable ?? Effect.void)
-
-    if (s.retention !== false) {
-      const r = s.retention
-      // Bounded: at most 100 batches per round.
-      const round = Effect.gen(function*() {
-        for (let i = 0; i < 100; i++) {
-          const n = yield* store.prune({ olderThan: r.olderThan, limit: r.batchSize })
-          if (n === undefined || n === 0) return
-          yield* Metric.update(Metrics.log.pruned, n)
-          if (n < r.batchSize) return
-        }
-      })
-      yield* Effect.forkScoped(every(r.interval, "log retention", round, { jitter: 0.2 }))
-    }
-    if (s.statsInterval !== false) {
-      yield* Effect.forkScoped(every(s.statsInterval, "log stats", Effect.gen(function*() {
-        const h = yield* store.horizon
-        yield* Metric.update(Metrics.log.oldestOpenTransactionAge, (h.oldestOpenTransactionAgeMs ?? 0) / 1000)
-        const groups = yield* store.groups
-        for (const g of groups) yield* Metric.update(Metric.withAttributes(Metrics.log.lag, { group: g.group }), g.lag)
-      })))
-    }
-    return LogRelay.of({
-      settings: s,
-      member,
-      isRunning: running.isRunning,
-      isPaused: running.isPaused,
-      partitions: Effect.sync(() => [...running.ownership.held.keys()].sort((a, b) => a - b)),
-      wake: wakeups.signal("local")
     })
-  }))
+  )
 
 /**
  * Readiness of the log relay: down when its workers do not run, while an outage pauses it (the
@@ -238,15 +258,22 @@ export const layer = (config: Config = {}): Layer.Layer<LogRelay, InvalidConfig,
  * @since 0.1.0
  * @category health
  */
-export const readiness = (options: { readonly maxHeldBack?: Duration.Input } = {}): Health.Check<LogRelay | LogStore> => {
+export const readiness = (
+  options: { readonly maxHeldBack?: Duration.Input } = {}
+): Health.Check<LogRelay | LogStore> => {
   const limit = Duration.toMillis(Duration.fromInputUnsafe(options.maxHeldBack ?? "1 minute"))
   return {
     name: "log-relay",
     run: Effect.gen(function*() {
       const relay = yield* LogRelay
-      if (!(yield* relay.isRunning)) return yield* new Health.CheckFailed({ check: "log-relay", message: "the log relay is not running" })
+      if (!(yield* relay.isRunning)) {
+        return yield* new Health.CheckFailed({ check: "log-relay", message: "the log relay is not running" })
+      }
       if (yield* relay.isPaused) {
-        return yield* new Health.CheckFailed({ check: "log-relay", message: "the log relay is paused: the publisher or the database is unavailable" })
+        return yield* new Health.CheckFailed({
+          check: "log-relay",
+          message: "the log relay is paused: the publisher or the database is unavailable"
+        })
       }
       const h = yield* LogStore.use((s) => s.horizon).pipe(
         Effect.mapError((e) => new Health.CheckFailed({ check: "log-relay", message: Errors.describe(e) }))
@@ -254,7 +281,9 @@ export const readiness = (options: { readonly maxHeldBack?: Duration.Input } = {
       if (h.oldestOpenTransactionAgeMs !== null && h.oldestOpenTransactionAgeMs > limit) {
         return yield* new Health.CheckFailed({
           check: "log-relay",
-          message: `reads are held back by a transaction open for ${(h.oldestOpenTransactionAgeMs / 1000).toFixed(1)} s${h.detail === null ? "" : ` (${h.detail})`}`
+          message: `reads are held back by a transaction open for ${
+            (h.oldestOpenTransactionAgeMs / 1000).toFixed(1)
+          } s${h.detail === null ? "" : ` (${h.detail})`}`
         })
       }
     })

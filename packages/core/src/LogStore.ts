@@ -248,7 +248,12 @@ export interface Service {
     lease: Duration.Duration
   ) => Effect.Effect<ReadonlyArray<PartitionState>, StoreError>
   /** Extends the member's leases; returns the partitions still held (the others were taken over). */
-  readonly renew: (group: string, member: string, leases: ReadonlyArray<Lease>, lease: Duration.Duration) => Effect.Effect<ReadonlyArray<number>, StoreError>
+  readonly renew: (
+    group: string,
+    member: string,
+    leases: ReadonlyArray<Lease>,
+    lease: Duration.Duration
+  ) => Effect.Effect<ReadonlyArray<number>, StoreError>
   /** Gives leases up (graceful: a batch marked in flight is not a crash). */
   readonly release: (group: string, member: string, leases: ReadonlyArray<Lease>) => Effect.Effect<void, StoreError>
   /**
@@ -256,18 +261,28 @@ export interface Service {
    * than every running one), in order, and marks each partition's batch as in flight. The messages
    * returned are fresh objects, the caller's own (a relay sets their `traceparent` in place).
    */
-  readonly read: (group: string, member: string, requests: ReadonlyArray<ReadRequest>) => Effect.Effect<ReadResult, StoreError>
+  readonly read: (
+    group: string,
+    member: string,
+    requests: ReadonlyArray<ReadRequest>
+  ) => Effect.Effect<ReadResult, StoreError>
   /**
    * Writes batches' outcomes in one step (joining the caller's transaction, if any: a consumer's
    * handlers and its cursor commit together). Returns the new state of each partition whose lease
    * still held; the others were lost, and nothing was written for them.
    */
-  readonly settle: (group: string, member: string, settlements: ReadonlyArray<Settlement>) => Effect.Effect<ReadonlyArray<PartitionState>, StoreError>
+  readonly settle: (
+    group: string,
+    member: string,
+    settlements: ReadonlyArray<Settlement>
+  ) => Effect.Effect<ReadonlyArray<PartitionState>, StoreError>
   /**
    * Deletes up to `limit` events that every group has passed and that are older than `olderThan`.
    * One instance at a time: `undefined` when another holds the retention lock.
    */
-  readonly prune: (options: { readonly olderThan: Duration.Duration; readonly limit: number }) => Effect.Effect<number | undefined, StoreError>
+  readonly prune: (
+    options: { readonly olderThan: Duration.Duration; readonly limit: number }
+  ) => Effect.Effect<number | undefined, StoreError>
   /** The oldest open transaction, which holds back reads. */
   readonly horizon: Effect.Effect<Horizon, StoreError>
   /** Every group's members and lag. */

@@ -62,11 +62,14 @@ let instances = 0
 export const partitionOf = LogStore.partitionOf
 
 const logMode = (operation: string) =>
-  Effect.fail(new StoreError({
-    operation,
-    message: `this outbox store writes to the log (log mode): run LogRelay, not Relay (${operation} is a per-row relay operation)`,
-    reason: new Rejected()
-  }))
+  Effect.fail(
+    new StoreError({
+      operation,
+      message:
+        `this outbox store writes to the log (log mode): run LogRelay, not Relay (${operation} is a per-row relay operation)`,
+      reason: new Rejected()
+    })
+  )
 
 /**
  * Builds a fresh memory log: its `LogStore` and its `OutboxStore` facade.
@@ -115,7 +118,10 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
 
     const inTx = <A>(f: (tx: Transaction, now: number) => A): Effect.Effect<Option.Option<A>> =>
       Effect.flatMap(Effect.serviceOption(Tx), (open) =>
-        Option.isNone(open) ? Effect.succeedNone : Effect.map(Clock.currentTimeMillis, (now) => Option.some(f(open.value, now))))
+        Option.isNone(open)
+          ? Effect.succeedNone
+          : Effect.map(Clock.currentTimeMillis, (now) =>
+            Option.some(f(open.value, now))))
 
     const append = (messages: ReadonlyArray<Message>): Effect.Effect<void, NotInTransaction> =>
       Effect.flatMap(
@@ -126,12 +132,19 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
           }
           tx.appends.push(messages)
         }),
-        (done) => Option.isSome(done) ? Effect.void : Effect.fail(new NotInTransaction({ message: "Outbox.append must run inside a transaction (withTransaction)" }))
+        (done) =>
+          Option.isSome(done)
+            ? Effect.void
+            : Effect.fail(
+              new NotInTransaction({ message: "Outbox.append must run inside a transaction (withTransaction)" })
+            )
       )
 
     const cursorsFor = (group: string, startFrom: "earliest" | "latest"): Array<Cursor> => {
       const existing = log.cursorsOf(group)
-      if (existing !== undefined) return existing
+      if (existing !== undefined) {
+        return existing
+      }
       const created = Array.from({ length: partitions }, (_, p): Cursor => ({
         cursor: startFrom === "latest" ? log.latest(p) : LogStore.origin,
         owner: null,
@@ -224,7 +237,11 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
               }
               last = row.position
               if (row.onlyGroups !== null && !row.onlyGroups.includes(group)) continue
-              events.push({ partition: row.partition, position: row.position, message: { ...row.message, headers: row.message.headers } })
+              events.push({
+                partition: row.partition,
+                position: row.position,
+                message: { ...row.message, headers: row.message.headers }
+              })
               taken++
             }
             if (last !== undefined) c.inflight = last
@@ -259,8 +276,7 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
               MemoryLog.advance(copy, s, t)
               return log.state(s.partition, copy, t)
             })
-          })
-        ),
+          })),
       prune: ({ limit, olderThan }) =>
         Effect.map(now, (t) => {
           const cutoff = t - Duration.toMillis(olderThan)
@@ -272,7 +288,10 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
             for (const g of groups) if (LogStore.compare(g[p]!.cursor, horizon) < 0) horizon = g[p]!.cursor
             const list = log.rows[p]!
             let k = 0
-            while (k < list.length && n + k < limit && LogStore.compare(list[k]!.position, horizon) <= 0 && list[k]!.createdAt < cutoff) k++
+            while (
+              k < list.length && n + k < limit && LogStore.compare(list[k]!.position, horizon) <= 0 &&
+              list[k]!.createdAt < cutoff
+            ) k++
             list.splice(0, k)
             n += k
           }
@@ -281,12 +300,17 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
       horizon: Effect.map(now, (t) => {
         let oldest: number | undefined
         for (const at of log.open.values()) if (oldest === undefined || at < oldest) oldest = at
-        return { oldestOpenTransactionAgeMs: oldest === undefined ? null : Math.max(0, t - oldest), detail: oldest === undefined ? null : "a memory transaction" }
+        return {
+          oldestOpenTransactionAgeMs: oldest === undefined ? null : Math.max(0, t - oldest),
+          detail: oldest === undefined ? null : "a memory transaction"
+        }
       }),
       groups: Effect.map(now, (t) =>
         [...log.cursors].map(([group, cursors]) => ({
           group,
-          members: [...(log.members.get(group) ?? new Map<string, number>())].filter(([, until]) => until > t).map(([m]) => m).sort(),
+          members: [...(log.members.get(group) ?? new Map<string, number>())].filter(([, until]) => until > t).map((
+            [m]
+          ) => m).sort(),
           lag: cursors.reduce((n, c, p) => n + log.rows[p]!.length - firstAfter(log.rows[p]!, c.cursor), 0),
           retrying: cursors.filter((c) => c.headAttempts > 0).length
         }))),
@@ -306,10 +330,15 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
       withTransaction,
       afterCommit: (effect) =>
         Effect.flatMap(Effect.serviceOption(Tx), (open) =>
-          Option.match(open, { onNone: () => effect, onSome: (tx) => Effect.sync(() => void tx.afterCommit.push(effect)) })),
+          Option.match(open, {
+            onNone: () => effect,
+            onSome: (tx) =>
+              Effect.sync(() => void tx.afterCommit.push(effect))
+          })),
       inTransaction: Effect.map(Effect.serviceOption(Tx), Option.isSome),
       defersAfterCommit: Effect.map(Effect.serviceOption(Tx), Option.isSome),
-      claim: () => logMode("claim"),
+      claim: () =>
+        logMode("claim"),
       settle: () => logMode("settle"),
       settleAndClaim: () => logMode("settleAndClaim"),
       release: () => logMode("release"),
@@ -317,10 +346,22 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
       claimSuspect: () => logMode("claimSuspect"),
       // Published rows are never kept in the outbox table in log mode: the log's own retention prunes.
       prune: () => Effect.succeed(0),
-      stats: Effect.sync(() => ({ pending: 0, processing: 0, published: 0, failed: log.failed.size, suspect: 0, oldestPendingAgeMs: null })),
+      stats: Effect.sync(() => ({
+        pending: 0,
+        processing: 0,
+        published: 0,
+        failed: log.failed.size,
+        suspect: 0,
+        oldestPendingAgeMs: null
+      })),
       listFailed: ({ limit }) =>
         Effect.sync(() =>
-          [...log.failed.values()].slice(0, limit).map((f) => ({ message: f.message, attempts: f.attempts, lastError: f.lastError, createdAt: new Date(f.createdAt) }))
+          [...log.failed.values()].slice(0, limit).map((f) => ({
+            message: f.message,
+            attempts: f.attempts,
+            lastError: f.lastError,
+            createdAt: new Date(f.createdAt)
+          }))
         ),
       // A retried event is appended to the log again, for the groups that failed it only.
       retryFailed: (ids) => admin.requeue((ids ?? [...log.failed.keys()]).filter((id) => log.failed.has(id))),
@@ -336,4 +377,7 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
  * @category layers
  */
 export const layer = (config: Config = {}): Layer.Layer<LogStore.LogStore | OutboxStore.OutboxStore, InvalidConfig> =>
-  Layer.effectContext(Effect.map(make(config), ({ log, outbox }) => Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore.OutboxStore, outbox))))
+  Layer.effectContext(
+    Effect.map(make(config), ({ log, outbox }) =>
+      Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore.OutboxStore, outbox)))
+  )

@@ -52,9 +52,22 @@ export type Options<E, R> = LogConsumer.Config<E, R> & {
  */
 export const layer = <E, R>(
   options: Options<E, R>
-): Layer.Layer<LogConsumer.LogConsumer, InvalidConfig | StoreError, SqlClient.SqlClient | Exclude<R, LogStore | OutboxStore | Scope.Scope>> => {
+): Layer.Layer<
+  LogConsumer.LogConsumer,
+  InvalidConfig | StoreError,
+  SqlClient.SqlClient | Exclude<R, LogStore | OutboxStore | Scope.Scope>
+> => {
   const { partitions, schema, ...config } = options
   return LogConsumer.layer(config).pipe(
-    Layer.provide(PgLogStore.layer({ ...(schema === undefined ? {} : { schema }), ...(partitions === undefined ? {} : { partitions }) }))
-  ) as Layer.Layer<LogConsumer.LogConsumer, InvalidConfig | StoreError, SqlClient.SqlClient | Exclude<R, LogStore | OutboxStore | Scope.Scope>>
+    Layer.provide(
+      PgLogStore.layer({
+        ...(schema === undefined ? {} : { schema }),
+        ...(partitions === undefined ? {} : { partitions })
+      })
+    )
+  ) as Layer.Layer<
+    LogConsumer.LogConsumer,
+    InvalidConfig | StoreError,
+    SqlClient.SqlClient | Exclude<R, LogStore | OutboxStore | Scope.Scope>
+  >
 }

@@ -29,9 +29,9 @@ import { SqlClient } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
 import * as Sql from "./internal/logSql.ts"
 import { coalescedNotifier } from "./internal/notifier.ts"
+import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { mapSqlError } from "./internal/storeError.ts"
-import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
 import * as PgOutboxStore from "./PgOutboxStore.ts"
 
 /**
@@ -72,21 +72,28 @@ export interface Stores {
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const logMode = (operation: string) =>
-  Effect.fail(new StoreError({
-    operation,
-    message: `this outbox store writes to the log (log mode): run LogRelay, not Relay (${operation} is a per-row relay operation)`,
-    reason: new Rejected()
-  }))
+  Effect.fail(
+    new StoreError({
+      operation,
+      message:
+        `this outbox store writes to the log (log mode): run LogRelay, not Relay (${operation} is a per-row relay operation)`,
+      reason: new Rejected()
+    })
+  )
 
 /**
  * Builds the store over the app's `SqlClient`; the log must be migrated (`Migrator.run`).
  * @since 0.1.0
  * @category constructors
  */
-export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig | StoreError, SqlClient.SqlClient | Scope.Scope> =>
+export const make = (
+  options: Options = {}
+): Effect.Effect<Stores, InvalidConfig | StoreError, SqlClient.SqlClient | Scope.Scope> =>
   Effect.gen(function*() {
     const schema = yield* resolveSchema(options.schema)
-    if (options.partitions !== undefined) yield* Settings.decode(Settings.int(1, 4096), options.partitions, "partitions")
+    if (options.partitions !== undefined) {
+      yield* Settings.decode(Settings.int(1, 4096), options.partitions, "partitions")
+    }
     const sql = yield* SqlClient.SqlClient
     const t: Sql.Tables = {
       log: sql(`${schema}.log`),
@@ -95,19 +102,29 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
       outbox: sql(`${schema}.outbox`)
     }
     const [stream] = yield* sql<{ partitions: number }>`WITH ins AS (
-        INSERT INTO ${sql(`${schema}.log_stream`)} (partitions) VALUES (${options.partitions ?? 16}) ON CONFLICT (id) DO NOTHING RETURNING partitions
-      ) SELECT partitions FROM ins UNION ALL SELECT partitions FROM ${sql(`${schema}.log_stream`)}`.pipe(mapSqlError("logStream"))
+        INSERT INTO ${sql(`${schema}.log_stream`)} (partitions) VALUES (${
+      options.partitions ?? 16
+    }) ON CONFLICT (id) DO NOTHING RETURNING partitions
+      ) SELECT partitions FROM ins UNION ALL SELECT partitions FROM ${sql(`${schema}.log_stream`)}`.pipe(
+      mapSqlError("logStream")
+    )
     const partitions = Number(stream?.partitions ?? 0)
     if (options.partitions !== undefined && partitions !== options.partitions) {
       return yield* Settings.invalid([{
         path: "partitions",
-        message: `the log of schema ${schema} has ${partitions} partitions; it cannot change to ${options.partitions} (keys would move between partitions and lose their order)`
+        message:
+          `the log of schema ${schema} has ${partitions} partitions; it cannot change to ${options.partitions} (keys would move between partitions and lose their order)`
       }])
     }
-    const inner = yield* PgOutboxStore.make({ schema, ...(options.bookkeepingCommit === undefined ? {} : { bookkeepingCommit: options.bookkeepingCommit }) })
+    const inner = yield* PgOutboxStore.make({
+      schema,
+      ...(options.bookkeepingCommit === undefined ? {} : { bookkeepingCommit: options.bookkeepingCommit })
+    })
     // At most one NOTIFY per millisecond: a relay elsewhere hears a commit about a millisecond
     // later at worst, while a busy producer process still sends far fewer NOTIFYs than commits.
-    const notifier = options.notify === true ? yield* coalescedNotifier(sql, PgOutboxStore.channel(schema), Duration.millis(1)) : undefined
+    const notifier = options.notify === true
+      ? yield* coalescedNotifier(sql, PgOutboxStore.channel(schema), Duration.millis(1))
+      : undefined
     const inTransaction = Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
     const commitMode = options.bookkeepingCommit === "sync"
       ? sql.literal("commit_mode AS MATERIALIZED (SELECT 1 AS on)")
@@ -138,7 +155,9 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
     const requeue = (ids: ReadonlyArray<string> | undefined, replay: boolean) =>
       sql.withTransaction(Effect.gen(function*() {
         const list = ids === undefined ? undefined : JSON.stringify(ids.filter((id) => uuid.test(id)))
-        const filter = list === undefined ? sql`` : sql`AND id IN (SELECT jsonb_array_elements_text(${list}::jsonb)::uuid)`
+        const filter = list === undefined
+          ? sql``
+          : sql`AND id IN (SELECT jsonb_array_elements_text(${list}::jsonb)::uuid)`
         const rows = yield* sql<OutboxRow & { readonly log_groups: Array<string> | null }>`DELETE FROM ${t.outbox}
           WHERE status = 'failed' ${filter}
           RETURNING id, event_type, event_version, aggregate_type, aggregate_id, ordering_key, payload::text AS payload, headers::text AS headers,
@@ -146,7 +165,8 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
         for (const r of rows) yield* insert(rowsOf([toMessage(r)], r.log_groups))
         if (notifier !== undefined) yield* sql.afterCommit(notifier)
         if (!replay || list === undefined) return rows.length
-        const replayed = yield* sql`INSERT INTO ${t.log} (partition, id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at)
+        const replayed =
+          yield* sql`INSERT INTO ${t.log} (partition, id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at)
           SELECT DISTINCT ON (id) partition, id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at
           FROM ${t.log} WHERE id IN (SELECT jsonb_array_elements_text(${list}::jsonb)::uuid)
             AND id NOT IN (SELECT jsonb_array_elements_text(${JSON.stringify(rows.map((r) => r.id))}::jsonb)::uuid)
@@ -161,7 +181,9 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
         Effect.gen(function*() {
           if (!ensured.has(group)) {
             const start = startFrom === "latest"
-              ? sql`SELECT ${group}, p.p, coalesce(l.tx_id, '0'::xid8), coalesce(l.seq, 0) FROM generate_series(0, ${partitions - 1}) AS p(p)
+              ? sql`SELECT ${group}, p.p, coalesce(l.tx_id, '0'::xid8), coalesce(l.seq, 0) FROM generate_series(0, ${
+                partitions - 1
+              }) AS p(p)
                   LEFT JOIN LATERAL (SELECT tx_id, seq FROM ${t.log} WHERE partition = p.p AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
                     ORDER BY tx_id DESC, seq DESC LIMIT 1) l ON true`
               : sql`SELECT ${group}, p, '0'::xid8, 0 FROM generate_series(0, ${partitions - 1}) AS p`
@@ -169,7 +191,9 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
             ensured.add(group)
           }
           const rows = yield* sql<{ member: string }>`WITH up AS (
-              INSERT INTO ${t.member} (group_name, member, expires_at) VALUES (${group}, ${member}, now() + make_interval(secs => ${Sql.seconds(lease)}))
+              INSERT INTO ${t.member} (group_name, member, expires_at) VALUES (${group}, ${member}, now() + make_interval(secs => ${
+            Sql.seconds(lease)
+          }))
               ON CONFLICT (group_name, member) DO UPDATE SET expires_at = excluded.expires_at
               RETURNING member
             ), gone AS (
@@ -179,9 +203,18 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
             UNION SELECT member FROM up`
           return rows.map((r) => r.member).sort()
         }).pipe(mapSqlError("join")),
-      leave: (group, member) => sql`DELETE FROM ${t.member} WHERE group_name = ${group} AND member = ${member}`.pipe(Effect.asVoid, mapSqlError("leave")),
+      leave: (group, member) =>
+        sql`DELETE FROM ${t.member} WHERE group_name = ${group} AND member = ${member}`.pipe(
+          Effect.asVoid,
+          mapSqlError("leave")
+        ),
       acquire: (group, member, wanted, lease) =>
-        wanted.length === 0 ? Effect.succeed([]) : Sql.acquire(sql, t, group, member, wanted, lease).pipe(Effect.map((rows) => rows.map(Sql.toState)), mapSqlError("acquire")),
+        wanted.length === 0
+          ? Effect.succeed([])
+          : Sql.acquire(sql, t, group, member, wanted, lease).pipe(
+            Effect.map((rows) => rows.map(Sql.toState)),
+            mapSqlError("acquire")
+          ),
       renew: (group, member, leases, lease) =>
         leases.length === 0 ? Effect.succeed([]) : sql<{ partition: number }>`WITH ${commitMode}
           UPDATE ${t.cursor} c SET lease_until = now() + make_interval(secs => ${Sql.seconds(lease)})
@@ -189,32 +222,40 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
           WHERE c.group_name = ${group} AND c.partition = l.partition AND c.owner = ${member} AND c.epoch = l.epoch
           RETURNING c.partition`.pipe(Effect.map((rows) => rows.map((r) => Number(r.partition))), mapSqlError("renew")),
       release: (group, member, leases) =>
-        leases.length === 0 ? Effect.void : sql`UPDATE ${t.cursor} c SET owner = NULL, lease_until = NULL, inflight_tx = NULL, inflight_seq = NULL
+        leases.length === 0 ?
+          Effect.void :
+          sql`UPDATE ${t.cursor} c SET owner = NULL, lease_until = NULL, inflight_tx = NULL, inflight_seq = NULL
           FROM json_to_recordset(${JSON.stringify(leases)}::json) AS l(partition int, epoch bigint)
-          WHERE c.group_name = ${group} AND c.partition = l.partition AND c.owner = ${member} AND c.epoch = l.epoch`.pipe(Effect.asVoid, mapSqlError("release")),
+          WHERE c.group_name = ${group} AND c.partition = l.partition AND c.owner = ${member} AND c.epoch = l.epoch`
+            .pipe(Effect.asVoid, mapSqlError("release")),
       read: (group, member, requests) =>
-        requests.length === 0 ? Effect.succeed({ events: [], lost: [], heldBack: [] }) : Sql.read(sql, t, commitMode, group, member, requests).pipe(
-          Effect.map((rows) => {
-            const events: Array<LogStore.LogEvent> = []
-            const lost: Array<number> = []
-            const heldBack: Array<number> = []
-            let sorted = true
-            for (const r of rows) {
-              if (r.tx_id === null) {
-                ;(Number(r.seq) === 0 ? lost : heldBack).push(Number(r.partition))
-                continue
+        requests.length === 0 ?
+          Effect.succeed({ events: [], lost: [], heldBack: [] }) :
+          Sql.read(sql, t, commitMode, group, member, requests).pipe(
+            Effect.map((rows) => {
+              const events: Array<LogStore.LogEvent> = []
+              const lost: Array<number> = []
+              const heldBack: Array<number> = []
+              let sorted = true
+              for (const r of rows) {
+                if (r.tx_id === null) {
+                  ;(Number(r.seq) === 0 ? lost : heldBack).push(Number(r.partition))
+                  continue
+                }
+                const e = Sql.toEvent(r)
+                const last = events[events.length - 1]
+                if (
+                  last !== undefined && last.partition === e.partition &&
+                  LogStore.compare(last.position, e.position) > 0
+                ) sorted = false
+                events.push(e)
               }
-              const e = Sql.toEvent(r)
-              const last = events[events.length - 1]
-              if (last !== undefined && last.partition === e.partition && LogStore.compare(last.position, e.position) > 0) sorted = false
-              events.push(e)
-            }
-            // Each partition's events in (tx_id, seq) order: the statement produces them so; checked.
-            if (!sorted) events.sort((a, b) => a.partition - b.partition || LogStore.compare(a.position, b.position))
-            return { events, lost, heldBack }
-          }),
-          mapSqlError("read")
-        ),
+              // Each partition's events in (tx_id, seq) order: the statement produces them so; checked.
+              if (!sorted) events.sort((a, b) => a.partition - b.partition || LogStore.compare(a.position, b.position))
+              return { events, lost, heldBack }
+            }),
+            mapSqlError("read")
+          ),
       settle: (group, member, settlements) =>
         settlements.length === 0 ? Effect.succeed([]) : Effect.flatMap(inTransaction, (inside) =>
           // In a consumer's transaction the commit is the handlers' own: never made asynchronous here.
@@ -246,12 +287,16 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
         SELECT (extract(epoch FROM now() - p.prepared) * 1000)::float8, 'prepared transaction ' || p.gid FROM pg_prepared_xacts p
         ORDER BY 1 DESC NULLS LAST LIMIT 1`.pipe(
         Effect.map(([r]) => ({
-          oldestOpenTransactionAgeMs: r?.age_ms === null || r?.age_ms === undefined ? null : Math.max(0, Number(r.age_ms)),
+          oldestOpenTransactionAgeMs: r?.age_ms === null || r?.age_ms === undefined
+            ? null
+            : Math.max(0, Number(r.age_ms)),
           detail: r?.detail ?? null
         })),
         mapSqlError("horizon")
       ),
-      groups: sql<{ group_name: string; members: Array<string> | string | null; lag: number | string; retrying: number | string }>`SELECT c.group_name,
+      groups: sql<
+        { group_name: string; members: Array<string> | string | null; lag: number | string; retrying: number | string }
+      >`SELECT c.group_name,
           (SELECT string_agg(m.member, ',' ORDER BY m.member) FROM ${t.member} m WHERE m.group_name = c.group_name AND m.expires_at > now()) AS members,
           sum((SELECT count(*) FROM (SELECT 1 FROM ${t.log} l WHERE l.partition = c.partition AND (l.tx_id, l.seq) > (c.tx_id, c.seq) LIMIT 1000000) x))::bigint AS lag,
           count(*) FILTER (WHERE c.head_attempts > 0) AS retrying
@@ -279,7 +324,8 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
         Effect.gen(function*() {
           if (!(yield* inTransaction)) {
             return yield* new NotInTransaction({
-              message: "Outbox.append must run inside the caller's transaction (sql.withTransaction); it never opens its own"
+              message:
+                "Outbox.append must run inside the caller's transaction (sql.withTransaction); it never opens its own"
             })
           }
           if (messages.length === 0) return
@@ -323,5 +369,10 @@ export const make = (options: Options = {}): Effect.Effect<Stores, InvalidConfig
  * @since 0.1.0
  * @category layers
  */
-export const layer = (options: Options = {}): Layer.Layer<LogStore.LogStore | OutboxStore, InvalidConfig | StoreError, SqlClient.SqlClient> =>
-  Layer.effectContext(Effect.map(make(options), ({ log, outbox }) => Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore, outbox))))
+export const layer = (
+  options: Options = {}
+): Layer.Layer<LogStore.LogStore | OutboxStore, InvalidConfig | StoreError, SqlClient.SqlClient> =>
+  Layer.effectContext(
+    Effect.map(make(options), ({ log, outbox }) =>
+      Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore, outbox)))
+  )

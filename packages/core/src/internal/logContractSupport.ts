@@ -28,7 +28,11 @@ export const clockOps = (onTestClock: boolean) => {
   /** Lets `duration` pass on the store's clock. */
   const passTime = (duration: Duration.Input) => (onTestClock ? TestClock.adjust(duration) : Effect.sleep(duration))
   /** Waits until `check` holds: by moving the test clock in small steps, or polling in real time. */
-  const waitFor = <E, R>(what: string, check: Effect.Effect<boolean, E, R>, limit: Duration.Input = "45 seconds"): Effect.Effect<void, E, R> =>
+  const waitFor = <E, R>(
+    what: string,
+    check: Effect.Effect<boolean, E, R>,
+    limit: Duration.Input = "45 seconds"
+  ): Effect.Effect<void, E, R> =>
     Effect.gen(function*() {
       const steps = Math.ceil(Duration.toMillis(Duration.fromInputUnsafe(limit)) / 10)
       for (let i = 0; i < steps; i++) {
@@ -76,7 +80,10 @@ export const startRelay = (config: LogRelay.Config) =>
 
 /** Appends one event per call in its own transaction. */
 export const appendOne = (key: string, n: number) =>
-  Effect.flatMap(OutboxStore, (store) => store.withTransaction(Outbox.append(Tick, { aggregateId: key, payload: { n } })))
+  Effect.flatMap(
+    OutboxStore,
+    (store) => store.withTransaction(Outbox.append(Tick, { aggregateId: key, payload: { n } }))
+  )
 
 /** The messages the broker received, in order. */
 export const delivered = Effect.map(MemoryBroker.MemoryBroker.use((b) => b.delivered), (ds) => ds.map((d) => d.message))
@@ -97,12 +104,22 @@ export const logOrder = Effect.gen(function*() {
   const group = `check-${Math.random().toString(36).slice(2, 8)}`
   const member = `${group}-m`
   yield* store.join({ group, member, lease: Duration.minutes(1), startFrom: "earliest" })
-  const states = yield* store.acquire(group, member, Array.from({ length: store.partitions }, (_, p) => p), Duration.minutes(1))
+  const states = yield* store.acquire(
+    group,
+    member,
+    Array.from({ length: store.partitions }, (_, p) => p),
+    Duration.minutes(1)
+  )
   const out = new Map<number, Array<string>>()
   for (const st of states) {
     let after = st.cursor
     while (true) {
-      const { events } = yield* store.read(group, member, [{ partition: st.partition, epoch: st.epoch, after, limit: 1000 }])
+      const { events } = yield* store.read(group, member, [{
+        partition: st.partition,
+        epoch: st.epoch,
+        after,
+        limit: 1000
+      }])
       if (events.length === 0) break
       out.set(st.partition, [...(out.get(st.partition) ?? []), ...events.map((e) => e.message.id)])
       after = events[events.length - 1]!.position

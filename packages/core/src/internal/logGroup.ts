@@ -84,15 +84,19 @@ export const run = (
     const marginMs = Duration.toMillis(s.margin)
 
     const releaseNow = (hs: ReadonlyArray<Held>) =>
-      hs.length === 0 ? Effect.void : store.release(s.group, s.member, hs.map((h) => ({ partition: h.partition, epoch: h.epoch }))).pipe(
-        Effect.tap(() =>
-          Effect.sync(() => {
-            for (const h of hs) own.drop(h.partition)
-          })
-        ),
-        Effect.andThen(Metric.update(Metric.withAttributes(Metrics.log.rebalances, { ...attrs, change: "released" }), hs.length)),
-        Effect.catch((e) => Effect.logWarning("log group: releasing leases failed; they will expire", e))
-      )
+      hs.length === 0 ?
+        Effect.void :
+        store.release(s.group, s.member, hs.map((h) => ({ partition: h.partition, epoch: h.epoch }))).pipe(
+          Effect.tap(() =>
+            Effect.sync(() => {
+              for (const h of hs) own.drop(h.partition)
+            })
+          ),
+          Effect.andThen(
+            Metric.update(Metric.withAttributes(Metrics.log.rebalances, { ...attrs, change: "released" }), hs.length)
+          ),
+          Effect.catch((e) => Effect.logWarning("log group: releasing leases failed; they will expire", e))
+        )
 
     // The lease loop: join (renew membership), compute this member's share, release what is no longer
     // ours, renew the rest, acquire what is ours and free. A partition that is ours but still held by
@@ -125,15 +129,22 @@ export const run = (
         const got = yield* store.acquire(s.group, s.member, wanted, s.lease)
         for (const state of got) {
           own.add(state, now)
-          if (state.crashes > 0 && state.suspectUntil !== null) yield* Metric.update(Metric.withAttributes(Metrics.log.crashes, attrs), 1)
+          if (state.crashes > 0 && state.suspectUntil !== null) {
+            yield* Metric.update(Metric.withAttributes(Metrics.log.crashes, attrs), 1)
+          }
         }
         if (got.length > 0) {
           changed = true
-          yield* Metric.update(Metric.withAttributes(Metrics.log.rebalances, { ...attrs, change: "acquired" }), got.length)
+          yield* Metric.update(
+            Metric.withAttributes(Metrics.log.rebalances, { ...attrs, change: "acquired" }),
+            got.length
+          )
         }
       }
       yield* Metric.update(Metric.withAttributes(Metrics.log.partitions, attrs), own.held.size)
-      if (changed) own.signal()
+      if (changed) {
+        own.signal()
+      }
       const pending = [...mine].some((p) => !own.held.has(p)) || [...own.held.values()].some((h) => h.releasing)
       return pending ? "waiting" as const : "settled" as const
     })
@@ -143,7 +154,9 @@ export const run = (
       while (true) {
         const r = yield* tick.pipe(
           Effect.withSpan("tidings.log.lease", { attributes: { "tidings.log.group": s.group } }, noStack),
-          Effect.catchCause((cause) => Effect.as(Effect.logWarning("log group: lease round failed; retrying", cause), "failed" as const))
+          Effect.catchCause((cause) =>
+            Effect.as(Effect.logWarning("log group: lease round failed; retrying", cause), "failed" as const)
+          )
         )
         // While partitions of ours are still held elsewhere (or the database is away), look again soon.
         const pause = r === "settled" ? heartbeat : quick
@@ -200,7 +213,9 @@ export const run = (
         } else if (outcome === "held-back") {
           // Committed events wait behind an older open transaction: look again soon, then less and
           // less often while it stays open (its commit usually wakes the worker first).
-          heldDelay = heldDelay === undefined ? Duration.max(s.pollMin, Duration.millis(2)) : min(Duration.times(heldDelay, 2), s.pollBase)
+          heldDelay = heldDelay === undefined
+            ? Duration.max(s.pollMin, Duration.millis(2))
+            : min(Duration.times(heldDelay, 2), s.pollBase)
           delay = heldDelay
           yield* wait(undefined)
           continue
@@ -215,10 +230,15 @@ export const run = (
     }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => running--)))
 
     /** One read, processed and settled; never fails (errors are logged and reported as `error`). */
-    const batch = (restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>, picked: ReadonlyArray<Held>) =>
+    const batch = (
+      restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>,
+      picked: ReadonlyArray<Held>
+    ) =>
       Effect.gen(function*() {
         const read = yield* store.read(s.group, s.member, picked.map((h) => request(h, s.batchSize))).pipe(
-          Effect.withSpan("tidings.log.read", { attributes: { "tidings.log.group": s.group, "tidings.log.partitions": picked.length } }, noStack)
+          Effect.withSpan("tidings.log.read", {
+            attributes: { "tidings.log.group": s.group, "tidings.log.partitions": picked.length }
+          }, noStack)
         )
         for (const p of read.lost) {
           own.drop(p)
@@ -239,10 +259,18 @@ export const run = (
           if (h.crashes >= s.maxCrashes) loops.push(crashLoop(h, events[0]!))
           else batches.push({ held: h, events })
         }
-        if (batches.length === 0 && loops.length === 0) return read.heldBack.length > 0 ? "held-back" as const : "empty" as const
+        if (batches.length === 0 && loops.length === 0) {
+          return read.heldBack.length > 0
+            ? "held-back" as const
+            : "empty" as const
+        }
         const processed = yield* processor(restore, batches)
         const looped = yield* settleOnly(loops)
-        if (loops.length > 0) yield* Effect.logError(`log group ${s.group}: ${loops.length} events failed for good: their handling crashed the process ${s.maxCrashes} times`)
+        if (loops.length > 0) {
+          yield* Effect.logError(
+            `log group ${s.group}: ${loops.length} events failed for good: their handling crashed the process ${s.maxCrashes} times`
+          )
+        }
         const now = yield* Clock.currentTimeMillis
         const states = new Map([...processed.states, ...looped].map((st) => [st.partition, st]))
         let paused = false
@@ -280,7 +308,11 @@ export const run = (
         yield* Deferred.succeed(stop, undefined)
         const done = yield* Fiber.awaitAll(workers).pipe(Effect.timeoutOption(s.shutdownTimeout))
         if (Option.isNone(done)) {
-          yield* Effect.logWarning(`log group ${s.group}: in-flight batches did not finish within ${Duration.format(s.shutdownTimeout)}; their next owner does them again`)
+          yield* Effect.logWarning(
+            `log group ${s.group}: in-flight batches did not finish within ${
+              Duration.format(s.shutdownTimeout)
+            }; their next owner does them again`
+          )
           yield* Fiber.interruptAll(workers)
         }
         for (const h of own.held.values()) h.busy = false

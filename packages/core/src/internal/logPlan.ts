@@ -76,7 +76,13 @@ export const plan = (
     const base = { partition: h.partition, epoch: h.epoch }
     if (outcome._tag === "Done") {
       const last = events[events.length - 1]
-      return { settlement: last === undefined ? base : { ...base, cursor: last.position }, done: events.length, retried: 0, failed: 0, paused: false }
+      return {
+        settlement: last === undefined ? base : { ...base, cursor: last.position },
+        done: events.length,
+        retried: 0,
+        failed: 0,
+        paused: false
+      }
     }
     const { index } = outcome
     const done = index > 0 ? { cursor: events[index - 1]!.position } : {}
@@ -97,7 +103,13 @@ export const plan = (
     if (attempts >= s.maxAttempts) return fail(`${error}; gave up after ${attempts} attempts`)
     const delay: Option.Option<Duration.Duration> = yield* Retry.delayFor(s.retry, attempts, undefined)
     if (Option.isNone(delay)) return fail(`${error}; retry schedule exhausted after ${attempts} attempts`)
-    return { settlement: { ...base, ...done, retry: { attempts, delay: delay.value, error } }, done: index, retried: 1, failed: 0, paused: false }
+    return {
+      settlement: { ...base, ...done, retry: { attempts, delay: delay.value, error } },
+      done: index,
+      retried: 1,
+      failed: 0,
+      paused: false
+    }
   })
 
 /** The head of a partition whose handling kept killing its owners: failed without another try. */
@@ -106,7 +118,11 @@ export const crashLoop = (h: Held, head: LogStore.LogEvent): Plan => ({
     partition: h.partition,
     epoch: h.epoch,
     cursor: head.position,
-    failed: [{ event: head, error: `crash loop: ${h.crashes} attempts started and none finished (the process died or hung)`, attempts: h.crashes }]
+    failed: [{
+      event: head,
+      error: `crash loop: ${h.crashes} attempts started and none finished (the process died or hung)`,
+      attempts: h.crashes
+    }]
   },
   done: 0,
   retried: 0,

@@ -40,7 +40,10 @@ const openSpans = (events: ReadonlyArray<LogStore.LogEvent>, group: string) =>
       span.attribute("tidings.event.version", m.version)
       span.attribute("tidings.log.group", group)
       span.attribute("tidings.log.partition", e.partition)
-      ;(m as { headers: Message["headers"] }).headers = { ...m.headers, [HeaderNames.traceparent]: Tracing.formatTraceparent(span) }
+      ;(m as { headers: Message["headers"] }).headers = {
+        ...m.headers,
+        [HeaderNames.traceparent]: Tracing.formatTraceparent(span)
+      }
       spans.push(span)
       messages.push(m)
     }
@@ -51,16 +54,30 @@ const openSpans = (events: ReadonlyArray<LogStore.LogEvent>, group: string) =>
  * Publishes one wave (events of several partitions) in one call, each under its own publish span.
  * Returns, per event, `undefined` when published or the error; fails only by interruption.
  */
-const publishWave = (publisher: Publisher["Service"], events: ReadonlyArray<LogStore.LogEvent>, group: string, timeout: Duration.Duration) =>
+const publishWave = (
+  publisher: Publisher["Service"],
+  events: ReadonlyArray<LogStore.LogEvent>,
+  group: string,
+  timeout: Duration.Duration
+) =>
   Effect.gen(function*() {
     const { messages, spans } = yield* openSpans(events, group)
     const exit = yield* publisher.publish(messages).pipe(
       Effect.timeoutOrElse({
         duration: timeout,
-        orElse: () => Effect.fail(new PublishError({ message: `publish timed out after ${Duration.format(timeout)}`, reason: new Timeout() }))
+        orElse: () =>
+          Effect.fail(
+            new PublishError({ message: `publish timed out after ${Duration.format(timeout)}`, reason: new Timeout() })
+          )
       }),
       Effect.catchDefect((defect) =>
-        Effect.fail(new PublishError({ message: `publisher defect: ${String(defect)}`, reason: new Unknown({ retryable: true }), cause: defect }))
+        Effect.fail(
+          new PublishError({
+            message: `publisher defect: ${String(defect)}`,
+            reason: new Unknown({ retryable: true }),
+            cause: defect
+          })
+        )
       ),
       Effect.exit
     )
@@ -70,17 +87,26 @@ const publishWave = (publisher: Publisher["Service"], events: ReadonlyArray<LogS
       return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
     }
     const batchError = Exit.isFailure(exit)
-      ? Option.getOrElse(Cause.findErrorOption(exit.cause), () => new PublishError({ message: Errors.describeCause(exit.cause), reason: new Unknown({ retryable: true }) }))
+      ? Option.getOrElse(Cause.findErrorOption(exit.cause), () =>
+        new PublishError({ message: Errors.describeCause(exit.cause), reason: new Unknown({ retryable: true }) }))
       : undefined
     const results = Exit.isSuccess(exit) ? exit.value : []
     // Publishers answer in order as a rule; look ids up only when they did not.
-    const inOrder = results.length === messages.length && results.every((r, i) => r.id === messages[i]!.id)
+    const inOrder = results.length === messages.length && results.every((r, i) =>
+      r.id === messages[i]!.id
+    )
     const byId = inOrder ? undefined : new Map(results.map((r) => [r.id, r]))
     return messages.map((m, i) => {
       const r = inOrder ? results[i] : byId!.get(m.id)
       const error = r === undefined
-        ? batchError ?? new PublishError({ message: "the publisher returned no result for this message", reason: new Unknown({ retryable: true }) })
-        : r._tag === "Published" ? undefined : r.error
+        ? batchError ??
+          new PublishError({
+            message: "the publisher returned no result for this message",
+            reason: new Unknown({ retryable: true })
+          })
+        : r._tag === "Published"
+        ? undefined
+        : r.error
       spans?.[i]!.end(end, error === undefined ? Exit.void : Exit.fail(error))
       return error
     })
@@ -118,7 +144,11 @@ export const waves = (events: ReadonlyArray<LogStore.LogEvent>): Array<ReadonlyA
 export const publishInOrder = (
   publisher: Publisher["Service"],
   batches: ReadonlyArray<ReadonlyArray<LogStore.LogEvent>>,
-  options: { readonly group: string; readonly timeout: Duration.Duration; readonly kindOf: (e: unknown) => "unavailable" | "retry" | "fail" }
+  options: {
+    readonly group: string
+    readonly timeout: Duration.Duration
+    readonly kindOf: (e: unknown) => "unavailable" | "retry" | "fail"
+  }
 ): Effect.Effect<ReadonlyArray<Outcome>> =>
   Effect.gen(function*() {
     const outcomes: Array<Outcome> = batches.map(() => ({ _tag: "Done" }))

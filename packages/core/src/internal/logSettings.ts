@@ -5,9 +5,13 @@ import * as Settings from "../Settings.ts"
 const d = (input: Duration.Input): Effect.Effect<Duration.Input> => Effect.succeed<Duration.Input>(input)
 
 /** A group name: what cursors and leases are kept under. */
-export const GroupName = Schema.String.check(Schema.makeFilter((g: string) =>
-  /^[\w.:-]{1,64}$/.test(g) ? undefined : `must be 1-64 characters of [A-Za-z0-9_.:-], got ${JSON.stringify(g).slice(0, 80)}`
-))
+export const GroupName = Schema.String.check(
+  Schema.makeFilter((g: string) =>
+    /^[\w.:-]{1,64}$/.test(g)
+      ? undefined
+      : `must be 1-64 characters of [A-Za-z0-9_.:-], got ${JSON.stringify(g).slice(0, 80)}`
+  )
+)
 
 /** Adaptive polling: `min` after a batch, `base` after an empty read, doubling to `max` while idle. */
 export const PollInterval = Schema.Struct({
@@ -28,7 +32,9 @@ export const groupFields = {
   /** Crashes (owners that died or hung with the event in flight) before it moves to the failed table. */
   maxCrashes: Settings.int(1, 100).pipe(Schema.withDecodingDefault(Effect.succeed(3))),
   /** Where a new group starts: every event still in the log, or only those written from now on. */
-  startFrom: Schema.Literals(["earliest", "latest"]).pipe(Schema.withDecodingDefault(Effect.succeed("earliest" as const))),
+  startFrom: Schema.Literals(["earliest", "latest"]).pipe(
+    Schema.withDecodingDefault(Effect.succeed("earliest" as const))
+  ),
   /** How long shutdown waits for in-flight batches before interrupting them. */
   shutdownTimeout: Settings.duration({ allowZero: true }).pipe(Schema.withDecodingDefault(d("10 seconds")))
 } as const

@@ -52,7 +52,9 @@ export const memoryLogAdmin = (
       if (status !== "failed") return []
       const counts = new Map<string, number>()
       for (const f of log.failed.values()) counts.set(f.message.type, (counts.get(f.message.type) ?? 0) + 1)
-      return [...counts].map(([type, count]) => ({ type, count })).sort((a, b) => b.count - a.count || (a.type < b.type ? -1 : 1))
+      return [...counts].map(([type, count]) => ({ type, count })).sort((a, b) =>
+        b.count - a.count || (a.type < b.type ? -1 : 1)
+      )
     }),
   throughput: ({ minutes }) =>
     Effect.map(Clock.currentTimeMillis, (now) => {

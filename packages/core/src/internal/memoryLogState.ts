@@ -39,7 +39,8 @@ export interface Failed {
   readonly groups: ReadonlyArray<string>
 }
 
-const byPosition = (a: { readonly position: LogStore.Position }, b: { readonly position: LogStore.Position }) => compare(a.position, b.position)
+const byPosition = (a: { readonly position: LogStore.Position }, b: { readonly position: LogStore.Position }) =>
+  compare(a.position, b.position)
 
 /** The first index in `rows` (sorted by position) whose position is after `after`. */
 export const firstAfter = (rows: ReadonlyArray<Row>, after: LogStore.Position): number => {
@@ -125,7 +126,13 @@ export class MemoryLog {
     for (const f of s.failed ?? []) {
       const before = this.failed.get(f.event.message.id)
       const groups = [...new Set([...(before?.groups ?? []), group])]
-      this.failed.set(f.event.message.id, { message: f.event.message, attempts: f.attempts, lastError: f.error, createdAt: now, groups })
+      this.failed.set(f.event.message.id, {
+        message: f.event.message,
+        attempts: f.attempts,
+        lastError: f.error,
+        createdAt: now,
+        groups
+      })
     }
   }
 

@@ -49,47 +49,58 @@ export interface LogContractOptions {
  * @since 0.1.0
  * @category contracts
  */
-export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStores, unknown, Scope.Scope>, options: LogContractOptions = {}): void => {
+export const logRelayContract = (
+  name: string,
+  makeStores: Effect.Effect<LogStores, unknown, Scope.Scope>,
+  options: LogContractOptions = {}
+): void => {
   const onTestClock = options.clock === "test"
   const test = onTestClock ? it.effect : it.live
   const { passTime, waitFor } = clockOps(onTestClock)
-  const run = <A, E>(body: Effect.Effect<A, E, Env>, broker: MemoryBroker.Options = {}) => withLog(makeStores, body, broker)
+  const run = <A, E>(body: Effect.Effect<A, E, Env>, broker: MemoryBroker.Options = {}) =>
+    withLog(makeStores, body, broker)
   const ids = (ms: ReadonlyArray<{ readonly id: string }>) => ms.map((m) => m.id)
 
   describe(`log relay: ${name}`, () => {
-    test("publishes every event of concurrent producers once, each partition in log order", () =>
-      run(Effect.gen(function*() {
-        const { stop } = yield* startRelay({ group: "order" })
-        const appended: Array<string> = []
-        yield* Effect.forEach(Array.from({ length: 6 }, (_, p) => p), (p) =>
-          Effect.gen(function*() {
-            for (let i = 0; i < 25; i++) {
-              const store = yield* OutboxStore
-              const written = yield* store.withTransaction(Outbox.appendAll([
-                Tick.make({ aggregateId: `p${p}-k${i % 4}`, payload: { n: i } }),
-                ...(i % 3 === 0 ? [Tick.make({ aggregateId: `p${p}-k${(i + 1) % 4}`, payload: { n: i } })] : [])
-              ]))
-              appended.push(...ids(written))
-            }
-          }), { concurrency: "unbounded", discard: true })
-        yield* waitFor("every event published", Effect.map(delivered, (d) => d.length >= appended.length))
-        yield* stop
-        const out = yield* delivered
-        assert.strictEqual(out.length, appended.length, "no event twice")
-        assert.deepStrictEqual(new Set(ids(out)), new Set(appended))
-        // Per key, n never goes back; per partition, exactly the log's order.
-        const lastN = new Map<string, number>()
-        for (const m of out) {
-          assert.isAtLeast(nOf(m), lastN.get(m.orderingKey) ?? -1, `order of ${m.orderingKey}`)
-          lastN.set(m.orderingKey, nOf(m))
-        }
-        const store = yield* LogStore.LogStore
-        const order = yield* logOrder
-        for (const [partition, logged] of order) {
-          const published = ids(out.filter((m) => LogStore.partitionOf(m.orderingKey, store.partitions) === partition))
-          assert.deepStrictEqual(published, logged, `partition ${partition}`)
-        }
-      })), 60_000)
+    test(
+      "publishes every event of concurrent producers once, each partition in log order",
+      () =>
+        run(Effect.gen(function*() {
+          const { stop } = yield* startRelay({ group: "order" })
+          const appended: Array<string> = []
+          yield* Effect.forEach(Array.from({ length: 6 }, (_, p) => p), (p) =>
+            Effect.gen(function*() {
+              for (let i = 0; i < 25; i++) {
+                const store = yield* OutboxStore
+                const written = yield* store.withTransaction(Outbox.appendAll([
+                  Tick.make({ aggregateId: `p${p}-k${i % 4}`, payload: { n: i } }),
+                  ...(i % 3 === 0 ? [Tick.make({ aggregateId: `p${p}-k${(i + 1) % 4}`, payload: { n: i } })] : [])
+                ]))
+                appended.push(...ids(written))
+              }
+            }), { concurrency: "unbounded", discard: true })
+          yield* waitFor("every event published", Effect.map(delivered, (d) => d.length >= appended.length))
+          yield* stop
+          const out = yield* delivered
+          assert.strictEqual(out.length, appended.length, "no event twice")
+          assert.deepStrictEqual(new Set(ids(out)), new Set(appended))
+          // Per key, n never goes back; per partition, exactly the log's order.
+          const lastN = new Map<string, number>()
+          for (const m of out) {
+            assert.isAtLeast(nOf(m), lastN.get(m.orderingKey) ?? -1, `order of ${m.orderingKey}`)
+            lastN.set(m.orderingKey, nOf(m))
+          }
+          const store = yield* LogStore.LogStore
+          const order = yield* logOrder
+          for (const [partition, logged] of order) {
+            const published = ids(
+              out.filter((m) => LogStore.partitionOf(m.orderingKey, store.partitions) === partition)
+            )
+            assert.deepStrictEqual(published, logged, `partition ${partition}`)
+          }
+        })),
+      60_000
+    )
 
     test("a transaction that commits late is published in its place, not skipped", () =>
       run(Effect.gen(function*() {
@@ -112,107 +123,152 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
         assert.notInclude((yield* delivered).map(nOf), 2, "not before the earlier transaction commits")
         yield* Deferred.succeed(release, undefined)
         yield* Fiber.join(early)
-        yield* waitFor("both published", Effect.map(delivered, (d) => d.filter((m) => m.orderingKey === "late-key").length === 2))
+        yield* waitFor(
+          "both published",
+          Effect.map(delivered, (d) => d.filter((m) => m.orderingKey === "late-key").length === 2)
+        )
         yield* stop
         assert.deepStrictEqual((yield* delivered).filter((m) => m.orderingKey === "late-key").map(nOf), [1, 2])
       })), 60_000)
 
-    test("an open transaction that holds the log back shows in the gauge and the readiness check, with its age", () =>
-      run(Effect.gen(function*() {
-        const store = yield* OutboxStore
-        const release = yield* Deferred.make<void>()
-        const opened = yield* Deferred.make<void>()
-        const open = yield* Effect.forkChild(store.withTransaction(Effect.gen(function*() {
-          yield* Outbox.append(Tick, { aggregateId: "slow", payload: { n: 1 } })
-          yield* Deferred.succeed(opened, undefined)
-          yield* Deferred.await(release)
-        })))
-        yield* Deferred.await(opened)
-        const { relay, stop } = yield* startRelay({ group: "horizon", statsInterval: "50 millis" })
-        yield* waitFor("the relay runs", relay.isRunning)
-        const check = LogRelay.readiness({ maxHeldBack: "300 millis" }).run.pipe(Effect.provideService(LogRelay.LogRelay, relay), Effect.exit)
-        yield* waitFor("the readiness check to report it", Effect.map(check, Exit.isFailure))
-        const down = yield* check
-        assert.isTrue(Exit.isFailure(down))
-        assert.match(String(down), /held back by a transaction open for \d+\.\d s/)
-        yield* waitFor("the gauge", Effect.map(Metric.value(Metrics.log.oldestOpenTransactionAge), (g) => g.value >= 0.3))
-        yield* Deferred.succeed(release, undefined)
-        yield* Fiber.join(open)
-        yield* waitFor("published once it committed", Effect.map(delivered, (d) => d.length === 1))
-        const up = LogRelay.readiness({ maxHeldBack: "1 minute" }).run.pipe(Effect.provideService(LogRelay.LogRelay, relay), Effect.exit)
-        assert.isTrue(Exit.isSuccess(yield* up))
-        yield* stop
-      })), 60_000)
+    test(
+      "an open transaction that holds the log back shows in the gauge and the readiness check, with its age",
+      () =>
+        run(Effect.gen(function*() {
+          const store = yield* OutboxStore
+          const release = yield* Deferred.make<void>()
+          const opened = yield* Deferred.make<void>()
+          const open = yield* Effect.forkChild(store.withTransaction(Effect.gen(function*() {
+            yield* Outbox.append(Tick, { aggregateId: "slow", payload: { n: 1 } })
+            yield* Deferred.succeed(opened, undefined)
+            yield* Deferred.await(release)
+          })))
+          yield* Deferred.await(opened)
+          const { relay, stop } = yield* startRelay({ group: "horizon", statsInterval: "50 millis" })
+          yield* waitFor("the relay runs", relay.isRunning)
+          const check = LogRelay.readiness({ maxHeldBack: "300 millis" }).run.pipe(
+            Effect.provideService(LogRelay.LogRelay, relay),
+            Effect.exit
+          )
+          yield* waitFor("the readiness check to report it", Effect.map(check, Exit.isFailure))
+          const down = yield* check
+          assert.isTrue(Exit.isFailure(down))
+          assert.match(String(down), /held back by a transaction open for \d+\.\d s/)
+          yield* waitFor(
+            "the gauge",
+            Effect.map(Metric.value(Metrics.log.oldestOpenTransactionAge), (g) => g.value >= 0.3)
+          )
+          yield* Deferred.succeed(release, undefined)
+          yield* Fiber.join(open)
+          yield* waitFor("published once it committed", Effect.map(delivered, (d) => d.length === 1))
+          const up = LogRelay.readiness({ maxHeldBack: "1 minute" }).run.pipe(
+            Effect.provideService(LogRelay.LogRelay, relay),
+            Effect.exit
+          )
+          assert.isTrue(Exit.isSuccess(yield* up))
+          yield* stop
+        })),
+      60_000
+    )
 
-    test("a failing head is retried in order; a refused event goes to the failed table; the cursor moves on", () =>
-      run(Effect.gen(function*() {
-        const broker = yield* MemoryBroker.MemoryBroker
-        let refusals = 0
-        yield* broker.setFault((m) => {
-          if (m.orderingKey === "flaky" && nOf(m) === 2 && refusals < 2) {
-            refusals++
-            return new PublishError({ message: "nack", reason: new Refused({ retryable: true }) })
+    test(
+      "a failing head is retried in order; a refused event goes to the failed table; the cursor moves on",
+      () =>
+        run(Effect.gen(function*() {
+          const broker = yield* MemoryBroker.MemoryBroker
+          let refusals = 0
+          yield* broker.setFault((m) => {
+            if (m.orderingKey === "flaky" && nOf(m) === 2 && refusals < 2) {
+              refusals++
+              return new PublishError({ message: "nack", reason: new Refused({ retryable: true }) })
+            }
+            if (m.orderingKey === "poison" && nOf(m) === 2) {
+              return new PublishError({ message: "no route", reason: new Refused({ retryable: false }) })
+            }
+            return undefined
+          })
+          for (let n = 1; n <= 4; n++) {
+            yield* appendOne("flaky", n)
+            yield* appendOne("poison", n)
           }
-          if (m.orderingKey === "poison" && nOf(m) === 2) return new PublishError({ message: "no route", reason: new Refused({ retryable: false }) })
-          return undefined
-        })
-        for (let n = 1; n <= 4; n++) {
-          yield* appendOne("flaky", n)
-          yield* appendOne("poison", n)
-        }
-        const { stop } = yield* startRelay({ group: "fail", maxAttempts: 5 })
-        yield* waitFor("the other events", Effect.map(delivered, (d) => d.length === 7))
-        const out = yield* delivered
-        assert.deepStrictEqual(out.filter((m) => m.orderingKey === "flaky").map(nOf), [1, 2, 3, 4], "the retried head went first")
-        assert.deepStrictEqual(out.filter((m) => m.orderingKey === "poison").map(nOf), [1, 3, 4], "the refused one was skipped")
-        assert.strictEqual(refusals, 2)
-        const store = yield* OutboxStore
-        const failed = yield* store.listFailed({ limit: 10 })
-        assert.deepStrictEqual(failed.map((f) => [f.message.orderingKey, nOf(f.message)]), [["poison", 2]])
-        assert.match(failed[0]!.lastError ?? "", /no route/)
-        // The admin views (console, CLI) show it as they show the outbox's failed events.
-        const id = failed[0]!.message.id
-        assert.deepStrictEqual((yield* store.list({ status: "failed", limit: 10 })).map((e) => e.message.id), [id])
-        assert.strictEqual((yield* store.get(id))?.status, "failed")
-        assert.deepStrictEqual(yield* store.countByType({ status: "failed" }), [{ type: failed[0]!.message.type, count: 1 }])
-        // Retried: appended to the log again for this group, published once more.
-        yield* broker.setFault(undefined)
-        assert.strictEqual(yield* store.retryFailed([id, out[0]!.id]), 1, "a published event is no failed event to retry")
-        yield* waitFor("the retried event", Effect.map(delivered, (d) => d.length === 8))
-        // A replay of a published event appends it again for every group.
-        assert.strictEqual(yield* store.requeue([out[0]!.id]), 1)
-        yield* waitFor("the replayed event", Effect.map(delivered, (d) => d.length === 9))
-        yield* stop
-        assert.deepStrictEqual((yield* delivered).slice(7).map((m) => m.id), [id, out[0]!.id])
-        assert.strictEqual((yield* store.listFailed({ limit: 10 })).length, 0)
-      })), 60_000)
+          const { stop } = yield* startRelay({ group: "fail", maxAttempts: 5 })
+          yield* waitFor("the other events", Effect.map(delivered, (d) => d.length === 7))
+          const out = yield* delivered
+          assert.deepStrictEqual(
+            out.filter((m) => m.orderingKey === "flaky").map(nOf),
+            [1, 2, 3, 4],
+            "the retried head went first"
+          )
+          assert.deepStrictEqual(
+            out.filter((m) => m.orderingKey === "poison").map(nOf),
+            [1, 3, 4],
+            "the refused one was skipped"
+          )
+          assert.strictEqual(refusals, 2)
+          const store = yield* OutboxStore
+          const failed = yield* store.listFailed({ limit: 10 })
+          assert.deepStrictEqual(failed.map((f) => [f.message.orderingKey, nOf(f.message)]), [["poison", 2]])
+          assert.match(failed[0]!.lastError ?? "", /no route/)
+          // The admin views (console, CLI) show it as they show the outbox's failed events.
+          const id = failed[0]!.message.id
+          assert.deepStrictEqual((yield* store.list({ status: "failed", limit: 10 })).map((e) => e.message.id), [id])
+          assert.strictEqual((yield* store.get(id))?.status, "failed")
+          assert.deepStrictEqual(yield* store.countByType({ status: "failed" }), [{
+            type: failed[0]!.message.type,
+            count: 1
+          }])
+          // Retried: appended to the log again for this group, published once more.
+          yield* broker.setFault(undefined)
+          assert.strictEqual(
+            yield* store.retryFailed([id, out[0]!.id]),
+            1,
+            "a published event is no failed event to retry"
+          )
+          yield* waitFor("the retried event", Effect.map(delivered, (d) => d.length === 8))
+          // A replay of a published event appends it again for every group.
+          assert.strictEqual(yield* store.requeue([out[0]!.id]), 1)
+          yield* waitFor("the replayed event", Effect.map(delivered, (d) => d.length === 9))
+          yield* stop
+          assert.deepStrictEqual((yield* delivered).slice(7).map((m) => m.id), [id, out[0]!.id])
+          assert.strictEqual((yield* store.listFailed({ limit: 10 })).length, 0)
+        })),
+      60_000
+    )
 
-    test("an event failing retryably past maxAttempts is failed; a retried one reaches only the group that failed it", () =>
-      run(Effect.gen(function*() {
-        const broker = yield* MemoryBroker.MemoryBroker
-        const store = yield* OutboxStore
-        yield* appendOne("k", 1)
-        yield* appendOne("k", 2)
-        const other = yield* startRelay({ group: "other" })
-        yield* waitFor("the other group", Effect.map(delivered, (d) => d.length === 2))
-        yield* other.stop
-        yield* broker.setFault((m) => nOf(m) === 1 ? new PublishError({ message: "timeout", reason: new Refused({ retryable: true }) }) : undefined)
-        const { stop } = yield* startRelay({ group: "tries", maxAttempts: 3 })
-        yield* waitFor("the failure", Effect.map(store.listFailed({ limit: 10 }), (f) => f.length === 1))
-        yield* waitFor("the next event", Effect.map(delivered, (d) => d.length === 3))
-        const [failed] = yield* store.listFailed({ limit: 10 })
-        assert.match(failed!.lastError ?? "", /gave up after 3 attempts/)
-        assert.strictEqual(failed!.attempts, 3)
-        yield* broker.setFault(undefined)
-        yield* store.retryFailed()
-        yield* waitFor("the retried event", Effect.map(delivered, (d) => d.length === 4))
-        // The group that passed it earlier does not get it again.
-        const again = yield* startRelay({ group: "other" })
-        yield* passTime("300 millis")
-        yield* again.stop
-        yield* stop
-        assert.deepStrictEqual((yield* delivered).map(nOf), [1, 2, 2, 1])
-      })), 60_000)
+    test(
+      "an event failing retryably past maxAttempts is failed; a retried one reaches only the group that failed it",
+      () =>
+        run(Effect.gen(function*() {
+          const broker = yield* MemoryBroker.MemoryBroker
+          const store = yield* OutboxStore
+          yield* appendOne("k", 1)
+          yield* appendOne("k", 2)
+          const other = yield* startRelay({ group: "other" })
+          yield* waitFor("the other group", Effect.map(delivered, (d) => d.length === 2))
+          yield* other.stop
+          yield* broker.setFault((m) =>
+            nOf(m) === 1
+              ? new PublishError({ message: "timeout", reason: new Refused({ retryable: true }) })
+              : undefined
+          )
+          const { stop } = yield* startRelay({ group: "tries", maxAttempts: 3 })
+          yield* waitFor("the failure", Effect.map(store.listFailed({ limit: 10 }), (f) => f.length === 1))
+          yield* waitFor("the next event", Effect.map(delivered, (d) => d.length === 3))
+          const [failed] = yield* store.listFailed({ limit: 10 })
+          assert.match(failed!.lastError ?? "", /gave up after 3 attempts/)
+          assert.strictEqual(failed!.attempts, 3)
+          yield* broker.setFault(undefined)
+          yield* store.retryFailed()
+          yield* waitFor("the retried event", Effect.map(delivered, (d) => d.length === 4))
+          // The group that passed it earlier does not get it again.
+          const again = yield* startRelay({ group: "other" })
+          yield* passTime("300 millis")
+          yield* again.stop
+          yield* stop
+          assert.deepStrictEqual((yield* delivered).map(nOf), [1, 2, 2, 1])
+        })),
+      60_000
+    )
 
     test("an unavailable broker pauses the partition without counting attempts", () =>
       run(Effect.gen(function*() {
@@ -224,18 +280,24 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
           publish: (messages) =>
             Effect.suspend(() => {
               calls++
-              return down ? Effect.fail(new PublishError({ message: "connection closed", reason: new Unavailable() })) : inner.publish(messages)
+              return down
+                ? Effect.fail(new PublishError({ message: "connection closed", reason: new Unavailable() }))
+                : inner.publish(messages)
             }),
           awaitAvailable: Effect.suspend(() => (down ? Deferred.await(back) : Effect.void))
         })
         for (let n = 1; n <= 3; n++) yield* appendOne("k", n)
-        const { relay, stop } = yield* startRelay({ group: "outage", maxAttempts: 1 }).pipe(Effect.provide(Layer.succeed(Publisher, flaky)))
+        const { relay, stop } = yield* startRelay({ group: "outage", maxAttempts: 1 }).pipe(
+          Effect.provide(Layer.succeed(Publisher, flaky))
+        )
         yield* waitFor("a failed publish", Effect.sync(() => calls > 0))
         yield* passTime("200 millis")
         const log = yield* LogStore.LogStore
         assert.deepStrictEqual((yield* log.groups).find((g) => g.group === "outage")?.retrying, 0, "no attempt counted")
         assert.isTrue(yield* relay.isPaused)
-        const notReady = yield* Effect.flip(LogRelay.readiness().run.pipe(Effect.provideService(LogRelay.LogRelay, relay)))
+        const notReady = yield* Effect.flip(
+          LogRelay.readiness().run.pipe(Effect.provideService(LogRelay.LogRelay, relay))
+        )
         assert.match(notReady.message, /paused: the publisher or the database is unavailable/)
         down = false
         yield* Deferred.succeed(back, undefined)
@@ -255,7 +317,9 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
           Effect.suspend(() => {
             if (!down) return effect
             refused++
-            return Effect.fail(new StoreError({ operation: "read", message: "connection refused", reason: new Unavailable() }))
+            return Effect.fail(
+              new StoreError({ operation: "read", message: "connection refused", reason: new Unavailable() })
+            )
           })
         const flaky: LogStore.Service = {
           ...log,
@@ -263,7 +327,9 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
           settle: (g, m, st) => away(log.settle(g, m, st))
         }
         for (let n = 1; n <= 3; n++) yield* appendOne("k", n)
-        const { relay, stop } = yield* startRelay({ group: "db-outage", maxAttempts: 1 }).pipe(Effect.provide(Layer.succeed(LogStore.LogStore, flaky)))
+        const { relay, stop } = yield* startRelay({ group: "db-outage", maxAttempts: 1 }).pipe(
+          Effect.provide(Layer.succeed(LogStore.LogStore, flaky))
+        )
         yield* waitFor("refused reads", Effect.sync(() => refused >= 2))
         yield* waitFor("paused", relay.isPaused)
         down = false
@@ -271,83 +337,124 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
         yield* stop
         assert.deepStrictEqual((yield* delivered).map(nOf), [1, 2, 3])
         assert.strictEqual((yield* (yield* OutboxStore).listFailed({ limit: 10 })).length, 0, "nothing failed")
-        assert.deepStrictEqual((yield* log.groups).find((g) => g.group === "db-outage")?.retrying, 0, "no attempt counted")
+        assert.deepStrictEqual(
+          (yield* log.groups).find((g) => g.group === "db-outage")?.retrying,
+          0,
+          "no attempt counted"
+        )
       })), 60_000)
 
-    test("crash loop: an event whose owners died with it in flight maxCrashes times is failed; the rest of its batch goes one by one", () =>
-      run(Effect.gen(function*() {
-        const log = yield* LogStore.LogStore
-        for (let n = 1; n <= 3; n++) yield* appendOne("poison", n)
-        const partition = LogStore.partitionOf("poison", log.partitions)
-        const lease = Duration.millis(300)
-        // Three owners in turn take the partition, read (marking the batch in flight) and die.
-        for (let i = 1; i <= 3; i++) {
-          const member = `dead-${i}`
-          yield* log.join({ group: "crashy", member, lease, startFrom: "earliest" })
-          let got: ReadonlyArray<LogStore.PartitionState> = []
-          yield* waitFor(`${member} takes the partition`, Effect.map(log.acquire("crashy", member, [partition], lease), (s) => (got = s).length === 1))
-          assert.strictEqual(got[0]!.crashes, i - 1, "a crash counted per dead owner")
-          const { events } = yield* log.read("crashy", member, [{ partition, epoch: got[0]!.epoch, after: got[0]!.cursor, limit: got[0]!.crashes > 0 ? 1 : 10 }])
-          assert.strictEqual(nOf(events[0]!.message), 1)
-          yield* log.leave("crashy", member)
-        }
-        const { stop } = yield* startRelay({ group: "crashy", maxCrashes: 3, lease: "1 second" })
-        yield* waitFor("the rest published", Effect.map(delivered, (d) => d.length === 2))
-        yield* stop
-        assert.deepStrictEqual((yield* delivered).map(nOf), [2, 3])
-        const failed = yield* (yield* OutboxStore).listFailed({ limit: 10 })
-        assert.deepStrictEqual(failed.map((f) => nOf(f.message)), [1])
-        assert.match(failed[0]!.lastError ?? "", /crash loop: 3/)
-      })), 60_000)
+    test(
+      "crash loop: an event whose owners died with it in flight maxCrashes times is failed; the rest of its batch goes one by one",
+      () =>
+        run(Effect.gen(function*() {
+          const log = yield* LogStore.LogStore
+          for (let n = 1; n <= 3; n++) yield* appendOne("poison", n)
+          const partition = LogStore.partitionOf("poison", log.partitions)
+          const lease = Duration.millis(300)
+          // Three owners in turn take the partition, read (marking the batch in flight) and die.
+          for (let i = 1; i <= 3; i++) {
+            const member = `dead-${i}`
+            yield* log.join({ group: "crashy", member, lease, startFrom: "earliest" })
+            let got: ReadonlyArray<LogStore.PartitionState> = []
+            yield* waitFor(
+              `${member} takes the partition`,
+              Effect.map(log.acquire("crashy", member, [partition], lease), (s) => (got = s).length === 1)
+            )
+            assert.strictEqual(got[0]!.crashes, i - 1, "a crash counted per dead owner")
+            const { events } = yield* log.read("crashy", member, [{
+              partition,
+              epoch: got[0]!.epoch,
+              after: got[0]!.cursor,
+              limit: got[0]!.crashes > 0 ? 1 : 10
+            }])
+            assert.strictEqual(nOf(events[0]!.message), 1)
+            yield* log.leave("crashy", member)
+          }
+          const { stop } = yield* startRelay({ group: "crashy", maxCrashes: 3, lease: "1 second" })
+          yield* waitFor("the rest published", Effect.map(delivered, (d) => d.length === 2))
+          yield* stop
+          assert.deepStrictEqual((yield* delivered).map(nOf), [2, 3])
+          const failed = yield* (yield* OutboxStore).listFailed({ limit: 10 })
+          assert.deepStrictEqual(failed.map((f) => nOf(f.message)), [1])
+          assert.match(failed[0]!.lastError ?? "", /crash loop: 3/)
+        })),
+      60_000
+    )
 
-    test("fencing: a paused owner cannot move the cursor after its lease was taken over; the new owner publishes its batch again", () =>
-      run(Effect.gen(function*() {
-        const log = yield* LogStore.LogStore
-        for (let n = 1; n <= 5; n++) yield* appendOne("fenced", n)
-        const partition = LogStore.partitionOf("fenced", log.partitions)
-        const lease = Duration.millis(300)
-        yield* log.join({ group: "fence", member: "paused", lease, startFrom: "earliest" })
-        const [held] = yield* log.acquire("fence", "paused", [partition], lease)
-        const { events } = yield* log.read("fence", "paused", [{ partition, epoch: held!.epoch, after: held!.cursor, limit: 10 }])
-        assert.strictEqual(events.length, 5)
-        // The paused owner stops renewing; a relay takes over once the lease has run out.
-        const { stop } = yield* startRelay({ group: "fence", lease: "1 second" })
-        yield* waitFor("the new owner published the batch", Effect.map(delivered, (d) => d.length === 5))
-        // The paused owner resumes and tries to move the cursor past what it read: refused.
-        const settled = yield* log.settle("fence", "paused", [{ partition, epoch: held!.epoch, cursor: events[4]!.position }])
-        assert.deepStrictEqual(settled, [])
-        assert.deepStrictEqual(yield* log.renew("fence", "paused", [{ partition, epoch: held!.epoch }], lease), [])
-        yield* appendOne("fenced", 6)
-        yield* waitFor("later events", Effect.map(delivered, (d) => d.length === 6))
-        yield* stop
-        assert.deepStrictEqual((yield* delivered).map(nOf), [1, 2, 3, 4, 5, 6])
-      })), 60_000)
+    test(
+      "fencing: a paused owner cannot move the cursor after its lease was taken over; the new owner publishes its batch again",
+      () =>
+        run(Effect.gen(function*() {
+          const log = yield* LogStore.LogStore
+          for (let n = 1; n <= 5; n++) yield* appendOne("fenced", n)
+          const partition = LogStore.partitionOf("fenced", log.partitions)
+          const lease = Duration.millis(300)
+          yield* log.join({ group: "fence", member: "paused", lease, startFrom: "earliest" })
+          const [held] = yield* log.acquire("fence", "paused", [partition], lease)
+          const { events } = yield* log.read("fence", "paused", [{
+            partition,
+            epoch: held!.epoch,
+            after: held!.cursor,
+            limit: 10
+          }])
+          assert.strictEqual(events.length, 5)
+          // The paused owner stops renewing; a relay takes over once the lease has run out.
+          const { stop } = yield* startRelay({ group: "fence", lease: "1 second" })
+          yield* waitFor("the new owner published the batch", Effect.map(delivered, (d) => d.length === 5))
+          // The paused owner resumes and tries to move the cursor past what it read: refused.
+          const settled = yield* log.settle("fence", "paused", [{
+            partition,
+            epoch: held!.epoch,
+            cursor: events[4]!.position
+          }])
+          assert.deepStrictEqual(settled, [])
+          assert.deepStrictEqual(yield* log.renew("fence", "paused", [{ partition, epoch: held!.epoch }], lease), [])
+          yield* appendOne("fenced", 6)
+          yield* waitFor("later events", Effect.map(delivered, (d) => d.length === 6))
+          yield* stop
+          assert.deepStrictEqual((yield* delivered).map(nOf), [1, 2, 3, 4, 5, 6])
+        })),
+      60_000
+    )
 
-    test("instances of a group split the partitions and rebalance as they join and leave, publishing nothing twice", () =>
-      run(Effect.gen(function*() {
-        const log = yield* LogStore.LogStore
-        const a = yield* startRelay({ group: "shared", lease: "1 second" })
-        let n = 0
-        const produce = (count: number) => Effect.forEach(Array.from({ length: count }), () => appendOne(`k${n % 13}`, n++), { discard: true })
-        yield* produce(40)
-        yield* waitFor("a holds everything", Effect.map(a.relay.partitions, (ps) => ps.length === log.partitions))
-        const b = yield* startRelay({ group: "shared", lease: "1 second" })
-        yield* waitFor("a and b split the partitions", Effect.gen(function*() {
-          const pa = yield* a.relay.partitions
-          const pb = yield* b.relay.partitions
-          return pa.length > 0 && pb.length > 0 && pa.length + pb.length === log.partitions && pa.every((p) => !pb.includes(p))
-        }))
-        yield* produce(40)
-        yield* waitFor("published while split", Effect.map(delivered, (d) => d.length === n))
-        yield* b.stop
-        yield* waitFor("a holds everything again", Effect.map(a.relay.partitions, (ps) => ps.length === log.partitions))
-        yield* produce(40)
-        yield* waitFor("published after b left", Effect.map(delivered, (d) => d.length === n))
-        yield* a.stop
-        const out = yield* delivered
-        assert.strictEqual(new Set(ids(out)).size, out.length, "no event twice")
-        assert.strictEqual(out.length, 120)
-      })), 60_000)
+    test(
+      "instances of a group split the partitions and rebalance as they join and leave, publishing nothing twice",
+      () =>
+        run(Effect.gen(function*() {
+          const log = yield* LogStore.LogStore
+          const a = yield* startRelay({ group: "shared", lease: "1 second" })
+          let n = 0
+          const produce = (count: number) =>
+            Effect.forEach(Array.from({ length: count }), () => appendOne(`k${n % 13}`, n++), { discard: true })
+          yield* produce(40)
+          yield* waitFor("a holds everything", Effect.map(a.relay.partitions, (ps) => ps.length === log.partitions))
+          const b = yield* startRelay({ group: "shared", lease: "1 second" })
+          yield* waitFor(
+            "a and b split the partitions",
+            Effect.gen(function*() {
+              const pa = yield* a.relay.partitions
+              const pb = yield* b.relay.partitions
+              return pa.length > 0 && pb.length > 0 && pa.length + pb.length === log.partitions &&
+                pa.every((p) => !pb.includes(p))
+            })
+          )
+          yield* produce(40)
+          yield* waitFor("published while split", Effect.map(delivered, (d) => d.length === n))
+          yield* b.stop
+          yield* waitFor(
+            "a holds everything again",
+            Effect.map(a.relay.partitions, (ps) => ps.length === log.partitions)
+          )
+          yield* produce(40)
+          yield* waitFor("published after b left", Effect.map(delivered, (d) => d.length === n))
+          yield* a.stop
+          const out = yield* delivered
+          assert.strictEqual(new Set(ids(out)).size, out.length, "no event twice")
+          assert.strictEqual(out.length, 120)
+        })),
+      60_000
+    )
 
     test("retention deletes what every group has passed, and nothing else", () =>
       run(Effect.gen(function*() {
@@ -365,27 +472,41 @@ export const logRelayContract = (name: string, makeStores: Effect.Effect<LogStor
         yield* second.stop
         yield* appendOne("k0", 11)
         let pruned = 0
-        yield* waitFor("pruned", Effect.map(log.prune({ olderThan: Duration.zero, limit: 4 }), (n) => (pruned += n ?? 0) >= 10 && n === 0))
+        yield* waitFor(
+          "pruned",
+          Effect.map(log.prune({ olderThan: Duration.zero, limit: 4 }), (n) => (pruned += n ?? 0) >= 10 && n === 0)
+        )
         assert.strictEqual(pruned, 10)
         const left = yield* logOrder
         assert.strictEqual([...left.values()].flat().length, 1, "the event no group has passed stays")
       })), 60_000)
 
-    test("a new group can start from the latest event; the outbox face refuses per-row relay calls", () =>
-      run(Effect.gen(function*() {
-        yield* appendOne("k", 1)
-        const { stop } = yield* startRelay({ group: "late-joiner", startFrom: "latest" })
-        yield* waitFor("joined", Effect.map(LogStore.LogStore.use((l) => l.groups), (gs) => gs.some((g) => g.group === "late-joiner" && g.members.length > 0)))
-        yield* appendOne("k", 2)
-        yield* waitFor("the new event", Effect.map(delivered, (d) => d.length >= 1))
-        yield* passTime("200 millis")
-        yield* stop
-        assert.deepStrictEqual((yield* delivered).map(nOf), [2])
-        const store = yield* OutboxStore
-        const claim = yield* Effect.exit(store.claim({ relayId: "r", batchSize: 1, lease: Duration.seconds(1) }))
-        assert.isTrue(Exit.isFailure(claim))
-        const outside = yield* Effect.exit(Outbox.append(Tick, { aggregateId: "k", payload: { n: 3 } }))
-        assert.isTrue(Exit.isFailure(outside), "append outside a transaction fails")
-      })), 60_000)
+    test(
+      "a new group can start from the latest event; the outbox face refuses per-row relay calls",
+      () =>
+        run(Effect.gen(function*() {
+          yield* appendOne("k", 1)
+          const { stop } = yield* startRelay({ group: "late-joiner", startFrom: "latest" })
+          yield* waitFor(
+            "joined",
+            Effect.map(LogStore.LogStore.use((l) => l.groups), (gs) =>
+              gs.some((g) => g.group === "late-joiner" && g.members.length > 0))
+          )
+          yield* appendOne("k", 2)
+          yield* waitFor(
+            "the new event",
+            Effect.map(delivered, (d) => d.length >= 1)
+          )
+          yield* passTime("200 millis")
+          yield* stop
+          assert.deepStrictEqual((yield* delivered).map(nOf), [2])
+          const store = yield* OutboxStore
+          const claim = yield* Effect.exit(store.claim({ relayId: "r", batchSize: 1, lease: Duration.seconds(1) }))
+          assert.isTrue(Exit.isFailure(claim))
+          const outside = yield* Effect.exit(Outbox.append(Tick, { aggregateId: "k", payload: { n: 3 } }))
+          assert.isTrue(Exit.isFailure(outside), "append outside a transaction fails")
+        })),
+      60_000
+    )
   })
 }

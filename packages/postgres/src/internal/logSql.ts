@@ -1,7 +1,7 @@
 import type * as LogStore from "@tidings/core/LogStore"
+import { fromStoredJson } from "@tidings/core/Message"
 import { Duration } from "effect"
 import type { SqlClient, Statement } from "effect/sql"
-import { fromStoredJson } from "@tidings/core/Message"
 import type { OutboxRow } from "./outboxRow.ts"
 
 /** The log tables of a schema, as identifiers. */
@@ -37,7 +37,8 @@ export interface EventRow extends OutboxRow {
 export const seconds = (d: Duration.Duration) => Duration.toMillis(d) / 1000
 
 /** The columns returned for a cursor row (`c`). */
-export const stateColumns = `c.partition, c.epoch, c.tx_id::text AS tx_id, c.seq, c.crashes, c.suspect_tx::text AS suspect_tx, c.suspect_seq,
+export const stateColumns =
+  `c.partition, c.epoch, c.tx_id::text AS tx_id, c.seq, c.crashes, c.suspect_tx::text AS suspect_tx, c.suspect_seq,
   c.head_attempts, coalesce(greatest(0, extract(epoch FROM c.retry_at - now()) * 1000), 0)::float8 AS retry_ms, c.last_error`
 
 export const toState = (r: StateRow): LogStore.PartitionState => ({
@@ -78,7 +79,14 @@ export const intArray = (xs: ReadonlyArray<number>) => `{${xs.map((x) => Math.tr
  * from another owner whose batch is still marked in flight counts a crash against the head, and the
  * batch becomes suspect (its events are handled one at a time).
  */
-export const acquire = (sql: SqlClient.SqlClient, t: Tables, group: string, member: string, partitions: ReadonlyArray<number>, lease: Duration.Duration) => {
+export const acquire = (
+  sql: SqlClient.SqlClient,
+  t: Tables,
+  group: string,
+  member: string,
+  partitions: ReadonlyArray<number>,
+  lease: Duration.Duration
+) => {
   return sql<StateRow>`WITH picked AS (
       SELECT c.partition, (c.inflight_tx IS NOT NULL AND c.owner IS NOT NULL AND c.owner <> ${member}) AS crashed,
         (c.suspect_tx IS NULL OR (c.inflight_tx, c.inflight_seq) > (c.suspect_tx, c.suspect_seq)) AS further
@@ -92,7 +100,9 @@ export const acquire = (sql: SqlClient.SqlClient, t: Tables, group: string, memb
       suspect_tx = CASE WHEN p.crashed AND p.further THEN c.inflight_tx ELSE c.suspect_tx END,
       suspect_seq = CASE WHEN p.crashed AND p.further THEN c.inflight_seq ELSE c.suspect_seq END,
       inflight_tx = NULL, inflight_seq = NULL,
-      owner = ${member}, epoch = c.epoch + 1, lease_until = now() + make_interval(secs => ${seconds(lease)}), updated_at = now()
+      owner = ${member}, epoch = c.epoch + 1, lease_until = now() + make_interval(secs => ${
+    seconds(lease)
+  }), updated_at = now()
     FROM picked p
     WHERE c.group_name = ${group} AND c.partition = p.partition
     RETURNING ${sql.literal(stateColumns)}`
@@ -102,8 +112,23 @@ export const acquire = (sql: SqlClient.SqlClient, t: Tables, group: string, memb
  * Reads each owned partition's readable events after its position (transactions older than every
  * running one), marks each batch's end as in flight, and reports lost and held-back partitions.
  */
-export const read = (sql: SqlClient.SqlClient, t: Tables, commitMode: ReturnType<SqlClient.SqlClient["literal"]>, group: string, member: string, requests: ReadonlyArray<LogStore.ReadRequest>) => {
-  const req = JSON.stringify(requests.map((r) => ({ partition: r.partition, epoch: r.epoch, tx: r.after.tx, seq: r.after.seq, lim: Math.max(1, Math.trunc(r.limit)) })))
+export const read = (
+  sql: SqlClient.SqlClient,
+  t: Tables,
+  commitMode: ReturnType<SqlClient.SqlClient["literal"]>,
+  group: string,
+  member: string,
+  requests: ReadonlyArray<LogStore.ReadRequest>
+) => {
+  const req = JSON.stringify(
+    requests.map((r) => ({
+      partition: r.partition,
+      epoch: r.epoch,
+      tx: r.after.tx,
+      seq: r.after.seq,
+      lim: Math.max(1, Math.trunc(r.limit))
+    }))
+  )
   return sql<EventRow>`WITH ${commitMode},
     req AS MATERIALIZED (SELECT * FROM json_to_recordset(${req}::json) AS r(partition int, epoch bigint, tx text, seq bigint, lim int)),
     horizon AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
@@ -159,9 +184,17 @@ export const settle = (
     delay_ms: s.retry === undefined ? null : Duration.toMillis(s.retry.delay),
     error: s.retry?.error ?? null
   })))
-  const failed = JSON.stringify(settlements.flatMap((s) =>
-    (s.failed ?? []).map((f) => ({ partition: s.partition, tx: f.event.position.tx, seq: f.event.position.seq, attempts: f.attempts, error: f.error }))
-  ))
+  const failed = JSON.stringify(
+    settlements.flatMap((s) =>
+      (s.failed ?? []).map((f) => ({
+        partition: s.partition,
+        tx: f.event.position.tx,
+        seq: f.event.position.seq,
+        attempts: f.attempts,
+        error: f.error
+      }))
+    )
+  )
   const mode = commitMode === undefined ? sql`` : sql`${commitMode},`
   // Only when there are failed events: joined with nothing, the planner may still scan the log.
   const failedCte = failed === "[]" ? sql`` : sql`,

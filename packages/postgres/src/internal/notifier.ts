@@ -8,7 +8,11 @@ import { instanceId } from "./instance.ts"
  * the next one. Returns the effect a producer runs after its commit (it only fills the slot). On
  * shutdown, a commit still waiting for its `NOTIFY` gets it (best effort, bounded).
  */
-export const coalescedNotifier = (sql: SqlClient.SqlClient, channel: string, gap: Duration.Duration): Effect.Effect<Effect.Effect<void>, never, Scope.Scope> =>
+export const coalescedNotifier = (
+  sql: SqlClient.SqlClient,
+  channel: string,
+  gap: Duration.Duration
+): Effect.Effect<Effect.Effect<void>, never, Scope.Scope> =>
   Effect.gen(function*() {
     const mailbox = yield* Queue.sliding<void>(1)
     yield* Queue.take(mailbox).pipe(
@@ -20,7 +24,9 @@ export const coalescedNotifier = (sql: SqlClient.SqlClient, channel: string, gap
     )
     yield* Effect.addFinalizer(() =>
       Queue.poll(mailbox).pipe(
-        Effect.flatMap((pending) => Option.isSome(pending) ? Effect.asVoid(sql`SELECT pg_notify(${channel}, ${instanceId})`) : Effect.void),
+        Effect.flatMap((pending) =>
+          Option.isSome(pending) ? Effect.asVoid(sql`SELECT pg_notify(${channel}, ${instanceId})`) : Effect.void
+        ),
         Effect.timeout("1 second"),
         Effect.ignore
       )
