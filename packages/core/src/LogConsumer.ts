@@ -27,7 +27,7 @@ import * as Errors from "./Errors.ts"
 import type { InvalidConfig, StoreError } from "./Errors.ts"
 import * as LogGroup from "./internal/logGroup.ts"
 import { type Held, type Outcome as PlanOutcome, plan } from "./internal/logPlan.ts"
-import { checkPoll, groupFields, GroupName, memberId } from "./internal/logSettings.ts"
+import { checkPoll, type GroupFields, groupFields, GroupName, memberId } from "./internal/logSettings.ts"
 import { type LogEvent, LogStore } from "./LogStore.ts"
 import type { Message } from "./Message.ts"
 import * as Metrics from "./Metrics.ts"
@@ -101,7 +101,14 @@ export const defaultDecision = <E>(
  * @since 0.1.0
  * @category config
  */
-export const ConfigSchema = Schema.Struct({
+export const ConfigSchema: Schema.Struct<
+  Omit<GroupFields, "maxAttempts"> & {
+    readonly group: Schema.String
+    readonly batchSize: Decode.Defaulted<Decode.IntSetting>
+    readonly timeout: Schema.optional<Decode.DurationSetting>
+    readonly maxAttempts: Decode.Defaulted<Decode.IntSetting>
+  }
+> = Schema.Struct({
   /** The consumer group: its cursors are its own; its instances share the partitions. */
   group: GroupName,
   ...groupFields,
@@ -142,12 +149,17 @@ export interface Service {
   readonly partitions: Effect.Effect<ReadonlyArray<number>>
 }
 
+const LogConsumerBase: Context.ServiceClass<LogConsumer, "@tidings/core/LogConsumer", Service> = Context.Service<
+  LogConsumer,
+  Service
+>()("@tidings/core/LogConsumer")
+
 /**
  * The consumer service; present while its layer is alive.
  * @since 0.1.0
  * @category services
  */
-export class LogConsumer extends Context.Service<LogConsumer, Service>()("@tidings/core/LogConsumer") {}
+export class LogConsumer extends LogConsumerBase {}
 
 const isOutage = (error: unknown): boolean => {
   if (Errors.isUnavailable(error)) return true

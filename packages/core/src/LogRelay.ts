@@ -32,7 +32,7 @@ import * as Health from "./Health.ts"
 import * as LogGroup from "./internal/logGroup.ts"
 import { kindOf, plan } from "./internal/logPlan.ts"
 import { publishInOrder } from "./internal/logPublish.ts"
-import { checkPoll, groupFields, GroupName, memberId } from "./internal/logSettings.ts"
+import { checkPoll, type GroupFields, groupFields, GroupName, memberId } from "./internal/logSettings.ts"
 import { every } from "./internal/periodic.ts"
 import { LogStore } from "./LogStore.ts"
 import * as Metrics from "./Metrics.ts"
@@ -46,7 +46,26 @@ import { Wakeups } from "./Wakeup.ts"
  * @since 0.1.0
  * @category config
  */
-export const ConfigSchema = Schema.Struct({
+export const ConfigSchema: Schema.Struct<
+  GroupFields & {
+    readonly group: Decode.Defaulted<Schema.String>
+    readonly batchSize: Decode.Defaulted<Decode.IntSetting>
+    readonly publishTimeout: Schema.optional<Decode.DurationSetting>
+    readonly retention: Decode.Defaulted<
+      Schema.Union<
+        readonly [
+          Schema.Literal<false>,
+          Schema.Struct<{
+            readonly olderThan: Decode.Defaulted<Decode.DurationSetting>
+            readonly interval: Decode.Defaulted<Decode.DurationSetting>
+            readonly batchSize: Decode.Defaulted<Decode.IntSetting>
+          }>
+        ]
+      >
+    >
+    readonly statsInterval: Decode.Defaulted<Schema.Union<readonly [Schema.Literal<false>, Decode.DurationSetting]>>
+  }
+> = Schema.Struct({
   /** The relay group: its instances share the partitions; another group reads the same log independently. */
   group: GroupName.pipe(Schema.withDecodingDefault(Effect.succeed("relay"))),
   ...groupFields,
@@ -132,12 +151,17 @@ export interface Service {
   readonly wake: Effect.Effect<void>
 }
 
+const LogRelayBase: Context.ServiceClass<LogRelay, "@tidings/core/LogRelay", Service> = Context.Service<
+  LogRelay,
+  Service
+>()("@tidings/core/LogRelay")
+
 /**
  * The log relay service; present while its layer is alive.
  * @since 0.1.0
  * @category services
  */
-export class LogRelay extends Context.Service<LogRelay, Service>()("@tidings/core/LogRelay") {}
+export class LogRelay extends LogRelayBase {}
 
 // A settle that fails (database blip) is retried briefly; if it still fails, the batch is read and
 // published again (at least once, never lost).

@@ -291,9 +291,14 @@ export interface Service {
   readonly dropGroup: (group: string) => Effect.Effect<void, StoreError>
 }
 
+const LogStoreBase: Context.ServiceClass<LogStore, "@tidings/core/LogStore", Service> = Context.Service<
+  LogStore,
+  Service
+>()("@tidings/core/LogStore")
+
 /**
  * The log storage service.
  * @since 0.1.0
  * @category services
  */
-export class LogStore extends Context.Service<LogStore, Service>()("@tidings/core/LogStore") {}
+export class LogStore extends LogStoreBase {}

@@ -24,10 +24,11 @@ import * as Settings from "./Settings.ts"
  * @since 0.1.0
  * @category config
  */
-export const ConfigSchema = Schema.Struct({
-  /** The stream's partition count. */
-  partitions: Settings.int(1, 4096).pipe(Schema.withDecodingDefault(Effect.succeed(16)))
-})
+export const ConfigSchema: Schema.Struct<{ readonly partitions: Settings.Defaulted<Settings.IntSetting> }> = Schema
+  .Struct({
+    /** The stream's partition count. */
+    partitions: Settings.int(1, 4096).pipe(Schema.withDecodingDefault(Effect.succeed(16)))
+  })
 
 /**
  * @since 0.1.0
@@ -120,8 +121,7 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
       Effect.flatMap(Effect.serviceOption(Tx), (open) =>
         Option.isNone(open)
           ? Effect.succeedNone
-          : Effect.map(Clock.currentTimeMillis, (now) =>
-            Option.some(f(open.value, now))))
+          : Effect.map(Clock.currentTimeMillis, (now) => Option.some(f(open.value, now))))
 
     const append = (messages: ReadonlyArray<Message>): Effect.Effect<void, NotInTransaction> =>
       Effect.flatMap(
@@ -332,13 +332,11 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
         Effect.flatMap(Effect.serviceOption(Tx), (open) =>
           Option.match(open, {
             onNone: () => effect,
-            onSome: (tx) =>
-              Effect.sync(() => void tx.afterCommit.push(effect))
+            onSome: (tx) => Effect.sync(() => void tx.afterCommit.push(effect))
           })),
       inTransaction: Effect.map(Effect.serviceOption(Tx), Option.isSome),
       defersAfterCommit: Effect.map(Effect.serviceOption(Tx), Option.isSome),
-      claim: () =>
-        logMode("claim"),
+      claim: () => logMode("claim"),
       settle: () => logMode("settle"),
       settleAndClaim: () => logMode("settleAndClaim"),
       release: () => logMode("release"),
@@ -378,6 +376,8 @@ export const make = (config: Config = {}): Effect.Effect<Stores, InvalidConfig> 
  */
 export const layer = (config: Config = {}): Layer.Layer<LogStore.LogStore | OutboxStore.OutboxStore, InvalidConfig> =>
   Layer.effectContext(
-    Effect.map(make(config), ({ log, outbox }) =>
-      Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore.OutboxStore, outbox)))
+    Effect.map(
+      make(config),
+      ({ log, outbox }) => Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore.OutboxStore, outbox))
+    )
   )

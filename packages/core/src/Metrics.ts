@@ -163,7 +163,16 @@ export const inbox: {
  * `group` attribute where it applies.
  * @since 0.1.0
  */
-export const log = {
+export const log: {
+  readonly partitions: Metric.Gauge<number>
+  readonly rebalances: Metric.Counter<number>
+  readonly fenced: Metric.Counter<number>
+  readonly crashes: Metric.Counter<number>
+  readonly heldBack: Metric.Counter<number>
+  readonly oldestOpenTransactionAge: Metric.Gauge<number>
+  readonly lag: Metric.Gauge<number>
+  readonly pruned: Metric.Counter<number>
+} = {
   /** Partitions this instance holds, by `group`. */
   partitions: Metric.gauge("tidings_log_partitions_owned", { description: "Log partitions held by this instance" }),
   /** Lease changes, by `group` and `change` (`acquired`, `released`, `lost`). */

@@ -4,8 +4,11 @@ import * as Settings from "../Settings.ts"
 
 const d = (input: Duration.Input): Effect.Effect<Duration.Input> => Effect.succeed<Duration.Input>(input)
 
+type Defaulted<S extends Schema.Top> = Settings.Defaulted<S>
+type Duration_ = Defaulted<Settings.DurationSetting>
+
 /** A group name: what cursors and leases are kept under. */
-export const GroupName = Schema.String.check(
+export const GroupName: Schema.String = Schema.String.check(
   Schema.makeFilter((g: string) =>
     /^[\w.:-]{1,64}$/.test(g)
       ? undefined
@@ -13,15 +16,33 @@ export const GroupName = Schema.String.check(
   )
 )
 
+/** The type of {@link PollInterval}. */
+export type PollIntervalSchema = Schema.Struct<{
+  readonly min: Duration_
+  readonly base: Duration_
+  readonly max: Duration_
+}>
+
 /** Adaptive polling: `min` after a batch, `base` after an empty read, doubling to `max` while idle. */
-export const PollInterval = Schema.Struct({
+export const PollInterval: PollIntervalSchema = Schema.Struct({
   min: Settings.duration({ allowZero: true }).pipe(Schema.withDecodingDefault(d(0))),
   base: Settings.duration().pipe(Schema.withDecodingDefault(d("100 millis"))),
   max: Settings.duration().pipe(Schema.withDecodingDefault(d("2 seconds")))
 })
 
+/** The type of {@link groupFields}, for explicit types on the exported config schemas. */
+export type GroupFields = {
+  readonly concurrency: Defaulted<Settings.IntSetting>
+  readonly lease: Duration_
+  readonly pollInterval: Defaulted<PollIntervalSchema>
+  readonly maxAttempts: Defaulted<Settings.IntSetting>
+  readonly maxCrashes: Defaulted<Settings.IntSetting>
+  readonly startFrom: Defaulted<Schema.Literals<readonly ["earliest", "latest"]>>
+  readonly shutdownTimeout: Duration_
+}
+
 /** The settings every log group member has (relays and consumers), with their defaults. */
-export const groupFields = {
+export const groupFields: GroupFields = {
   /** Workers of this instance, each reading its share of the held partitions. */
   concurrency: Settings.int(1, 64).pipe(Schema.withDecodingDefault(Effect.succeed(2))),
   /** How long a lease holds; leases are renewed every third of it, and rebalancing takes about one. */
