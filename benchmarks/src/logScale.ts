@@ -85,8 +85,7 @@ export const run = (
           (i) => stores.outbox.append(ms.slice(i * 1_000, (i + 1) * 1_000)),
           { discard: true }
         )).pipe(Effect.orDie)
-      const total = () =>
-        ws.reduce((n, w) => n + w.ids.length, 0)
+      const total = () => ws.reduce((n, w) => n + w.ids.length, 0)
       if (warm.length > 0) {
         yield* appendAll(warm)
         yield* waitFor(() => total() >= warm.length, 60_000)
