@@ -373,6 +373,7 @@ export const layer = <E, R>(
           (results) => ({ plans: results.map((r) => r.plan), states: results.flatMap((r) => r.states) })
         ) as Effect.Effect<LogGroup.Processed, StoreError>
 
+      yield* Metrics.initializeLog(s.group, "consumer")
       const running = yield* LogGroup.run(
         {
           ...s,

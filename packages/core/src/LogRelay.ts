@@ -33,6 +33,7 @@ import * as LogGroup from "./internal/logGroup.ts"
 import { kindOf, plan } from "./internal/logPlan.ts"
 import { publishInOrder } from "./internal/logPublish.ts"
 import { checkPoll, type GroupFields, groupFields, GroupName, memberId } from "./internal/logSettings.ts"
+import * as LogSpans from "./internal/logSpans.ts"
 import { every } from "./internal/periodic.ts"
 import { LogStore } from "./LogStore.ts"
 import * as Metrics from "./Metrics.ts"
@@ -193,9 +194,7 @@ export const layer = (config: Config = {}): Layer.Layer<LogRelay, InvalidConfig,
           const plans = yield* Effect.forEach(batches, (b, i) => plan(s, b.held, b.events, outcomes[i]!))
           const states = yield* store.settle(s.group, member, plans.map((p) => p.settlement)).pipe(
             Effect.retry({ schedule: settleRetry, while: (e) => e.isRetryable && !e.isUnavailable }),
-            Effect.withSpan("tidings.log.settle", { attributes: { "tidings.log.group": s.group } }, {
-              captureStackTrace: false
-            })
+            LogSpans.settle(s.group, batches.reduce((n, b) => n + b.events.length, 0))
           )
           const now = yield* Clock.currentTimeMillis
           const context = yield* Effect.context<never>()
@@ -234,6 +233,7 @@ export const layer = (config: Config = {}): Layer.Layer<LogRelay, InvalidConfig,
         pollBase: s.pollInterval.base,
         pollMax: s.pollInterval.max
       }
+      yield* Metrics.initializeLog(s.group, "relay")
       const running = yield* LogGroup.run(group, processor, publisher.awaitAvailable ?? Effect.void)
 
       if (s.retention !== false) {

@@ -254,3 +254,20 @@ export const initializeSagas: Effect.Effect<void> = Effect.all([
   ...["completed", "compensated", "failed"].map((status) => zero(saga.finished, { status })),
   ...["compensated", "failed"].map((outcome) => zero(saga.compensations, { outcome }))
 ], { discard: true })
+
+/**
+ * Registers a log group member's counters at zero (`group` attribute; every lease change too), as
+ * {@link initializeRelay} does for the relay. `LogRelay` also registers the outbox series it
+ * counts (published, retried, failed) and retention's; `LogConsumer` the consumer series
+ * ({@link initializeConsumer}). Every member does it when it starts.
+ * @since 0.1.0
+ * @category initialization
+ */
+export const initializeLog = (group: string, role: "relay" | "consumer"): Effect.Effect<void> =>
+  Effect.all([
+    ...["acquired", "released", "lost"].map((change) => zero(log.rebalances, { group, change })),
+    ...[log.fenced, log.crashes, log.heldBack].map((m) => zero(m, { group })),
+    ...(role === "relay"
+      ? [zero(published), zero(retried), zero(failed), zero(log.pruned)]
+      : [initializeConsumer(group)])
+  ], { discard: true })

@@ -2,10 +2,10 @@ import { Clock, Deferred, Duration, Effect, Fiber, Metric, Option, type Scope } 
 import { isUnavailable, type StoreError } from "../Errors.ts"
 import * as LogStore from "../LogStore.ts"
 import * as Metrics from "../Metrics.ts"
-import { noStack } from "../Tracing.ts"
 import { Wakeups } from "../Wakeup.ts"
 import { assign, Ownership, request } from "./logOwnership.ts"
 import { apply, crashLoop, type Held, type Plan, type PlanSettings } from "./logPlan.ts"
+import * as LogSpans from "./logSpans.ts"
 
 /** What the group runner needs to know (relays and consumers derive it from their own settings). */
 export interface GroupSettings extends PlanSettings {
@@ -146,14 +146,16 @@ export const run = (
         own.signal()
       }
       const pending = [...mine].some((p) => !own.held.has(p)) || [...own.held.values()].some((h) => h.releasing)
-      return pending ? "waiting" as const : "settled" as const
+      return { state: pending ? "waiting" as const : "settled" as const, changed }
     })
     const heartbeat = Duration.millis(Math.max(10, leaseMs / 3))
     const quick = Duration.millis(Math.max(10, leaseMs / 12))
     const leaseLoop = Effect.gen(function*() {
       while (true) {
+        // Traced only when the round changed what this member holds (or failed): heartbeats are quiet.
         const r = yield* tick.pipe(
-          Effect.withSpan("tidings.log.lease", { attributes: { "tidings.log.group": s.group } }, noStack),
+          LogSpans.lease(s.group),
+          Effect.map((round) => round.state),
           Effect.catchCause((cause) =>
             Effect.as(Effect.logWarning("log group: lease round failed; retrying", cause), "failed" as const)
           )
@@ -236,9 +238,7 @@ export const run = (
     ) =>
       Effect.gen(function*() {
         const read = yield* store.read(s.group, s.member, picked.map((h) => request(h, s.batchSize))).pipe(
-          Effect.withSpan("tidings.log.read", {
-            attributes: { "tidings.log.group": s.group, "tidings.log.partitions": picked.length }
-          }, noStack)
+          LogSpans.receive(s.group, picked.length)
         )
         for (const p of read.lost) {
           own.drop(p)

@@ -6,35 +6,47 @@ import { HeaderNames, type Message } from "../Message.ts"
 import type { Publisher } from "../Publisher.ts"
 import * as Tracing from "../Tracing.ts"
 import type { Outcome } from "./logPlan.ts"
+import * as LogSpans from "./logSpans.ts"
 
 /**
- * Opens the publish span of each event (a child of its append's trace) and gives the message the
+ * Opens the `send <destination>` span of each event (a child of its append's trace) and gives the message the
  * span's context as its `traceparent`, so that a consumer continues the trace. Spans are made with
  * the current tracer directly, in one loop: `Effect.makeSpan` per event was most of the relay's own
  * time per event. Messages read from a log store are the reader's own, so the header is set in
  * place instead of copying the message. With tracing disabled, the messages go as they are.
  */
-const openSpans = (events: ReadonlyArray<LogStore.LogEvent>, group: string) =>
+const openSpans = (
+  events: ReadonlyArray<LogStore.LogEvent>,
+  group: string,
+  destination: Tracing.Destination | undefined
+) =>
   Effect.gen(function*() {
     if (!(yield* References.TracerEnabled)) return { spans: undefined, messages: events.map((e) => e.message) }
     const tracer = yield* Effect.tracer
     const start = yield* Clock.currentTimeNanos
     const annotations = Context.empty()
     const spans: Array<Tracer.Span> = []
+    const name = Tracing.spanName(LogSpans.spanNames.send, destination?.name)
+    const attributes = {
+      ...Tracing.messagingAttributes({ type: "send", name: "send" }, destination),
+      ...(events.length === 1 ? {} : { "messaging.batch.message_count": events.length })
+    }
     const messages: Array<Message> = []
     for (const e of events) {
       const m = e.message
       const parent = Tracing.parseTraceparent(m.headers[HeaderNames.traceparent])
       const span = tracer.span({
-        name: "tidings.relay.publish",
+        name,
         parent: parent === undefined ? Option.none() : Option.some(parent),
         annotations,
-        links: [],
+        // Linked to the append's span as well, as the conventions ask of a send created elsewhere.
+        links: parent === undefined ? [] : [{ span: parent, attributes: { "messaging.operation.type": "create" } }],
         startTime: start,
         kind: "producer",
         root: false,
         sampled: parent?.sampled ?? true
       })
+      for (const [k, v] of Object.entries(attributes)) span.attribute(k, v)
       span.attribute("messaging.message.id", m.id)
       span.attribute("tidings.event.type", m.type)
       span.attribute("tidings.event.version", m.version)
@@ -61,7 +73,7 @@ const publishWave = (
   timeout: Duration.Duration
 ) =>
   Effect.gen(function*() {
-    const { messages, spans } = yield* openSpans(events, group)
+    const { messages, spans } = yield* openSpans(events, group, publisher.destination)
     const exit = yield* publisher.publish(messages).pipe(
       Effect.timeoutOrElse({
         duration: timeout,
