@@ -38,13 +38,62 @@ const fixture = (overrides: Partial<SuiteResult> = {}): Omit<SuiteResult, "targe
     events: 20_000,
     capSeconds: 4,
     rows: [
-      { system: "tidings-unordered", config: "relays 1, batch 100", relays: 1, batch: 100, eventsPerSecond: s(20_000, 19_000, 21_000), capped: false, duplicates: 0, lost: 0 },
-      { system: "tidings-unordered", config: "relays 4, batch 100", relays: 4, batch: 100, eventsPerSecond: s(30_000, 28_000, 31_000), capped: false, duplicates: 0, lost: 0 },
-      { system: "tidings-unordered", config: "relays 4, batch 10", relays: 4, batch: 10, eventsPerSecond: s(5_000), capped: true, duplicates: 0, lost: 0 },
-      { system: "graphile-worker", config: "concurrency 24", eventsPerSecond: s(10_000), capped: false, duplicates: 0, lost: 0 },
-      { system: "pg-boss", config: "fetch+complete, 4 loops, batch 1000", eventsPerSecond: s(12_000), capped: false, duplicates: 0, lost: 0 }
+      {
+        system: "tidings-unordered",
+        config: "relays 1, batch 100",
+        relays: 1,
+        batch: 100,
+        eventsPerSecond: s(20_000, 19_000, 21_000),
+        capped: false,
+        duplicates: 0,
+        lost: 0
+      },
+      {
+        system: "tidings-unordered",
+        config: "relays 4, batch 100",
+        relays: 4,
+        batch: 100,
+        eventsPerSecond: s(30_000, 28_000, 31_000),
+        capped: false,
+        duplicates: 0,
+        lost: 0
+      },
+      {
+        system: "tidings-unordered",
+        config: "relays 4, batch 10",
+        relays: 4,
+        batch: 10,
+        eventsPerSecond: s(5_000),
+        capped: true,
+        duplicates: 0,
+        lost: 0
+      },
+      {
+        system: "graphile-worker",
+        config: "concurrency 24",
+        eventsPerSecond: s(10_000),
+        capped: false,
+        duplicates: 0,
+        lost: 0
+      },
+      {
+        system: "pg-boss",
+        config: "fetch+complete, 4 loops, batch 1000",
+        eventsPerSecond: s(12_000),
+        capped: false,
+        duplicates: 0,
+        lost: 0
+      }
     ],
-    best: { "tidings-unordered": 30_000, "tidings-per-key": 0, ceiling: 50_000, "sql-loop": 0, "graphile-worker": 10_000, "pg-boss": 12_000 },
+    best: {
+      "tidings-unordered": 30_000,
+      "tidings-per-key": 0,
+      "tidings-log": 0,
+      ceiling: 50_000,
+      "sql-loop": 0,
+      "graphile-worker": 10_000,
+      "pg-boss": 12_000
+    },
     bestOf: {
       "tidings-unordered": { config: "relays 4, batch 100", min: 28_000, max: 31_000 },
       "graphile-worker": { config: "concurrency 24", min: 10_000, max: 10_000 },
@@ -60,9 +109,51 @@ const fixture = (overrides: Partial<SuiteResult> = {}): Omit<SuiteResult, "targe
     batch: 100,
     graphile: "concurrency 24",
     rows: [200, 1_000].flatMap((rate) => [
-      { system: "tidings", mode: "notify", transport: "memory", target: "publish", rate, p50: s(1), p95: s(3), p99: s(rate === 1_000 ? 9 : 4, 3, 12), max: s(20), achievedRate: s(rate), events: rate * 15, lost: 0, duplicates: 0 },
-      { system: "tidings", mode: "listen", transport: "memory", target: "publish", rate, p50: s(2), p95: s(5), p99: s(18), max: s(30), achievedRate: s(rate), events: rate * 15, lost: 0, duplicates: 0 },
-      { system: "graphile-worker", mode: "add→start", transport: "postgres", target: "start", rate, p50: s(2), p95: s(4), p99: s(6), max: s(9), achievedRate: s(rate), events: rate * 15, lost: 0, duplicates: 0 }
+      {
+        system: "tidings",
+        mode: "notify",
+        transport: "memory",
+        target: "publish",
+        rate,
+        p50: s(1),
+        p95: s(3),
+        p99: s(rate === 1_000 ? 9 : 4, 3, 12),
+        max: s(20),
+        achievedRate: s(rate),
+        events: rate * 15,
+        lost: 0,
+        duplicates: 0
+      },
+      {
+        system: "tidings",
+        mode: "listen",
+        transport: "memory",
+        target: "publish",
+        rate,
+        p50: s(2),
+        p95: s(5),
+        p99: s(18),
+        max: s(30),
+        achievedRate: s(rate),
+        events: rate * 15,
+        lost: 0,
+        duplicates: 0
+      },
+      {
+        system: "graphile-worker",
+        mode: "add→start",
+        transport: "postgres",
+        target: "start",
+        rate,
+        p50: s(2),
+        p95: s(4),
+        p99: s(6),
+        max: s(9),
+        achievedRate: s(rate),
+        events: rate * 15,
+        lost: 0,
+        duplicates: 0
+      }
     ])
   },
   scaleOut: {
@@ -105,14 +196,21 @@ describe("svg", () => {
       yLabel: "events/s",
       xScale: "log",
       yScale: "log",
-      series: [{ name: "batch 100", points: [{ x: 1, y: 10, min: 8, max: 12 }, { x: 4, y: 40 }, { x: 8, y: Number.NaN }] }],
+      series: [{
+        name: "batch 100",
+        points: [{ x: 1, y: 10, min: 8, max: 12 }, { x: 4, y: 40 }, { x: 8, y: Number.NaN }]
+      }],
       hline: { y: 15, label: "target" }
     })
     assert.match(svg, /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/)
     assert.include(svg, "a &lt; b")
     assert.include(svg, "batch 100")
     assert.notInclude(svg, "NaN")
-    const bars = barChart({ title: "best", unit: "events/s", bars: [{ label: "x", value: 10, min: 9, max: 11 }, { label: "y", value: Number.NaN }] })
+    const bars = barChart({
+      title: "best",
+      unit: "events/s",
+      bars: [{ label: "x", value: 10, min: 9, max: 11 }, { label: "y", value: Number.NaN }]
+    })
     assert.notInclude(bars, "NaN")
     assert.include(bars, "n/a")
   })
@@ -130,7 +228,9 @@ describe("suite report", () => {
     assert.strictEqual(t["scale-out"]!.met, true)
     assert.strictEqual(t["no-loss"]!.met, true)
     assert.isUndefined(t["quick-duration"])
-    const quick = Object.fromEntries(targets(fixture({ quick: true, durationSeconds: 200, problems: ["lost one"] })).map((x) => [x.id, x]))
+    const quick = Object.fromEntries(
+      targets(fixture({ quick: true, durationSeconds: 200, problems: ["lost one"] })).map((x) => [x.id, x])
+    )
     assert.strictEqual(quick["quick-duration"]!.met, false)
     assert.strictEqual(quick["no-loss"]!.met, false)
   })
@@ -145,8 +245,136 @@ describe("suite report", () => {
     assert.include(md, "](results/x-claim-best.svg)")
     assert.include(md, "](results/x-latency.svg)")
     assert.include(md, "**not met**")
-    assert.deepStrictEqual(Object.keys(charts(r)).sort(), ["claim-best", "claim-tidings-unordered", "latency", "scale-out"])
+    assert.deepStrictEqual(Object.keys(charts(r)).sort(), [
+      "claim-best",
+      "claim-tidings-unordered",
+      "latency",
+      "scale-out"
+    ])
     for (const system of systems) assert.include(md, `| ${system} |`)
+  })
+
+  it("checks log mode's targets and reports its section", () => {
+    const base = fixture()
+    const partial = fixture({
+      claim: { ...base.claim!, best: { ...base.claim!.best, "tidings-log": 130_000, "tidings-per-key": 25_000 } },
+      log: {
+        partitions: 16,
+        latency: [
+          {
+            system: "tidings-log",
+            transport: "memory",
+            target: "publish",
+            rate: 1_000,
+            p50: s(1),
+            p99: s(4.5),
+            achievedRate: s(1_000),
+            lost: 0,
+            duplicates: 0
+          },
+          {
+            system: "tidings-log",
+            transport: "rabbitmq",
+            target: "confirm",
+            rate: 500,
+            p50: s(2),
+            p99: s(9),
+            achievedRate: s(500),
+            lost: 0,
+            duplicates: 0
+          },
+          {
+            system: "direct",
+            transport: "rabbitmq",
+            target: "confirm",
+            rate: 500,
+            p50: s(1),
+            p99: s(8),
+            achievedRate: s(500),
+            lost: 0,
+            duplicates: 0
+          },
+          {
+            system: "tidings-log",
+            transport: "rabbitmq",
+            target: "confirm",
+            rate: 1_000,
+            p50: s(3),
+            p99: s(20),
+            achievedRate: s(1_000),
+            lost: 0,
+            duplicates: 0
+          },
+          {
+            system: "direct",
+            transport: "rabbitmq",
+            target: "confirm",
+            rate: 1_000,
+            p50: s(1),
+            p99: s(10),
+            achievedRate: s(1_000),
+            lost: 0,
+            duplicates: 0
+          }
+        ],
+        scale: {
+          workersPerProcess: 2,
+          batch: 1_000,
+          events: 40_000,
+          rows: [
+            { processes: 1, eventsPerSecond: s(50_000), duplicates: 0, lost: 0, perProcess: [40_000] },
+            {
+              processes: 4,
+              eventsPerSecond: s(46_000),
+              duplicates: 0,
+              lost: 0,
+              perProcess: [10_000, 10_000, 10_000, 10_000]
+            }
+          ]
+        },
+        consumer: {
+          events: 20_000,
+          log: s(6_000),
+          inbox: s(2_000),
+          inboxConfig: "concurrency 64, prefetch 512",
+          lost: 0,
+          duplicates: 0
+        },
+        retention: { rows: 40_000, seconds: 0.5, batch: 10_000 },
+        e2e: {
+          events: 20_000,
+          rows: [
+            { system: "tidings-log", config: "LogRelay: defaults", eventsPerSecond: s(9_000), lost: 0, duplicates: 0 },
+            { system: "pg-boss", config: "work()", eventsPerSecond: s(5_000), lost: 0, duplicates: 0 }
+          ],
+          paced: [{ rate: 4_000, achievedRate: s(4_000), p50: s(5), p99: s(30) }, {
+            rate: 8_000,
+            achievedRate: s(7_500),
+            p50: s(20),
+            p99: s(80)
+          }],
+          producerLimit: s(12_000),
+          txEvents: 10
+        }
+      }
+    })
+    const t = Object.fromEntries(targets(partial).map((x) => [x.id, x]))
+    assert.strictEqual(t["log-claim-vs-ceiling"]!.met, true, "130,000 vs 50,000")
+    assert.strictEqual(t["log-claim-vs-graphile-worker"]!.met, true)
+    assert.strictEqual(t["log-ordered-vs-per-key"]!.met, true)
+    assert.strictEqual(t["log-latency-other-process"]!.met, true)
+    assert.strictEqual(t["log-rabbit-confirm-500"]!.met, true)
+    assert.strictEqual(t["log-rabbit-confirm-1000"]!.met, false, "2× the floor")
+    assert.strictEqual(t["log-scale-out"]!.met, true)
+    assert.strictEqual(t["e2e-vs-peers"]!.met, true)
+    assert.strictEqual(t["e2e-sustained"]!.met, false, "4,000 of 9,000")
+    const missing = Object.fromEntries(targets(fixture()).map((x) => [x.id, x]))
+    assert.strictEqual(missing["log-claim-vs-ceiling"]!.met, null)
+    assert.strictEqual(missing["log-scale-out"]!.met, null)
+    const md = markdown({ ...partial, targets: targets(partial) }, (name) => name)
+    assert.include(md, "### Log mode")
+    assert.include(md, "**3.00×**")
+    assert.include(md, "| pg-boss | work() | 5,000 |")
   })
 
   it("replaces the generated part of a page", () => {

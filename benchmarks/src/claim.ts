@@ -32,6 +32,7 @@ import { counting, memoryPublisher, Tally } from "./lib/publishers.ts"
 import { int, log, secs, table } from "./lib/report.ts"
 import * as Seed from "./lib/seed.ts"
 import { round } from "./lib/stats.ts"
+import * as LogMode from "./logMode.ts"
 
 /** What one drain of the table gets to work with. */
 interface Drain {
@@ -78,17 +79,24 @@ const relayDriver = (config: Omit<Relay.Config, "batchSize" | "concurrency">) =>
           events += n
         }
       }), { concurrency: "unbounded", discard: true }).pipe(
-      Effect.provideService(OutboxStore, d.store),
-      Effect.provideService(Publisher, d.publisher),
-      Effect.orDie
-    )
+        Effect.provideService(OutboxStore, d.store),
+        Effect.provideService(Publisher, d.publisher),
+        Effect.orDie
+      )
     return events
   })
 
 const viaLayer = (config: Omit<Relay.Config, "batchSize" | "concurrency">, d: Drain) =>
   Effect.scoped(Effect.gen(function*() {
     yield* Layer.build(
-      Relay.layer({ ...config, name: "bench", concurrency: d.relays, batchSize: d.batch, statsInterval: false, retention: false }).pipe(
+      Relay.layer({
+        ...config,
+        name: "bench",
+        concurrency: d.relays,
+        batchSize: d.batch,
+        statsInterval: false,
+        retention: false
+      }).pipe(
         Layer.provide(Layer.mergeAll(
           Layer.succeed(OutboxStore)(d.store),
           Layer.succeed(Publisher)(d.publisher),
@@ -104,7 +112,8 @@ const viaLayer = (config: Omit<Relay.Config, "batchSize" | "concurrency">, d: Dr
  * What any relay must read of a claimed row to publish it (the columns the Tidings store returns):
  * the baselines read the same, so that all three do the same work.
  */
-const relayColumns = `id, seq, tx_id::text AS tx_id, event_type, event_version, aggregate_type, aggregate_id, ordering_key,
+const relayColumns =
+  `id, seq, tx_id::text AS tx_id, event_type, event_version, aggregate_type, aggregate_id, ordering_key,
   payload::text AS payload, headers::text AS headers, occurred_at, created_at, attempts`
 
 /**
@@ -147,7 +156,9 @@ const drivers = {
   "per-key": relayDriver({ ordering: "per-key" }),
   "sql-loop": () => sqlLoop,
   "unordered-sync": relayDriver({}),
-  "unordered-no-coalesce": relayDriver({ coalesceClaims: false })
+  "unordered-no-coalesce": relayDriver({ coalesceClaims: false }),
+  // Log mode drains a log, not the outbox table: `measure` hands it to `LogMode.measure`.
+  log: () => () => Effect.die(new Error("log mode runs through LogMode.measure"))
 } satisfies Record<string, (driver: RelayDriver) => Driver>
 
 /** A measured way of draining the outbox. */
@@ -185,7 +196,12 @@ export interface Run {
 /** The JSON output of `bench claim`. */
 export interface Result {
   /** The best of three attempts (`samples`: each attempt's events per second). */
-  readonly ceiling: { readonly eventsPerSecond: number; readonly events: number; readonly seconds: number; readonly samples: ReadonlyArray<number> }
+  readonly ceiling: {
+    readonly eventsPerSecond: number
+    readonly events: number
+    readonly seconds: number
+    readonly samples: ReadonlyArray<number>
+  }
   readonly runs: ReadonlyArray<Run>
   readonly meta: Record<string, unknown>
 }
@@ -232,7 +248,9 @@ export const options = (args: Reader): Options => {
   if (onlyTables.includes("dirty")) {
     for (const r of relays ?? [4]) {
       for (const b of batch ?? [100, 500]) {
-        for (const ordering of only.filter((o) => relayOrderings.includes(o))) plan.push({ ordering, table: "dirty", relays: r, batch: b })
+        for (const ordering of only.filter((o) => relayOrderings.includes(o))) {
+          plan.push({ ordering, table: "dirty", relays: r, batch: b })
+        }
       }
     }
   }
@@ -250,7 +268,9 @@ export const prepare = (table: Table, msgs: ReadonlyArray<Message>, ordering: Or
     if (table === "dirty") {
       const started = performance.now()
       yield* Seed.insertHistory(store, schema, msgs.length * 10)
-      log(`         (history: ${int(msgs.length * 10)} published rows in ${secs((performance.now() - started) / 1000)} s)`)
+      log(
+        `         (history: ${int(msgs.length * 10)} published rows in ${secs((performance.now() - started) / 1000)} s)`
+      )
     }
     yield* Pg.checkpoint
     yield* Seed.insertPending(store, msgs)
@@ -261,18 +281,39 @@ export const prepare = (table: Table, msgs: ReadonlyArray<Message>, ordering: Or
 /** Rows per status, to check that a run did what it claims. */
 export const counts = (schema: string) =>
   SqlClient.SqlClient.use((sql) =>
-    sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM ${sql(`${schema}.outbox`)} GROUP BY status`
+    sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM ${
+      sql(`${schema}.outbox`)
+    } GROUP BY status`
   ).pipe(Effect.map((rows) => new Map(rows.map((r) => [r.status, Number(r.n)]))), Effect.orDie)
 
 /** One drain with its own pool (relays + 2 connections) and schema. */
-export const measure = (url: string, plan: Plan, msgs: ReadonlyArray<Message>, capSeconds: number, driver: RelayDriver): Effect.Effect<Run> =>
-  Effect.scoped(Effect.gen(function*() {
-    const context = yield* Pg.openPool(url, plan.relays + 2)
-    return yield* Effect.gen(function*() {
-      const { schema, store } = yield* prepare(plan.table, msgs, plan.ordering)
-      return yield* drain(schema, store, plan, msgs.length, plan.table === "dirty" ? msgs.length * 10 : 0, capSeconds, driver)
-    }).pipe(Effect.provideContext(context))
-  }))
+export const measure = (
+  url: string,
+  plan: Plan,
+  msgs: ReadonlyArray<Message>,
+  capSeconds: number,
+  driver: RelayDriver
+): Effect.Effect<Run> =>
+  plan.ordering === "log" ?
+    Effect.map(
+      LogMode.measure(url, plan, msgs, capSeconds),
+      (r) => ({ ...r, ordering: plan.ordering, table: plan.table, relays: plan.relays, batch: plan.batch })
+    ) :
+    Effect.scoped(Effect.gen(function*() {
+      const context = yield* Pg.openPool(url, plan.relays + 2)
+      return yield* Effect.gen(function*() {
+        const { schema, store } = yield* prepare(plan.table, msgs, plan.ordering)
+        return yield* drain(
+          schema,
+          store,
+          plan,
+          msgs.length,
+          plan.table === "dirty" ? msgs.length * 10 : 0,
+          capSeconds,
+          driver
+        )
+      }).pipe(Effect.provideContext(context))
+    }))
 
 /**
  * Drains `events` pending rows of `schema` (which already holds `history` published rows) with
@@ -310,7 +351,11 @@ export const drain = (
     const unsettled = (byStatus.get("pending") ?? 0) + (byStatus.get("processing") ?? 0)
     const ok = capped ? published >= expected : published === expected && unsettled === 0
     if (!ok) {
-      log(`  ! ${plan.ordering}: ${int(done)} events reported but the table has ${JSON.stringify(Object.fromEntries(byStatus))}`)
+      log(
+        `  ! ${plan.ordering}: ${int(done)} events reported but the table has ${
+          JSON.stringify(Object.fromEntries(byStatus))
+        }`
+      )
       process.exitCode = 1
     }
     return {
@@ -351,23 +396,40 @@ export const ceiling = (url: string, msgs: ReadonlyArray<Message>) =>
           WHERE status = 'processing' AND claimed_by = 'ceiling'`
       )
       const seconds = (performance.now() - start) / 1000
-      return { eventsPerSecond: Math.round(claimed.length / seconds), events: claimed.length, seconds: round(seconds, 3) }
+      return {
+        eventsPerSecond: Math.round(claimed.length / seconds),
+        events: claimed.length,
+        seconds: round(seconds, 3)
+      }
     }).pipe(Effect.provideContext(context))
   }))
 
-const describe = (p: Plan) => `${p.ordering.padEnd(14)} ${p.table.padEnd(5)} relays=${String(p.relays).padStart(2)} batch=${String(p.batch).padStart(3)}`
+const describe = (p: Plan) =>
+  `${p.ordering.padEnd(14)} ${p.table.padEnd(5)} relays=${String(p.relays).padStart(2)} batch=${
+    String(p.batch).padStart(3)
+  }`
 
 /** Runs the claim benchmark against a fresh durable server. */
 export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
   Effect.gen(function*() {
     const server = yield* Pg.server
-    log(`claim: ${int(opts.events)} pending events per run, ${opts.plan.length} runs + ceiling, cap ${opts.capSeconds} s per run, relay driver ${opts.driver}`)
+    log(
+      `claim: ${
+        int(opts.events)
+      } pending events per run, ${opts.plan.length} runs + ceiling, cap ${opts.capSeconds} s per run, relay driver ${opts.driver}`
+    )
     const msgs = yield* Seed.messages(opts.events)
 
     // Warm-up (not reported): JIT, the server's caches and catalog lookups.
     const warm = msgs.slice(0, Math.min(5_000, msgs.length))
     for (const ordering of new Set(opts.plan.map((p) => p.ordering))) {
-      yield* measure(server.url, { ordering, table: "clean", relays: 4, batch: 100 }, warm, opts.capSeconds, opts.driver)
+      yield* measure(
+        server.url,
+        { ordering, table: "clean", relays: 4, batch: 100 },
+        warm,
+        opts.capSeconds,
+        opts.driver
+      )
     }
 
     // Best of three: a ceiling is what the database can do, and one attempt is at the mercy of
@@ -376,17 +438,33 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
     for (let i = 0; i < 3; i++) attempts.push(yield* ceiling(server.url, msgs))
     const best = attempts.reduce((a, b) => (b.eventsPerSecond > a.eventsPerSecond ? b : a))
     const ceil = { ...best, samples: attempts.map((a) => a.eventsPerSecond) }
-    log(`  ceiling                              ${int(ceil.eventsPerSecond).padStart(7)} events/s (best of ${ceil.samples.map(int).join(", ")})`)
+    log(
+      `  ceiling                              ${int(ceil.eventsPerSecond).padStart(7)} events/s (best of ${
+        ceil.samples.map(int).join(", ")
+      })`
+    )
     const runs: Array<Run> = []
     const started = performance.now()
     for (const [i, plan] of opts.plan.entries()) {
       const r = yield* measure(server.url, plan, msgs, opts.capSeconds, opts.driver)
       runs.push(r)
-      log(`  [${String(i + 1).padStart(2)}/${opts.plan.length}] ${describe(plan)} ${int(r.eventsPerSecond).padStart(7)} events/s${r.capped ? ` (capped: ${int(r.events)} in ${secs(r.seconds)} s)` : ""}${r.duplicates > 0 ? `  ${r.duplicates} duplicates` : ""}`)
+      log(
+        `  [${String(i + 1).padStart(2)}/${opts.plan.length}] ${describe(plan)} ${
+          int(r.eventsPerSecond).padStart(7)
+        } events/s${r.capped ? ` (capped: ${int(r.events)} in ${secs(r.seconds)} s)` : ""}${
+          r.duplicates > 0 ? `  ${r.duplicates} duplicates` : ""
+        }`
+      )
     }
 
     log("")
-    log(`claim + mark published, ${int(opts.events)} pending events per run, relay driver ${opts.driver} (PostgreSQL ${server.version}, fsync=${server.fsync}); ceiling ${int(ceil.eventsPerSecond)} events/s`)
+    log(
+      `claim + mark published, ${
+        int(opts.events)
+      } pending events per run, relay driver ${opts.driver} (PostgreSQL ${server.version}, fsync=${server.fsync}); ceiling ${
+        int(ceil.eventsPerSecond)
+      } events/s`
+    )
     table(
       ["ordering", "table", "relays", "batch", "events/s", "% ceiling", "events", "seconds", "dup"],
       runs.map((r) => [

@@ -4,13 +4,13 @@
  * Tables and progress go to stderr; with `--json`, stdout gets exactly one JSON object.
  * @module
  */
-import { writeStdout } from "./lib/stdio.ts" // first: keeps stray console output off stdout
 import * as EagerDispatch from "@tidings/core/EagerDispatch"
 import { Cause, Effect, Exit, Fiber, References, type Scope } from "effect"
 import * as Claim from "./claim.ts"
+import * as Latency from "./latency.ts"
 import { parse, Reader, UsageError } from "./lib/cli.ts"
 import { log } from "./lib/report.ts"
-import * as Latency from "./latency.ts"
+import { writeStdout } from "./lib/stdio.ts" // first: keeps stray console output off stdout
 import * as Publish from "./publish.ts"
 import * as Suite from "./suite.ts"
 
@@ -20,11 +20,14 @@ const usage = `usage: npm run bench -- [suite|claim|latency|publish] [--json] [-
             every figure the median of 3 runs, Tidings beside graphile-worker and pg-boss; writes
             benchmarks/results/<date>.json, latest.json, <date>.md + SVG charts, and (full runs) the
             results section of benchmarks/README.md. Full ~15 min on 2 cores; --quick < 3 min.
-            --phase claim,latency,bloat,scale  --runs 3  --events N (claim rows; 40000, quick 5000)
+            --phase claim,latency,bloat,scale,consumer,e2e  --runs 3  --events N (claim rows; 40000, quick 5000)
+            (log mode runs in claim, latency and scale; consumer: PgLogConsumer vs the inbox over RabbitMQ;
+            e2e: a backlog into RabbitMQ by Tidings, graphile-worker and pg-boss, then paced log-mode runs)
             --bloat-rows N (1000000, quick 50000)  --rabbit auto|off  --dry-run (write nothing)
 
   claim     events claimed + marked published per second (ceiling, Tidings relay, hand-written SQL loop)
-            --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,per-key,sql-loop[,unordered-sync,unordered-no-coalesce]  --table clean,dirty
+            --relays 1,4,8,16  --batch 1,10,100,500  --ordering unordered,per-key,sql-loop[,unordered-sync,unordered-no-coalesce,log]  --table clean,dirty
+            (log: LogRelay on a log of 16 partitions; relays = its workers, batch = events per partition and read)
             --events N (pending rows per run; 50000, quick 10000)  --cap S (seconds per run; 15, quick 2)
             --driver process-batch|layer (how the relay runs: Relay.processBatch loops, or Relay.layer's pollers)
   latency   append-commit → publish latency under paced load, wake-ups by NOTIFY vs polling only;
@@ -69,13 +72,20 @@ const commands = {
 /** What a command line asks for: help, or a benchmark with its options. Throws `UsageError`. */
 export const command = (argv: ReadonlyArray<string>):
   | { readonly _tag: "help" }
-  | { readonly _tag: "run"; readonly name: string; readonly json: boolean; readonly program: () => Effect.Effect<unknown, never, Scope.Scope> } =>
+  | {
+    readonly _tag: "run"
+    readonly name: string
+    readonly json: boolean
+    readonly program: () => Effect.Effect<unknown, never, Scope.Scope>
+  } =>
 {
   const flags = parse(argv)
   const args = new Reader(flags)
   if (args.bool("help") || args.bool("h")) return { _tag: "help" }
   const name = flags.positional[0] ?? "suite"
-  if (!(name in commands) || flags.positional.length > 1) throw new UsageError(`unknown benchmark ${flags.positional.join(" ")}`)
+  if (!(name in commands) || flags.positional.length > 1) {
+    throw new UsageError(`unknown benchmark ${flags.positional.join(" ")}`)
+  }
   const json = args.bool("json")
   const program = commands[name as keyof typeof commands](args, argv)
   args.rejectUnknown()

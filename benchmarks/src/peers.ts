@@ -58,27 +58,32 @@ export interface PgBossConfig {
 
 /** A short label for tables: `c=24 lq=500 bd=0`. */
 export const graphileLabel = (c: GraphileConfig): string =>
-  `concurrency ${c.concurrency}${c.localQueue === undefined ? "" : `, localQueue ${c.localQueue}`}${c.batchDelay === undefined ? "" : `, batchDelay ${c.batchDelay}`}`
+  `concurrency ${c.concurrency}${c.localQueue === undefined ? "" : `, localQueue ${c.localQueue}`}${
+    c.batchDelay === undefined ? "" : `, batchDelay ${c.batchDelay}`
+  }`
 
 export const pgBossLabel = (c: PgBossConfig): string =>
-  c.mode === "fetch" ? `fetch+complete, ${c.fetchers} loop${c.fetchers === 1 ? "" : "s"}, batch ${c.batch}` : `work(), localConcurrency ${c.fetchers}, batch ${c.batch}`
+  c.mode === "fetch"
+    ? `fetch+complete, ${c.fetchers} loop${c.fetchers === 1 ? "" : "s"}, batch ${c.batch}`
+    : `work(), localConcurrency ${c.fetchers}, batch ${c.batch}`
 
 let schemas = 0
-const schemaName = (prefix: string) => `bench_${prefix}_${process.pid}_${(schemas++).toString(36)}`
+/** A unique schema name for a peer's run. */
+export const schemaName = (prefix: string) => `bench_${prefix}_${process.pid}_${(schemas++).toString(36)}`
 
 /** graphile-worker's logger, silenced below warnings. */
-const quietLogger = new Logger(() => (level, message) => {
+export const quietLogger = new Logger(() => (level, message) => {
   if (level === "error" || level === "warning") log(`  graphile-worker ${level}: ${message}`)
 })
 
 /** Error handlers on the pool and its clients, as graphile-worker asks (a server going away must not crash us). */
-const quiet = (pool: pg.Pool) => {
+export const quiet = (pool: pg.Pool) => {
   pool.on("error", () => undefined)
   pool.on("connect", (client) => void client.on("error", () => undefined))
 }
 
 /** Opens all `size` connections of `pool` now, so that connecting is not measured. */
-const warm = async (pool: pg.Pool, size: number) => {
+export const warm = async (pool: pg.Pool, size: number) => {
   const clients = await Promise.all(Array.from({ length: size }, () => pool.connect()))
   for (const c of clients) c.release()
 }
@@ -90,7 +95,7 @@ const payload = (i: number) => Seed.input(i).payload
  * Resolves once `n()` reaches `target` (true), or at `deadline` (`performance.now()` time), or after
  * `idleMs` without progress (false).
  */
-const progress = (n: () => number, target: number, deadline: number, idleMs = 20_000): Promise<boolean> =>
+export const progress = (n: () => number, target: number, deadline: number, idleMs = 20_000): Promise<boolean> =>
   new Promise((resolve) => {
     let last = n()
     let lastChange = performance.now()
@@ -135,7 +140,12 @@ const drained = (events: number, seen: Seen, left: number, seconds: number): Dra
   }
 }
 
-const graphileRunner = (pool: pg.Pool, schema: string, c: GraphileConfig, task: (id: string) => void): Promise<Runner> =>
+const graphileRunner = (
+  pool: pg.Pool,
+  schema: string,
+  c: GraphileConfig,
+  task: (id: string) => void
+): Promise<Runner> =>
   run({
     pgPool: pool,
     schema,
@@ -152,7 +162,7 @@ const graphileRunner = (pool: pg.Pool, schema: string, c: GraphileConfig, task: 
   })
 
 /** Pool size graphile-worker's docs recommend: 10 or concurrency + 2, whichever is larger. */
-const graphilePoolSize = (concurrency: number) => Math.max(10, concurrency + 2)
+export const graphilePoolSize = (concurrency: number) => Math.max(10, concurrency + 2)
 
 /**
  * One graphile-worker drain: a fresh schema (`runMigrations`), `events` jobs added with `addJobs`
@@ -160,7 +170,12 @@ const graphilePoolSize = (concurrency: number) => Math.max(10, concurrency + 2)
  * flushes batched completions); the jobs table must then be empty (graphile-worker deletes
  * completed jobs).
  */
-export const graphileDrain = async (url: string, events: number, c: GraphileConfig, capSeconds: number): Promise<Drain> => {
+export const graphileDrain = async (
+  url: string,
+  events: number,
+  c: GraphileConfig,
+  capSeconds: number
+): Promise<Drain> => {
   const schema = schemaName("gw")
   const size = graphilePoolSize(c.concurrency)
   const pool = new pg.Pool({ connectionString: url, max: size, application_name: "bench-graphile" })
@@ -171,7 +186,12 @@ export const graphileDrain = async (url: string, events: number, c: GraphileConf
     try {
       await pool.query("CHECKPOINT").catch(() => undefined)
       for (let i = 0; i < events; i += 1_000) {
-        await utils.addJobs(Array.from({ length: Math.min(1_000, events - i) }, (_, k) => ({ identifier: "bench", payload: payload(i + k) })))
+        await utils.addJobs(
+          Array.from(
+            { length: Math.min(1_000, events - i) },
+            (_, k) => ({ identifier: "bench", payload: payload(i + k) })
+          )
+        )
       }
     } finally {
       await utils.release()
@@ -185,9 +205,14 @@ export const graphileDrain = async (url: string, events: number, c: GraphileConf
     await runner.stop()
     // stop() can resolve while the last completions (DELETEs) are still in flight: the drain is
     // over when the table holds only the jobs that did not run.
-    const left = async () => Number((await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}._private_jobs`)).rows[0]?.n ?? 0)
+    const left = async () =>
+      Number(
+        (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}._private_jobs`)).rows[0]?.n ?? 0
+      )
     const until = performance.now() + 5_000
-    while ((await left()) > events - seen.ids.size && performance.now() < until) await new Promise((r) => setTimeout(r, 2))
+    while ((await left()) > events - seen.ids.size && performance.now() < until) {
+      await new Promise((r) => setTimeout(r, 2))
+    }
     const seconds = (performance.now() - start) / 1000
     return drained(events, seen, await left(), seconds)
   } finally {
@@ -201,7 +226,7 @@ export const graphileDrain = async (url: string, events: number, c: GraphileConf
  * (`ResolvedConstructorOptions` is referenced but not exported, and this repository checks library
  * types), so the module is loaded through a specifier TypeScript does not follow, typed by this.
  */
-interface PgBoss {
+export interface PgBoss {
   on(event: "error", listener: (error: unknown) => void): unknown
   start(): Promise<unknown>
   stop(options: { readonly graceful?: boolean; readonly close?: boolean; readonly timeout?: number }): Promise<void>
@@ -211,11 +236,18 @@ interface PgBoss {
   complete(name: string, ids: ReadonlyArray<string>): Promise<unknown>
   work(
     name: string,
-    options: { readonly batchSize: number; readonly localConcurrency: number; readonly pollingIntervalSeconds: number; readonly burstWhenBatchFull: boolean },
+    options: {
+      readonly batchSize: number
+      readonly localConcurrency: number
+      readonly pollingIntervalSeconds: number
+      readonly burstWhenBatchFull: boolean
+    },
     handler: (jobs: ReadonlyArray<{ readonly id: string }>) => Promise<void>
   ): Promise<string>
   offWork(name: string, options: { readonly wait: boolean }): Promise<void>
-  getDb(): { executeSql(text: string, values?: ReadonlyArray<unknown>): Promise<{ readonly rows: ReadonlyArray<unknown> }> }
+  getDb(): {
+    executeSql(text: string, values?: ReadonlyArray<unknown>): Promise<{ readonly rows: ReadonlyArray<unknown> }>
+  }
 }
 type PgBossConstructor = new(options: {
   readonly connectionString: string
@@ -226,11 +258,12 @@ type PgBossConstructor = new(options: {
 }) => PgBoss
 const pgBossModule: string = "pg-boss"
 let PgBossClass: PgBossConstructor | undefined
-const loadPgBoss = async (): Promise<PgBossConstructor> =>
-  (PgBossClass ??= ((await import(pgBossModule)) as { readonly PgBoss: PgBossConstructor }).PgBoss)
+const loadPgBoss = async (): Promise<
+  PgBossConstructor
+> => (PgBossClass ??= ((await import(pgBossModule)) as { readonly PgBoss: PgBossConstructor }).PgBoss)
 
 /** A pg-boss instance on a fresh schema, with all pool connections open, and its queue created. */
-const startBoss = async (url: string, max: number) => {
+export const startBoss = async (url: string, max: number) => {
   const schema = schemaName("boss")
   const PgBoss = await loadPgBoss()
   const boss = new PgBoss({ connectionString: url, schema, max, application_name: "bench-pgboss", schedule: false })
@@ -242,7 +275,7 @@ const startBoss = async (url: string, max: number) => {
   return { boss, schema, queue }
 }
 
-const stopBoss = async (boss: PgBoss, schema: string) => {
+export const stopBoss = async (boss: PgBoss, schema: string) => {
   await boss.stop({ graceful: false, close: false, timeout: 1_000 }).catch(() => undefined)
   await boss.getDb().executeSql(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined)
   await boss.stop({ graceful: false, close: true, timeout: 1_000 }).catch(() => undefined)
@@ -261,7 +294,10 @@ export const pgBossDrain = async (url: string, events: number, c: PgBossConfig, 
     const db = boss.getDb()
     await db.executeSql("CHECKPOINT").catch(() => undefined)
     for (let i = 0; i < events; i += 1_000) {
-      await boss.insert(queue, Array.from({ length: Math.min(1_000, events - i) }, (_, k) => ({ data: payload(i + k) })))
+      await boss.insert(
+        queue,
+        Array.from({ length: Math.min(1_000, events - i) }, (_, k) => ({ data: payload(i + k) }))
+      )
     }
     await db.executeSql(`ANALYZE ${schema}.job`)
     await Promise.all(Array.from({ length: max }, () => db.executeSql("SELECT pg_sleep(0.02)")))
@@ -279,7 +315,12 @@ export const pgBossDrain = async (url: string, events: number, c: PgBossConfig, 
       }
       await Promise.all(Array.from({ length: c.fetchers }, loop))
     } else {
-      await boss.work(queue, { batchSize: c.batch, localConcurrency: c.fetchers, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true }, async (jobs) => {
+      await boss.work(queue, {
+        batchSize: c.batch,
+        localConcurrency: c.fetchers,
+        pollingIntervalSeconds: 0.5,
+        burstWhenBatchFull: true
+      }, async (jobs) => {
         for (const j of jobs) seen.add(j.id)
       })
       await progress(() => seen.ids.size, events, deadline)
@@ -287,9 +328,15 @@ export const pgBossDrain = async (url: string, events: number, c: PgBossConfig, 
     }
     // As with graphile-worker: done when only the jobs that did not run are left uncompleted.
     const left = async () =>
-      Number(((await db.executeSql(`SELECT count(*)::int AS n FROM ${schema}.job WHERE name = $1 AND state <> 'completed'`, [queue])).rows[0] as { n: number } | undefined)?.n ?? 0)
+      Number(
+        ((await db.executeSql(`SELECT count(*)::int AS n FROM ${schema}.job WHERE name = $1 AND state <> 'completed'`, [
+          queue
+        ])).rows[0] as { n: number } | undefined)?.n ?? 0
+      )
     const until = performance.now() + 5_000
-    while ((await left()) > events - seen.ids.size && performance.now() < until) await new Promise((r) => setTimeout(r, 2))
+    while ((await left()) > events - seen.ids.size && performance.now() < until) {
+      await new Promise((r) => setTimeout(r, 2))
+    }
     const seconds = (performance.now() - start) / 1000
     return drained(events, seen, await left(), seconds)
   } finally {

@@ -23,6 +23,7 @@ import { Cause, Duration, Effect, Exit, Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as fs from "node:fs/promises"
 import * as Claim from "./claim.ts"
+import * as Latency from "./latency.ts"
 import { parse, Reader, UsageError } from "./lib/cli.ts"
 import { loadAverage, machine } from "./lib/machine.ts"
 import * as Pg from "./lib/postgres.ts"
@@ -47,11 +48,11 @@ import {
   targets,
   type Variant
 } from "./lib/suiteReport.ts"
-import * as Latency from "./latency.ts"
+import * as LogSuite from "./logSuite.ts"
 import * as Peers from "./peers.ts"
 import * as ScaleOut from "./scaleOut.ts"
 
-const phases = ["claim", "latency", "bloat", "scale"] as const
+const phases = ["claim", "latency", "bloat", "scale", "consumer", "e2e"] as const
 export type Phase = (typeof phases)[number]
 
 /** Settings of the suite. */
@@ -100,6 +101,8 @@ export interface Options {
     readonly batch: number
     readonly events: number
   }
+  /** Log mode's runs in the latency and scale phases, and the consumer and e2e phases. */
+  readonly log: LogSuite.LogOptions
 }
 
 /** Reads the suite's flags: `--quick`, `--runs`, `--phase`, `--rabbit`, `--events`, `--bloat-rows`, `--dry-run`. */
@@ -172,12 +175,13 @@ export const options = (args: Reader, argv: ReadonlyArray<string>): Options => {
       pruneBatch: 10_000
     },
     // --quick: batch 100, so that 4 processes × 2 relays still share the few events.
-    scale: { processes: [1, 2, 4], relays: 2, batch: quick ? 100 : 500, events: quick ? 5_000 : 40_000 }
+    scale: { processes: [1, 2, 4], relays: 2, batch: quick ? 100 : 500, events: quick ? 5_000 : 40_000 },
+    log: LogSuite.options(quick)
   }
 }
 
 /** A step of the suite: what it does, a guess of its seconds (for the progress display), and the work. */
-interface Step {
+export interface Step {
   readonly label: string
   readonly estimate: number
   readonly run: Effect.Effect<void, never, Scope.Scope>
@@ -194,7 +198,11 @@ const runSteps = (steps: ReadonlyArray<Step>, problems: Array<string>) =>
     for (const [i, step] of steps.entries()) {
       const elapsed = (performance.now() - started) / 1000
       const left = estimated > 0 ? ((total - estimated) * elapsed) / estimated : total
-      log(`[${String(i + 1).padStart(String(steps.length).length)}/${steps.length} ${clock(elapsed)} elapsed, ~${clock(left)} left] ${step.label}`)
+      log(
+        `[${String(i + 1).padStart(String(steps.length).length)}/${steps.length} ${clock(elapsed)} elapsed, ~${
+          clock(left)
+        } left] ${step.label}`
+      )
       const exit = yield* Effect.exit(step.run)
       if (Exit.isFailure(exit)) {
         const message = `${step.label}: failed: ${Cause.pretty(exit.cause).split("\n").slice(0, 3).join(" ")}`
@@ -211,7 +219,9 @@ interface ClaimEntry {
   readonly config: string
   readonly relays?: number
   readonly batch?: number
-  readonly samples: Array<{ readonly eventsPerSecond: number; readonly capped: boolean; readonly duplicates: number; readonly lost: number }>
+  readonly samples: Array<
+    { readonly eventsPerSecond: number; readonly capped: boolean; readonly duplicates: number; readonly lost: number }
+  >
 }
 
 const relayConfig = (relays: number, batch: number) => `relays ${relays}, batch ${batch}`
@@ -225,12 +235,28 @@ const claimPhase = (url: () => string, opts: Options, problems: Array<string>) =
     return entries.get(key)!
   }
   let msgs: ReadonlyArray<Message> = []
-  const record = (key: string, e: Omit<ClaimEntry, "samples">, r: { eventsPerSecond: number; capped: boolean; duplicates: number; lost?: number }) => {
-    entry(key, e).samples.push({ eventsPerSecond: r.eventsPerSecond, capped: r.capped, duplicates: r.duplicates, lost: r.lost ?? 0 })
-    if (r.duplicates > 0 || (r.lost ?? 0) > 0) problems.push(`claim ${e.system} (${e.config}): ${r.duplicates} duplicates, ${r.lost ?? 0} lost`)
+  const record = (
+    key: string,
+    e: Omit<ClaimEntry, "samples">,
+    r: { eventsPerSecond: number; capped: boolean; duplicates: number; lost?: number }
+  ) => {
+    entry(key, e).samples.push({
+      eventsPerSecond: r.eventsPerSecond,
+      capped: r.capped,
+      duplicates: r.duplicates,
+      lost: r.lost ?? 0
+    })
+    if (r.duplicates > 0 || (r.lost ?? 0) > 0) {
+      problems.push(`claim ${e.system} (${e.config}): ${r.duplicates} duplicates, ${r.lost ?? 0} lost`)
+    }
     log(`    ${e.system} ${e.config}: ${int(r.eventsPerSecond)} events/s${r.capped ? " (capped)" : ""}`)
   }
-  const tidingsOrderings = [["tidings-unordered", "unordered"], ["tidings-per-key", "per-key"], ["sql-loop", "sql-loop"]] as const
+  const tidingsOrderings = [
+    ["tidings-unordered", "unordered"],
+    ["tidings-per-key", "per-key"],
+    ["tidings-log", "log"],
+    ["sql-loop", "sql-loop"]
+  ] as const
   const perRun = (eventsPerSecond: number) => Math.min(o.capSeconds, o.events / eventsPerSecond) + 0.6
   const seed = o.events / 20_000
   const steps: Array<Step> = []
@@ -240,11 +266,13 @@ const claimPhase = (url: () => string, opts: Options, problems: Array<string>) =
     run: Effect.gen(function*() {
       msgs = yield* Seed.messages(o.events)
       const warm = msgs.slice(0, Math.min(5_000, msgs.length))
-      for (const ordering of ["unordered", "per-key", "sql-loop"] as const) {
+      for (const ordering of ["unordered", "per-key", "log", "sql-loop"] as const) {
         yield* Claim.measure(url(), { ordering, table: "clean", relays: 4, batch: 100 }, warm, o.capSeconds, "layer")
       }
       yield* Effect.promise(() => Peers.graphileDrain(url(), 2_000, { concurrency: 8 }, o.capSeconds))
-      yield* Effect.promise(() => Peers.pgBossDrain(url(), 2_000, { mode: "fetch", fetchers: 1, batch: 100 }, o.capSeconds))
+      yield* Effect.promise(() =>
+        Peers.pgBossDrain(url(), 2_000, { mode: "fetch", fetchers: 1, batch: 100 }, o.capSeconds)
+      )
     })
   })
   for (let run = 1; run <= opts.runs; run++) {
@@ -254,7 +282,12 @@ const claimPhase = (url: () => string, opts: Options, problems: Array<string>) =
       estimate: seed + 1.5,
       run: Effect.gen(function*() {
         const r = yield* Claim.ceiling(url(), msgs)
-        record("ceiling", { system: "ceiling", config: "2 statements" }, { ...r, capped: false, duplicates: 0, lost: r.events === msgs.length ? 0 : msgs.length - r.events })
+        record("ceiling", { system: "ceiling", config: "2 statements" }, {
+          ...r,
+          capped: false,
+          duplicates: 0,
+          lost: r.events === msgs.length ? 0 : msgs.length - r.events
+        })
       })
     })
     for (const relays of o.relays) {
@@ -265,7 +298,13 @@ const claimPhase = (url: () => string, opts: Options, problems: Array<string>) =
           estimate: orderings.length * (seed + perRun(batch <= 10 ? 3_000 : 20_000)),
           run: Effect.gen(function*() {
             for (const [system, ordering] of orderings) {
-              const r = yield* Claim.measure(url(), { ordering, table: "clean", relays, batch }, msgs, o.capSeconds, "layer")
+              const r = yield* Claim.measure(
+                url(),
+                { ordering, table: "clean", relays, batch },
+                msgs,
+                o.capSeconds,
+                "layer"
+              )
               record(`${system}/${relays}/${batch}`, { system, config: relayConfig(relays, batch), relays, batch }, r)
             }
           })
@@ -277,8 +316,19 @@ const claimPhase = (url: () => string, opts: Options, problems: Array<string>) =
         label: `${tag}: tidings unordered with synchronous bookkeeping commits, ${relayConfig(relays, batch)}`,
         estimate: seed + perRun(20_000),
         run: Effect.gen(function*() {
-          const r = yield* Claim.measure(url(), { ordering: "unordered-sync", table: "clean", relays, batch }, msgs, o.capSeconds, "layer")
-          record(`sync/${relays}/${batch}`, { system: "tidings-unordered-sync", config: `${relayConfig(relays, batch)}, bookkeepingCommit sync`, relays, batch }, r)
+          const r = yield* Claim.measure(
+            url(),
+            { ordering: "unordered-sync", table: "clean", relays, batch },
+            msgs,
+            o.capSeconds,
+            "layer"
+          )
+          record(`sync/${relays}/${batch}`, {
+            system: "tidings-unordered-sync",
+            config: `${relayConfig(relays, batch)}, bookkeepingCommit sync`,
+            relays,
+            batch
+          }, r)
         })
       })
     }
@@ -316,8 +366,14 @@ const claimPhase = (url: () => string, opts: Options, problems: Array<string>) =
     }))
     const bestRow = (system: string) =>
       rows.filter((r) => r.system === system && Number.isFinite(r.eventsPerSecond.median))
-        .reduce<ClaimRow | undefined>((a, r) => (a === undefined || r.eventsPerSecond.median > a.eventsPerSecond.median ? r : a), undefined)
-    const best = Object.fromEntries(systems.map((s) => [s, bestRow(s)?.eventsPerSecond.median ?? 0])) as Record<System, number>
+        .reduce<ClaimRow | undefined>(
+          (a, r) => (a === undefined || r.eventsPerSecond.median > a.eventsPerSecond.median ? r : a),
+          undefined
+        )
+    const best = Object.fromEntries(systems.map((s) => [s, bestRow(s)?.eventsPerSecond.median ?? 0])) as Record<
+      System,
+      number
+    >
     const bestOf = Object.fromEntries([...systems, "tidings-unordered-sync"].flatMap((s) => {
       const r = bestRow(s)
       return r === undefined ? [] : [[s, { config: r.config, min: r.eventsPerSecond.min, max: r.eventsPerSecond.max }]]
@@ -338,7 +394,18 @@ const claimPhase = (url: () => string, opts: Options, problems: Array<string>) =
 /** Median / min / max of each percentile over runs, as a latency row. */
 const latencyRow = (
   key: Omit<LatencyRow, "p50" | "p95" | "p99" | "max" | "achievedRate" | "events" | "lost" | "duplicates">,
-  runs: ReadonlyArray<{ p50Ms: number; p95Ms: number; p99Ms: number; maxMs: number; achievedRate: number; events: number; lost: number; duplicates?: number }>
+  runs: ReadonlyArray<
+    {
+      p50Ms: number
+      p95Ms: number
+      p99Ms: number
+      maxMs: number
+      achievedRate: number
+      events: number
+      lost: number
+      duplicates?: number
+    }
+  >
 ): LatencyRow => ({
   ...key,
   p50: summarize(runs.map((r) => r.p50Ms)),
@@ -354,9 +421,19 @@ const latencyRow = (
 type LatencySample = Parameters<typeof latencyRow>[1][number]
 
 /** Latency options for paced runs of `duration` seconds (after `warmup`). */
-const latencyOptions = (base: Latency.Options, duration: number, warmup: number): Latency.Options => ({ ...base, duration, warmup })
+const latencyOptions = (base: Latency.Options, duration: number, warmup: number): Latency.Options => ({
+  ...base,
+  duration,
+  warmup
+})
 
-const latencyPhase = (url: () => string, rabbitUrl: () => string | undefined, base: Latency.Options, opts: Options, problems: Array<string>) => {
+const latencyPhase = (
+  url: () => string,
+  rabbitUrl: () => string | undefined,
+  base: Latency.Options,
+  opts: Options,
+  problems: Array<string>
+) => {
   const o = opts.latency
   const lopts = latencyOptions(base, o.duration, o.warmup)
   const samples = new Map<string, { key: Parameters<typeof latencyRow>[0]; runs: Array<LatencySample> }>()
@@ -364,23 +441,38 @@ const latencyPhase = (url: () => string, rabbitUrl: () => string | undefined, ba
     const k = `${key.system}/${key.mode}/${key.transport}/${key.target}/${key.rate}`
     if (!samples.has(k)) samples.set(k, { key, runs: [] })
     samples.get(k)!.runs.push(r)
-    if (r.lost > 0 || (r.duplicates ?? 0) > 0) problems.push(`latency ${k}: ${r.lost} lost, ${r.duplicates ?? 0} duplicates`)
-    log(`    ${key.system} ${key.mode} ${key.transport} → ${key.target} at ${key.rate}/s: p50 ${ms(r.p50Ms)} ms, p95 ${ms(r.p95Ms)} ms, p99 ${ms(r.p99Ms)} ms (achieved ${int(r.achievedRate)}/s)`)
+    if (r.lost > 0 || (r.duplicates ?? 0) > 0) {
+      problems.push(`latency ${k}: ${r.lost} lost, ${r.duplicates ?? 0} duplicates`)
+    }
+    log(
+      `    ${key.system} ${key.mode} ${key.transport} → ${key.target} at ${key.rate}/s: p50 ${ms(r.p50Ms)} ms, p95 ${
+        ms(r.p95Ms)
+      } ms, p99 ${ms(r.p99Ms)} ms (achieved ${int(r.achievedRate)}/s)`
+    )
   }
   const runSeconds = o.duration + o.warmup + 1.5
   const steps: Array<Step> = []
   for (let run = 1; run <= opts.runs; run++) {
     for (const rate of o.rates) {
       steps.push({
-        label: `latency run ${run}/${opts.runs}: ${int(rate)} events/s, tidings ${o.wakeups.join(" / ")} and graphile-worker`,
+        label: `latency run ${run}/${opts.runs}: ${int(rate)} events/s, tidings ${
+          o.wakeups.join(" / ")
+        } and graphile-worker`,
         estimate: (o.wakeups.length + 1) * runSeconds,
         run: Effect.gen(function*() {
           for (const wakeup of o.wakeups) {
             const { runs } = yield* Latency.paced(url(), undefined, { transport: "memory", wakeup, rate }, lopts)
-            for (const r of runs) add({ system: "tidings", mode: wakeup, transport: "memory", target: "publish", rate }, r)
+            for (const r of runs) {
+              add({ system: "tidings", mode: wakeup, transport: "memory", target: "publish", rate }, r)
+            }
           }
           const g = yield* Effect.promise(() =>
-            Peers.graphileLatency(url(), o.graphile, { rate, duration: o.duration, warmup: o.warmup, producers: lopts.producers })
+            Peers.graphileLatency(url(), o.graphile, {
+              rate,
+              duration: o.duration,
+              warmup: o.warmup,
+              producers: lopts.producers
+            })
           )
           add({ system: "graphile-worker", mode: "add→start", transport: "postgres", target: "start", rate }, g)
         })
@@ -388,13 +480,26 @@ const latencyPhase = (url: () => string, rabbitUrl: () => string | undefined, ba
     }
     for (const rate of o.rabbitRates) {
       steps.push({
-        label: `latency run ${run}/${opts.runs}: ${int(rate)} events/s through RabbitMQ (classic queue), confirm and consumer`,
+        label: `latency run ${run}/${opts.runs}: ${
+          int(rate)
+        } events/s through RabbitMQ (classic queue), confirm and consumer`,
         estimate: runSeconds + 1,
         run: Effect.gen(function*() {
           const broker = rabbitUrl()
           if (broker === undefined) return
-          const { runs } = yield* Latency.paced(url(), broker, { transport: "rabbitmq", wakeup: "notify", rate, queue: "classic", relay: "tidings" }, lopts)
-          for (const r of runs) add({ system: "tidings", mode: "notify", transport: "rabbitmq", target: r.target, rate }, r as LatencySample)
+          const { runs } = yield* Latency.paced(url(), broker, {
+            transport: "rabbitmq",
+            wakeup: "notify",
+            rate,
+            queue: "classic",
+            relay: "tidings"
+          }, lopts)
+          for (const r of runs) {
+            add(
+              { system: "tidings", mode: "notify", transport: "rabbitmq", target: r.target, rate },
+              r as LatencySample
+            )
+          }
         })
       })
     }
@@ -407,7 +512,11 @@ const latencyPhase = (url: () => string, rabbitUrl: () => string | undefined, ba
     batch: lopts.batchSize,
     graphile: Peers.graphileLabel(o.graphile),
     rows: [...samples.values()].map(({ key, runs }) => latencyRow(key, runs))
-      .sort((a, b) => (a.transport === "rabbitmq" ? 1 : 0) - (b.transport === "rabbitmq" ? 1 : 0) || a.system.localeCompare(b.system) || a.mode.localeCompare(b.mode) || a.target.localeCompare(b.target) || a.rate - b.rate),
+      .sort((a, b) =>
+        (a.transport === "rabbitmq" ? 1 : 0) - (b.transport === "rabbitmq" ? 1 : 0) ||
+        a.system.localeCompare(b.system) || a.mode.localeCompare(b.mode) || a.target.localeCompare(b.target) ||
+        a.rate - b.rate
+      ),
     ...(rabbitNote === undefined ? {} : { rabbitmq: rabbitNote })
   })
   return { steps, result }
@@ -425,7 +534,9 @@ const insertPublished = (schema: string, count: number) =>
     const slices = 4
     const per = Math.ceil(count / slices)
     yield* Effect.forEach(Array.from({ length: slices }, (_, i) => i), (i) =>
-      sql`INSERT INTO ${sql(`${schema}.outbox`)} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version,
+      sql`INSERT INTO ${
+        sql(`${schema}.outbox`)
+      } (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version,
           payload, occurred_at, available_at, created_at, status, attempts, finished_attempts, published_at)
         SELECT
           encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) PLACING substring(int8send(
@@ -436,11 +547,16 @@ const insertPublished = (schema: string, count: number) =>
                                        jsonb_build_object('sku', 'sku-' || (g % 17), 'quantity', 1, 'priceCents', 250))),
           t.at, t.at, t.at, 'published', 1, 1, t.at + interval '20 milliseconds'
         FROM generate_series(${i * per + 1}::int, ${Math.min(count, (i + 1) * per)}::int) AS g,
-          LATERAL (SELECT now() - interval '2 days' + g * interval '10 milliseconds' AS at) AS t`, { concurrency: slices, discard: true })
+          LATERAL (SELECT now() - interval '2 days' + g * interval '10 milliseconds' AS at) AS t`, {
+      concurrency: slices,
+      discard: true
+    })
   }).pipe(Effect.orDie)
 
 const tableMiB = (schema: string) =>
-  SqlClient.SqlClient.use((sql) => sql<{ bytes: string }>`SELECT pg_total_relation_size(${`${schema}.outbox`}::regclass)::text AS bytes`).pipe(
+  SqlClient.SqlClient.use((sql) =>
+    sql<{ bytes: string }>`SELECT pg_total_relation_size(${`${schema}.outbox`}::regclass)::text AS bytes`
+  ).pipe(
     Effect.map(([r]) => round(Number(r?.bytes ?? 0) / 1024 ** 2, 1)),
     Effect.orDie
   )
@@ -455,7 +571,11 @@ const bloatPhase = (url: () => string, base: Latency.Options, opts: Options, pro
   let context: Effect.Success<ReturnType<typeof Pg.openPool>> | undefined
   let cleanMsgs: ReadonlyArray<Message> = []
   const throughput: Record<BloatState, Array<number>> = { clean: [], bloated: [], "after-retention": [] }
-  const latency: Record<BloatState, Array<{ p50Ms: number; p95Ms: number; p99Ms: number }>> = { clean: [], bloated: [], "after-retention": [] }
+  const latency: Record<BloatState, Array<{ p50Ms: number; p95Ms: number; p99Ms: number }>> = {
+    clean: [],
+    bloated: [],
+    "after-retention": []
+  }
   let seedSeconds = 0
   let prune = { rows: 0, seconds: 0, batch: o.pruneBatch }
   let vacuumSeconds = 0
@@ -465,7 +585,9 @@ const bloatPhase = (url: () => string, base: Latency.Options, opts: Options, pro
   const check = (what: string, r: { duplicates: number; lost?: number }) => {
     duplicates += r.duplicates
     lost += r.lost ?? 0
-    if (r.duplicates > 0 || (r.lost ?? 0) > 0) problems.push(`bloat ${what}: ${r.duplicates} duplicates, ${r.lost ?? 0} lost`)
+    if (r.duplicates > 0 || (r.lost ?? 0) > 0) {
+      problems.push(`bloat ${what}: ${r.duplicates} duplicates, ${r.lost ?? 0} lost`)
+    }
   }
   /** A drain of fresh pending rows in the bloated table, with its own pool. */
   const drainBloated = Effect.scoped(Effect.gen(function*() {
@@ -482,14 +604,22 @@ const bloatPhase = (url: () => string, base: Latency.Options, opts: Options, pro
   }))
   const measureThroughput = (state: BloatState) =>
     Effect.gen(function*() {
-      const r = state === "clean" ? yield* Claim.measure(url(), plan, cleanMsgs, capSeconds, "layer") : yield* drainBloated
+      const r = state === "clean"
+        ? yield* Claim.measure(url(), plan, cleanMsgs, capSeconds, "layer")
+        : yield* drainBloated
       throughput[state].push(r.eventsPerSecond)
       check(`${state} throughput`, r)
       log(`    ${state}: ${int(r.eventsPerSecond)} events/s`)
     })
   const measureLatency = (state: BloatState) =>
     Effect.gen(function*() {
-      const { runs } = yield* Latency.paced(url(), undefined, { transport: "memory", wakeup: "notify", rate: o.rate }, lopts, state === "clean" ? undefined : schema)
+      const { runs } = yield* Latency.paced(
+        url(),
+        undefined,
+        { transport: "memory", wakeup: "notify", rate: o.rate },
+        lopts,
+        state === "clean" ? undefined : schema
+      )
       const r = runs[0]!
       latency[state].push(r)
       check(`${state} latency`, { duplicates: 0, lost: r.lost })
@@ -518,7 +648,10 @@ const bloatPhase = (url: () => string, base: Latency.Options, opts: Options, pro
   })
   for (let run = 1; run <= opts.runs; run++) {
     steps.push({
-      label: `bloat run ${run}/${opts.runs}: throughput, clean vs bloated table (relays ${o.relays}, batch ${o.batch}, ${int(o.events)} events)`,
+      label:
+        `bloat run ${run}/${opts.runs}: throughput, clean vs bloated table (relays ${o.relays}, batch ${o.batch}, ${
+          int(o.events)
+        } events)`,
       estimate: 2 * drainSeconds,
       run: Effect.gen(function*() {
         yield* measureThroughput("clean")
@@ -612,14 +745,22 @@ const scalePhase = (url: () => string, opts: Options, problems: Array<string>) =
   for (let run = 1; run <= opts.runs; run++) {
     for (const processes of o.processes) {
       steps.push({
-        label: `scale-out run ${run}/${opts.runs}: ${processes} relay process${processes === 1 ? "" : "es"} (${o.relays} relays each, batch ${o.batch})`,
+        label: `scale-out run ${run}/${opts.runs}: ${processes} relay process${
+          processes === 1 ? "" : "es"
+        } (${o.relays} relays each, batch ${o.batch})`,
         estimate: 2 + processes * 0.7 + o.events / 15_000,
         run: Effect.gen(function*() {
           if (msgs.length === 0) msgs = yield* Seed.messages(o.events)
           const r = yield* ScaleOut.run(url(), processes, o.relays, o.batch, msgs)
           samples.set(processes, [...(samples.get(processes) ?? []), r])
-          if (r.duplicates > 0 || r.lost > 0) problems.push(`scale-out ${processes} processes: ${r.duplicates} duplicates, ${r.lost} lost`)
-          log(`    ${processes} process${processes === 1 ? "" : "es"}: ${int(r.eventsPerSecond)} events/s, per process ${r.perProcess.map(int).join(" / ")}, ${r.duplicates} duplicates`)
+          if (r.duplicates > 0 || r.lost > 0) {
+            problems.push(`scale-out ${processes} processes: ${r.duplicates} duplicates, ${r.lost} lost`)
+          }
+          log(
+            `    ${processes} process${processes === 1 ? "" : "es"}: ${int(r.eventsPerSecond)} events/s, per process ${
+              r.perProcess.map(int).join(" / ")
+            }, ${r.duplicates} duplicates`
+          )
         })
       })
     }
@@ -656,12 +797,25 @@ const write = (r: SuiteResult, opts: Options) =>
     await fs.writeFile(new URL(`${name}.json`, resultsDir), json)
     await fs.writeFile(new URL("latest.json", resultsDir), json)
     const svgs = charts(r)
-    for (const [chart, svg] of Object.entries(svgs)) await fs.writeFile(new URL(`${name}-${chart}.svg`, resultsDir), svg)
-    await fs.writeFile(new URL(`${name}.md`, resultsDir), `# Tidings benchmark suite: ${name}\n\n${markdown(r, (chart) => `${name}-${chart}.svg`)}`)
-    const written = [`benchmarks/results/${name}.json`, "benchmarks/results/latest.json", `benchmarks/results/${name}.md`, `${Object.keys(svgs).length} charts`]
+    for (const [chart, svg] of Object.entries(svgs)) {
+      await fs.writeFile(new URL(`${name}-${chart}.svg`, resultsDir), svg)
+    }
+    await fs.writeFile(
+      new URL(`${name}.md`, resultsDir),
+      `# Tidings benchmark suite: ${name}\n\n${markdown(r, (chart) => `${name}-${chart}.svg`)}`
+    )
+    const written = [
+      `benchmarks/results/${name}.json`,
+      "benchmarks/results/latest.json",
+      `benchmarks/results/${name}.md`,
+      `${Object.keys(svgs).length} charts`
+    ]
     if (!r.quick && opts.phases.length === phases.length) {
       const page = await fs.readFile(readme, "utf8")
-      await fs.writeFile(readme, replaceBetween(page, readmeStart, readmeEnd, markdown(r, (chart) => `results/${name}-${chart}.svg`)))
+      await fs.writeFile(
+        readme,
+        replaceBetween(page, readmeStart, readmeEnd, markdown(r, (chart) => `results/${name}-${chart}.svg`))
+      )
       written.push("benchmarks/README.md")
     }
     log(`wrote ${written.join(", ")}`)
@@ -674,10 +828,24 @@ export const run = (opts: Options): Effect.Effect<SuiteResult, never, Scope.Scop
     const started = performance.now()
     const loadStart = loadAverage()
     const host = machine()
-    log(`suite${opts.quick ? " (--quick)" : ""}: ${opts.phases.join(", ")}; every figure the median of ${opts.runs} runs; ${host.cpus} cores, ${host.memoryGiB} GiB, load average ${loadStart.join(" / ")}`)
-    const wantRabbit = opts.phases.includes("latency") && opts.rabbit === "auto" && opts.latency.rabbitRates.length > 0
-    const rabbitAvailable = wantRabbit && (Boolean(process.env["TIDINGS_AMQP_URL"]) || (yield* Effect.promise(() => fs.access("/usr/sbin/rabbitmq-server").then(() => true, () => false))))
-    let rabbitNote: string | undefined = opts.rabbit === "off" ? "skipped (--rabbit off)" : wantRabbit && !rabbitAvailable ? "skipped: no broker (set TIDINGS_AMQP_URL, or install rabbitmq-server)" : undefined
+    log(
+      `suite${opts.quick ? " (--quick)" : ""}: ${
+        opts.phases.join(", ")
+      }; every figure the median of ${opts.runs} runs; ${host.cpus} cores, ${host.memoryGiB} GiB, load average ${
+        loadStart.join(" / ")
+      }`
+    )
+    const wantRabbit =
+      (opts.phases.includes("latency") || opts.phases.includes("consumer") || opts.phases.includes("e2e")) &&
+      opts.rabbit === "auto" && opts.latency.rabbitRates.length > 0
+    const rabbitAvailable = wantRabbit && (Boolean(process.env["TIDINGS_AMQP_URL"]) || (yield* Effect.promise(() =>
+      fs.access("/usr/sbin/rabbitmq-server").then(() => true, () => false)
+    )))
+    let rabbitNote: string | undefined = opts.rabbit === "off"
+      ? "skipped (--rabbit off)"
+      : wantRabbit && !rabbitAvailable
+      ? "skipped: no broker (set TIDINGS_AMQP_URL, or install rabbitmq-server)"
+      : undefined
     const [server, broker] = yield* Effect.all([
       Pg.server,
       rabbitAvailable
@@ -692,10 +860,32 @@ export const run = (opts: Options): Effect.Effect<SuiteResult, never, Scope.Scop
     const problems: Array<string> = []
     const base = Latency.options(new Reader(parse([])))
     const claim = opts.phases.includes("claim") ? claimPhase(url, opts, problems) : undefined
-    const latency = opts.phases.includes("latency") ? latencyPhase(url, () => broker?.url, base, opts, problems) : undefined
+    const latency = opts.phases.includes("latency")
+      ? latencyPhase(url, () => broker?.url, base, opts, problems)
+      : undefined
     const bloat = opts.phases.includes("bloat") ? bloatPhase(url, base, opts, problems) : undefined
     const scale = opts.phases.includes("scale") ? scalePhase(url, opts, problems) : undefined
-    const steps = [...(claim?.steps ?? []), ...(latency?.steps ?? []), ...(bloat?.steps ?? []), ...(scale?.steps ?? [])]
+    const rabbitUrl = () => broker?.url
+    const logLatency = opts.phases.includes("latency")
+      ? LogSuite.latencySteps(url, rabbitUrl, base, opts.log, opts.runs, problems)
+      : undefined
+    const logScale = opts.phases.includes("scale") ? LogSuite.scaleSteps(url, opts.log, opts.runs, problems) : undefined
+    const consumer = opts.phases.includes("consumer")
+      ? LogSuite.consumerSteps(url, rabbitUrl, opts.log, opts.runs, problems)
+      : undefined
+    const e2e = opts.phases.includes("e2e")
+      ? LogSuite.e2eSteps(url, rabbitUrl, opts.log, opts.runs, problems)
+      : undefined
+    const steps = [
+      ...(claim?.steps ?? []),
+      ...(latency?.steps ?? []),
+      ...(logLatency?.steps ?? []),
+      ...(bloat?.steps ?? []),
+      ...(scale?.steps ?? []),
+      ...(logScale?.steps ?? []),
+      ...(consumer?.steps ?? []),
+      ...(e2e?.steps ?? [])
+    ]
       .filter((s) => broker !== undefined || !s.label.includes("RabbitMQ"))
     yield* runSteps(steps, problems)
     const partial = {
@@ -717,14 +907,31 @@ export const run = (opts: Options): Effect.Effect<SuiteResult, never, Scope.Scop
       ...(latency === undefined ? {} : { latency: latency.result(rabbitNote) }),
       ...(bloat === undefined ? {} : { bloat: bloat.result() }),
       ...(scale === undefined ? {} : { scaleOut: scale.result() }),
+      ...(() => {
+        const section = LogSuite.section({
+          ...(logLatency === undefined ? {} : { latency: logLatency.result() }),
+          ...(logScale === undefined ? {} : { scale: logScale.result() }),
+          ...(consumer?.result() === undefined ? {} : { consumer: consumer.result()! }),
+          ...(e2e?.result() === undefined ? {} : { e2e: e2e.result()! })
+        })
+        return section === undefined ? {} : { log: section }
+      })(),
       problems
     }
     const result: SuiteResult = { ...partial, targets: targets(partial) }
     if (problems.length > 0) process.exitCode = 1
     log("")
-    for (const t of result.targets) log(`${t.met === null ? "  -  " : t.met ? "  ok " : "  NO "} ${t.description}: ${t.actual} (goal ${t.goal})`)
-    if (result.claim !== undefined) log(`claim.best: ${Object.entries(result.claim.best).map(([k, v]) => `${k} ${int(v)}`).join(", ")}`)
-    log(`suite done in ${(result.durationSeconds / 60).toFixed(1)} min; load average ${loadStart[0]} at start, ${result.machine.loadAverage.end[0]} at end (${host.cpus} cores)`)
+    for (const t of result.targets) {
+      log(`${t.met === null ? "  -  " : t.met ? "  ok " : "  NO "} ${t.description}: ${t.actual} (goal ${t.goal})`)
+    }
+    if (result.claim !== undefined) {
+      log(`claim.best: ${Object.entries(result.claim.best).map(([k, v]) => `${k} ${int(v)}`).join(", ")}`)
+    }
+    log(
+      `suite done in ${(result.durationSeconds / 60).toFixed(1)} min; load average ${loadStart[0]} at start, ${
+        result.machine.loadAverage.end[0]
+      } at end (${host.cpus} cores)`
+    )
     if (opts.write) yield* write(result, opts)
     return result
   })

@@ -4,12 +4,21 @@
  * report can be regenerated from a JSON file and tested without a database.
  * @module
  */
+import { logMarkdown, type LogSection, logTargets } from "./logReport.ts"
 import type { Machine } from "./machine.ts"
 import type { Summary } from "./stats.ts"
 import { barChart, lineChart, type Series } from "./svg.ts"
 
 /** The systems of the claim comparison, as keys of `claim.best`. */
-export const systems = ["tidings-unordered", "tidings-per-key", "ceiling", "sql-loop", "graphile-worker", "pg-boss"] as const
+export const systems = [
+  "tidings-unordered",
+  "tidings-per-key",
+  "tidings-log",
+  "ceiling",
+  "sql-loop",
+  "graphile-worker",
+  "pg-boss"
+] as const
 export type System = (typeof systems)[number]
 /** Measured beside them, outside `claim.best`: the Tidings relay with synchronous bookkeeping commits. */
 export type Variant = "tidings-unordered-sync"
@@ -90,7 +99,9 @@ export interface BloatSection {
   readonly events: number
   readonly rate: number
   readonly throughput: Readonly<Record<BloatState, Summary>>
-  readonly latency: Readonly<Record<BloatState, { readonly p50: Summary; readonly p95: Summary; readonly p99: Summary }>>
+  readonly latency: Readonly<
+    Record<BloatState, { readonly p50: Summary; readonly p95: Summary; readonly p99: Summary }>
+  >
   readonly lost: number
   readonly duplicates: number
 }
@@ -140,6 +151,8 @@ export interface SuiteResult {
   readonly latency?: LatencySection
   readonly bloat?: BloatSection
   readonly scaleOut?: ScaleSection
+  /** Log mode: latency, scale-out, consumers, retention, end to end (its claim runs are in `claim`). */
+  readonly log?: LogSection
   readonly targets: ReadonlyArray<Target>
   /** Verification failures (lost or duplicated events, failed runs); empty when all was well. */
   readonly problems: ReadonlyArray<string>
@@ -148,7 +161,10 @@ export interface SuiteResult {
 // ---------------------------------------------------------------------------------------------
 // Targets
 
-const ratio = (a: number | undefined, b: number | undefined) => (a !== undefined && b !== undefined && b > 0 ? a / b : Number.NaN)
+const ratio = (
+  a: number | undefined,
+  b: number | undefined
+) => (a !== undefined && b !== undefined && b > 0 ? a / b : Number.NaN)
 const x = (n: number) => (Number.isFinite(n) ? `${n.toFixed(2)}×` : "n/a")
 const pct = (n: number) => (Number.isFinite(n) ? `${n >= 0 ? "+" : ""}${(n * 100).toFixed(0)}%` : "n/a")
 
@@ -176,7 +192,12 @@ export const targets = (r: Omit<SuiteResult, "targets">): Array<Target> => {
     actual: c === undefined ? "not measured" : x(b),
     met: c === undefined ? null : b >= 3
   })
-  for (const [mode, what] of [["notify", "relays in the producers' process (in-process wake-up, NOTIFY sent)"], ["listen", "NOTIFY only (relays as in another process)"]] as const) {
+  for (
+    const [mode, what] of [["notify", "relays in the producers' process (in-process wake-up, NOTIFY sent)"], [
+      "listen",
+      "NOTIFY only (relays as in another process)"
+    ]] as const
+  ) {
     const row = tidingsLatency(r.latency, mode, 1_000)
     out.push({
       id: `latency-p99-${mode}`,
@@ -192,14 +213,22 @@ export const targets = (r: Omit<SuiteResult, "targets">): Array<Target> => {
     const lat = bl === undefined ? Number.NaN : ratio(bl.latency[state].p50.median, bl.latency.clean.p50.median) - 1
     // Sub-millisecond medians move by a few tenths of a millisecond from run to run: a latency
     // within 0.5 ms of the clean table's counts as not slower.
-    const latOk = bl === undefined ? false : lat <= 0.2 || bl.latency[state].p50.median - bl.latency.clean.p50.median <= 0.5
+    const latOk = bl === undefined
+      ? false
+      : lat <= 0.2 || bl.latency[state].p50.median - bl.latency.clean.p50.median <= 0.5
     out.push({
       id: `bloat-${state}`,
       description: state === "bloated"
-        ? `throughput and p50 latency with ${bl === undefined ? "1,000,000" : bl.rows.toLocaleString("en-US")} published rows awaiting retention, vs a clean table`
+        ? `throughput and p50 latency with ${
+          bl === undefined ? "1,000,000" : bl.rows.toLocaleString("en-US")
+        } published rows awaiting retention, vs a clean table`
         : "throughput and p50 latency after retention pruned them, vs a clean table",
       goal: "≤ 20% slower (p50 latency: or within 0.5 ms)",
-      actual: bl === undefined ? "not measured" : `throughput ${pct(thr)}, p50 latency ${pct(lat)} (${bl.latency[state].p50.median} vs ${bl.latency.clean.p50.median} ms)`,
+      actual: bl === undefined
+        ? "not measured"
+        : `throughput ${pct(thr)}, p50 latency ${pct(lat)} (${
+          bl.latency[state].p50.median
+        } vs ${bl.latency.clean.p50.median} ms)`,
       met: bl === undefined ? null : thr >= -0.2 && latOk
     })
   }
@@ -210,11 +239,19 @@ export const targets = (r: Omit<SuiteResult, "targets">): Array<Target> => {
   const dupes = s?.rows.reduce((n, row) => n + row.duplicates + row.lost, 0) ?? 0
   out.push({
     id: "scale-out",
-    description: `${most?.processes ?? 4} relay processes on one table: throughput vs 1 process, and no event published twice`,
+    description: `${
+      most?.processes ?? 4
+    } relay processes on one table: throughput vs 1 process, and no event published twice`,
     goal: "≥ 80% of 1 process, 0 duplicates",
     actual: s === undefined ? "not measured" : `${pct(held - 1)} vs 1 process, ${dupes} duplicates or lost`,
     met: s === undefined ? null : held >= 0.8 && dupes === 0
   })
+  out.push(
+    ...logTargets({
+      ...(r.claim === undefined ? {} : { best: r.claim.best }),
+      ...(r.log === undefined ? {} : { log: r.log })
+    })
+  )
   if (r.quick) {
     out.push({
       id: "quick-duration",
@@ -242,7 +279,7 @@ export const charts = (r: SuiteResult): Record<string, string> => {
   const out: Record<string, string> = {}
   const c = r.claim
   if (c !== undefined) {
-    for (const system of ["tidings-unordered", "tidings-per-key", "sql-loop"] as const) {
+    for (const system of ["tidings-unordered", "tidings-per-key", "tidings-log", "sql-loop"] as const) {
       const rows = c.rows.filter((row) => row.system === system && row.relays !== undefined && row.batch !== undefined)
       if (rows.length === 0) continue
       const batches = [...new Set(rows.map((row) => row.batch!))].sort((a, b) => a - b)
@@ -259,11 +296,17 @@ export const charts = (r: SuiteResult): Record<string, string> => {
         const best = c.best[p]
         if (!(best > 0)) return []
         const xs = [...new Set(rows.map((row) => row.relays!))]
-        return [{ name: `${p} best`, color: ["#7f7f7f", "#bcbd22", "#222222"][i]!, dash: "5 4", points: [Math.min(...xs), Math.max(...xs)].map((x) => ({ x, y: best })) }]
+        return [{
+          name: `${p} best`,
+          color: ["#7f7f7f", "#bcbd22", "#222222"][i]!,
+          dash: "5 4",
+          points: [Math.min(...xs), Math.max(...xs)].map((x) => ({ x, y: best }))
+        }]
       })
       out[`claim-${system}`] = lineChart({
         title: `${system}: claim throughput vs relays, per batch size`,
-        subtitle: `events claimed and marked per second, median of ${r.runs} runs (whiskers: min-max); dashed: other systems' best`,
+        subtitle:
+          `events claimed and marked per second, median of ${r.runs} runs (whiskers: min-max); dashed: other systems' best`,
         xLabel: "relays (concurrent pollers)",
         yLabel: "events/s",
         xScale: "log",
@@ -276,14 +319,20 @@ export const charts = (r: SuiteResult): Record<string, string> => {
       .sort((a, b) => b.best - a.best)
     out["claim-best"] = barChart({
       title: "Best claim throughput per system",
-      subtitle: `${c.events.toLocaleString("en-US")} rows per run; each system's best configuration, median of ${r.runs} runs (whiskers: min-max)`,
+      subtitle: `${
+        c.events.toLocaleString("en-US")
+      } rows per run; each system's best configuration, median of ${r.runs} runs (whiskers: min-max)`,
       unit: "events/s",
       bars: bars.map((b) => ({
         label: b.system,
         ...(b.range === undefined ? {} : { sublabel: b.range.config }),
         value: b.best,
         ...(b.range === undefined ? {} : { min: b.range.min, max: b.range.max }),
-        color: b.system.startsWith("tidings") ? "#4e79a7" : b.system === "ceiling" || b.system === "sql-loop" ? "#bab0ac" : "#f28e2b"
+        color: b.system.startsWith("tidings")
+          ? "#4e79a7"
+          : b.system === "ceiling" || b.system === "sql-loop"
+          ? "#bab0ac"
+          : "#f28e2b"
       }))
     })
   }
@@ -309,7 +358,8 @@ export const charts = (r: SuiteResult): Record<string, string> => {
     }
     out["latency"] = lineChart({
       title: "Latency vs paced load",
-      subtitle: `Tidings commit → publish, graphile-worker add → start; dotted p50, solid p99; median of ${r.runs} runs (whiskers: min-max)`,
+      subtitle:
+        `Tidings commit → publish, graphile-worker add → start; dotted p50, solid p99; median of ${r.runs} runs (whiskers: min-max)`,
       xLabel: "paced load (events/s)",
       yLabel: "milliseconds (log scale)",
       yScale: "log",
@@ -322,7 +372,9 @@ export const charts = (r: SuiteResult): Record<string, string> => {
   if (s !== undefined) {
     out["scale-out"] = barChart({
       title: "Scale-out: relay processes on one table",
-      subtitle: `${s.relaysPerProcess} relays per process, batch ${s.batch}, ${s.events.toLocaleString("en-US")} events; median of ${r.runs} runs (whiskers: min-max)`,
+      subtitle: `${s.relaysPerProcess} relays per process, batch ${s.batch}, ${
+        s.events.toLocaleString("en-US")
+      } events; median of ${r.runs} runs (whiskers: min-max)`,
       unit: "events/s (all processes together)",
       bars: s.rows.map((row) => ({
         label: `${row.processes} process${row.processes === 1 ? "" : "es"}`,
@@ -339,7 +391,12 @@ export const charts = (r: SuiteResult): Record<string, string> => {
       title: `Throughput with ${bl.rows.toLocaleString("en-US")} published rows awaiting retention`,
       subtitle: `clean table, the bloated one, and after retention; median of ${r.runs} runs (whiskers: min-max)`,
       unit: `events/s (relays ${bl.relays}, batch ${bl.batch})`,
-      bars: states.map((st) => ({ label: st, value: bl.throughput[st].median, min: bl.throughput[st].min, max: bl.throughput[st].max }))
+      bars: states.map((st) => ({
+        label: st,
+        value: bl.throughput[st].median,
+        min: bl.throughput[st].min,
+        max: bl.throughput[st].max
+      }))
     })
   }
   return out
@@ -349,7 +406,9 @@ export const charts = (r: SuiteResult): Record<string, string> => {
 // Markdown
 
 const fmtInt = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "n/a")
-const fmtMs = (n: number) => (!Number.isFinite(n) ? "n/a" : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : n.toFixed(0))
+const fmtMs = (
+  n: number
+) => (!Number.isFinite(n) ? "n/a" : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : n.toFixed(0))
 const range = (s: Summary, f: (n: number) => string) => `${f(s.min)}–${f(s.max)}`
 /** A Markdown table: the first `text` columns left-aligned, the rest (numbers) right-aligned. */
 const mdTable = (headers: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<string>>, text = 1) =>
@@ -370,8 +429,15 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
   const img = (name: string, alt: string) => (available.has(name) ? `![${alt}](${chartPath(name)})\n` : "")
   const out: Array<string> = []
   /** A `###` section: its title, then its introduction when it has one. */
-  const section = (title: string, intro?: string) => out.push("", `### ${title}`, "", ...(intro === undefined ? [] : [intro, ""]))
-  out.push(`Run of ${r.date.slice(0, 16).replace("T", " ")} UTC${r.quick ? " (**--quick**: small counts, for checking that everything works; not for comparing)" : ""}: \`${r.command}\`, ${(r.durationSeconds / 60).toFixed(1)} min. Every figure is the **median of ${r.runs} runs** with the min–max of those runs.`)
+  const section = (title: string, intro?: string) =>
+    out.push("", `### ${title}`, "", ...(intro === undefined ? [] : [intro, ""]))
+  out.push(
+    `Run of ${r.date.slice(0, 16).replace("T", " ")} UTC${
+      r.quick ? " (**--quick**: small counts, for checking that everything works; not for comparing)" : ""
+    }: \`${r.command}\`, ${
+      (r.durationSeconds / 60).toFixed(1)
+    } min. Every figure is the **median of ${r.runs} runs** with the min–max of those runs.`
+  )
   out.push("")
   out.push(mdTable(["machine", ""], [
     ["CPU", `${m.cpus} cores, ${m.cpuModel}`],
@@ -380,12 +446,19 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
     ["PostgreSQL", `${m.postgres} (embedded, fsync=${m.fsync}, synchronous_commit=${m.synchronousCommit})`],
     ...(m.rabbitmq === undefined ? [] : [["RabbitMQ", m.rabbitmq]]),
     ["Node.js", m.node],
-    ["load average (1/5/15 min)", `${m.loadAverage.start.join(" / ")} at start, ${m.loadAverage.end.join(" / ")} at end`]
+    [
+      "load average (1/5/15 min)",
+      `${m.loadAverage.start.join(" / ")} at start, ${m.loadAverage.end.join(" / ")} at end`
+    ]
   ], 2))
   out.push("")
-  out.push(`> **Figures from different machines don't compare.** They depend on cores, disk (every commit waits for an fsync) and whatever else runs: a load average near or above the number of cores (${m.cpus}) means other work shared the machine. Compare systems within one run.`)
+  out.push(
+    `> **Figures from different machines don't compare.** They depend on cores, disk (every commit waits for an fsync) and whatever else runs: a load average near or above the number of cores (${m.cpus}) means other work shared the machine. Compare systems within one run.`
+  )
   section("Targets")
-  out.push(mdTable(["target", "goal", "this run", ""], r.targets.map((t) => [t.description, t.goal, t.actual, mark(t.met)]), 4))
+  out.push(
+    mdTable(["target", "goal", "this run", ""], r.targets.map((t) => [t.description, t.goal, t.actual, mark(t.met)]), 4)
+  )
   if (r.problems.length > 0) {
     out.push("")
     out.push("**Problems found while checking the runs:**")
@@ -395,42 +468,94 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
 
   const c = r.claim
   if (c !== undefined) {
-    section("Claim throughput", `Every run drains a fresh table (or queue) of **${fmtInt(c.events)} rows** with the same ~250-byte JSON payload; events/s = rows claimed and marked done ÷ time from starting the workers until the last is done. Handlers and publishers do nothing (Tidings publishes to the in-memory broker). Runs capped at ${c.capSeconds} s count the rows done by then (marked *). The Tidings relay commits its own claims and settles without waiting for the WAL flush (\`bookkeepingCommit: "async"\`, its default); graphile-worker and pg-boss wait on every statement: \`tidings-unordered-sync\` is Tidings waiting too.`)
+    section(
+      "Claim throughput",
+      `Every run drains a fresh table (or queue) of **${
+        fmtInt(c.events)
+      } rows** with the same ~250-byte JSON payload; events/s = rows claimed and marked done ÷ time from starting the workers until the last is done. Handlers and publishers do nothing (Tidings publishes to the in-memory broker). Runs capped at ${c.capSeconds} s count the rows done by then (marked *). The Tidings relay commits its own claims and settles without waiting for the WAL flush (\`bookkeepingCommit: "async"\`, its default); graphile-worker and pg-boss wait on every statement: \`tidings-unordered-sync\` is Tidings waiting too.`
+    )
     const tidings = c.best["tidings-unordered"]
     const bestRange = (key: string) => {
       const best = c.bestOf[key]
       return best === undefined ? "—" : `${fmtInt(best.min)}–${fmtInt(best.max)}`
     }
-    out.push(mdTable(["system", "best configuration", "events/s (median)", "min–max", "vs tidings-unordered"],
-      [...systems].map((s) => [s, c.bestOf[s]?.config ?? "—", fmtInt(c.best[s]), bestRange(s), tidings > 0 && c.best[s] > 0 ? `${(c.best[s] / tidings).toFixed(2)}×` : "—"])
-        .concat(Object.entries(c.variants).map(([v, n]) => [`${v} (variant)`, c.bestOf[v]?.config ?? "—", fmtInt(n!), bestRange(v), tidings > 0 ? `${(n! / tidings).toFixed(2)}×` : "—"])), 2))
+    out.push(
+      mdTable(
+        ["system", "best configuration", "events/s (median)", "min–max", "vs tidings-unordered"],
+        [...systems].map((
+          s
+        ) => [
+          s,
+          c.bestOf[s]?.config ?? "—",
+          fmtInt(c.best[s]),
+          bestRange(s),
+          tidings > 0 && c.best[s] > 0 ? `${(c.best[s] / tidings).toFixed(2)}×` : "—"
+        ])
+          .concat(
+            Object.entries(c.variants).map((
+              [v, n]
+            ) => [
+              `${v} (variant)`,
+              c.bestOf[v]?.config ?? "—",
+              fmtInt(n!),
+              bestRange(v),
+              tidings > 0 ? `${(n! / tidings).toFixed(2)}×` : "—"
+            ])
+          ),
+        2
+      )
+    )
     out.push("")
     out.push(img("claim-best", "best claim throughput per system"))
-    for (const system of ["tidings-unordered", "tidings-per-key", "sql-loop"]) out.push(img(`claim-${system}`, `${system} throughput vs relays per batch size`))
+    for (const system of ["tidings-unordered", "tidings-per-key", "tidings-log", "sql-loop"]) {
+      out.push(img(`claim-${system}`, `${system} throughput vs relays per batch size`))
+    }
     out.push("<details><summary>Every configuration</summary>")
     out.push("")
-    out.push(mdTable(["system", "configuration", "events/s (median)", "min–max", "dup", "lost"],
-      c.rows.map((row) => [row.system, row.config, `${fmtInt(row.eventsPerSecond.median)}${row.capped ? "*" : ""}`, range(row.eventsPerSecond, fmtInt), String(row.duplicates), String(row.lost)]), 2))
+    out.push(
+      mdTable(
+        ["system", "configuration", "events/s (median)", "min–max", "dup", "lost"],
+        c.rows.map((
+          row
+        ) => [
+          row.system,
+          row.config,
+          `${fmtInt(row.eventsPerSecond.median)}${row.capped ? "*" : ""}`,
+          range(row.eventsPerSecond, fmtInt),
+          String(row.duplicates),
+          String(row.lost)
+        ]),
+        2
+      )
+    )
     out.push("")
     out.push("</details>")
   }
 
   const l = r.latency
   if (l !== undefined) {
-    section("Publish latency", `Producers append one event per transaction on a fixed schedule (${l.producers} producer fibers; ${l.warmupSeconds} s warm-up, then ${l.durationSeconds} s measured); ${l.relays} relays (batch ${l.batch}) publish. Latency per event from its \`COMMIT\` returning to: the in-memory broker's publish returning (\`publish\`), RabbitMQ's confirm (\`confirm\`) or an \`AmqpConsumer\` handler (\`consumer\`). Wake-ups: \`notify\` = store with \`notify: true\`, relays in the producers' process (woken in-process after commit; the NOTIFY goes to other processes); \`listen\` = relays woken only by the NOTIFY, as in another process; \`poll\` = no wake-up, adaptive polling only. graphile-worker (${l.graphile}): \`addJob\` returned → task handler started.`)
-    out.push(mdTable(["system", "wake-up", "target", "rate/s", "achieved/s", "p50 ms", "p95 ms", "p99 ms", "p99 min–max", "max ms"],
-      l.rows.map((row) => [
-        row.transport === "rabbitmq" ? `${row.system} (RabbitMQ classic)` : row.system,
-        row.mode,
-        row.target,
-        fmtInt(row.rate),
-        fmtInt(row.achievedRate.median),
-        fmtMs(row.p50.median),
-        fmtMs(row.p95.median),
-        fmtMs(row.p99.median),
-        range(row.p99, fmtMs),
-        fmtMs(row.max.median)
-      ]), 3))
+    section(
+      "Publish latency",
+      `Producers append one event per transaction on a fixed schedule (${l.producers} producer fibers; ${l.warmupSeconds} s warm-up, then ${l.durationSeconds} s measured); ${l.relays} relays (batch ${l.batch}) publish. Latency per event from its \`COMMIT\` returning to: the in-memory broker's publish returning (\`publish\`), RabbitMQ's confirm (\`confirm\`) or an \`AmqpConsumer\` handler (\`consumer\`). Wake-ups: \`notify\` = store with \`notify: true\`, relays in the producers' process (woken in-process after commit; the NOTIFY goes to other processes); \`listen\` = relays woken only by the NOTIFY, as in another process; \`poll\` = no wake-up, adaptive polling only. graphile-worker (${l.graphile}): \`addJob\` returned → task handler started.`
+    )
+    out.push(
+      mdTable(
+        ["system", "wake-up", "target", "rate/s", "achieved/s", "p50 ms", "p95 ms", "p99 ms", "p99 min–max", "max ms"],
+        l.rows.map((row) => [
+          row.transport === "rabbitmq" ? `${row.system} (RabbitMQ classic)` : row.system,
+          row.mode,
+          row.target,
+          fmtInt(row.rate),
+          fmtInt(row.achievedRate.median),
+          fmtMs(row.p50.median),
+          fmtMs(row.p95.median),
+          fmtMs(row.p99.median),
+          range(row.p99, fmtMs),
+          fmtMs(row.max.median)
+        ]),
+        3
+      )
+    )
     if (l.rabbitmq !== undefined) out.push(`\nRabbitMQ: ${l.rabbitmq}`)
     out.push("")
     out.push(img("latency", "latency percentiles vs load"))
@@ -438,40 +563,71 @@ export const markdown = (r: SuiteResult, chartPath: (name: string) => string): s
 
   const bl = r.bloat
   if (bl !== undefined) {
-    section("Bloat: published rows awaiting retention", `The same table, first with **${fmtInt(bl.rows)} published rows** (inserted in ${bl.seedSeconds.toFixed(1)} s, then \`VACUUM ANALYZE\`; ${bl.tableSizeMiB.bloated} MiB), then after retention deleted them (\`OutboxStore.prune\`, ${fmtInt(bl.prune.batch)} per statement: ${fmtInt(bl.prune.rows)} rows in ${bl.prune.seconds.toFixed(1)} s) and a \`VACUUM\` (${bl.vacuumSeconds.toFixed(1)} s, as autovacuum would; ${bl.tableSizeMiB.afterRetention} MiB), against a fresh table. Throughput: ${fmtInt(bl.events)} pending events drained by ${bl.relays} relays, batch ${bl.batch}. Latency: ${fmtInt(bl.rate)} events/s paced, \`notify\`.`)
+    section(
+      "Bloat: published rows awaiting retention",
+      `The same table, first with **${fmtInt(bl.rows)} published rows** (inserted in ${
+        bl.seedSeconds.toFixed(1)
+      } s, then \`VACUUM ANALYZE\`; ${bl.tableSizeMiB.bloated} MiB), then after retention deleted them (\`OutboxStore.prune\`, ${
+        fmtInt(bl.prune.batch)
+      } per statement: ${fmtInt(bl.prune.rows)} rows in ${bl.prune.seconds.toFixed(1)} s) and a \`VACUUM\` (${
+        bl.vacuumSeconds.toFixed(1)
+      } s, as autovacuum would; ${bl.tableSizeMiB.afterRetention} MiB), against a fresh table. Throughput: ${
+        fmtInt(bl.events)
+      } pending events drained by ${bl.relays} relays, batch ${bl.batch}. Latency: ${
+        fmtInt(bl.rate)
+      } events/s paced, \`notify\`.`
+    )
     const states = ["clean", "bloated", "after-retention"] as const
     const base = bl.throughput.clean.median
     const baseP50 = bl.latency.clean.p50.median
-    out.push(mdTable(["table", "events/s", "min–max", "vs clean", "p50 ms", "p95 ms", "p99 ms", "p50 vs clean"], states.map((st) => [
-      st,
-      fmtInt(bl.throughput[st].median),
-      range(bl.throughput[st], fmtInt),
-      st === "clean" ? "" : pct(bl.throughput[st].median / base - 1),
-      fmtMs(bl.latency[st].p50.median),
-      fmtMs(bl.latency[st].p95.median),
-      fmtMs(bl.latency[st].p99.median),
-      st === "clean" ? "" : pct(bl.latency[st].p50.median / baseP50 - 1)
-    ])))
+    out.push(
+      mdTable(
+        ["table", "events/s", "min–max", "vs clean", "p50 ms", "p95 ms", "p99 ms", "p50 vs clean"],
+        states.map((st) => [
+          st,
+          fmtInt(bl.throughput[st].median),
+          range(bl.throughput[st], fmtInt),
+          st === "clean" ? "" : pct(bl.throughput[st].median / base - 1),
+          fmtMs(bl.latency[st].p50.median),
+          fmtMs(bl.latency[st].p95.median),
+          fmtMs(bl.latency[st].p99.median),
+          st === "clean" ? "" : pct(bl.latency[st].p50.median / baseP50 - 1)
+        ])
+      )
+    )
     out.push("")
     out.push(img("bloat", "throughput with and without bloat"))
   }
 
   const s = r.scaleOut
   if (s !== undefined) {
-    section("Scale-out", `1 to ${Math.max(...s.rows.map((row) => row.processes))} Node processes, each running \`Relay.layer\` (${s.relaysPerProcess} relays, batch ${s.batch}) with its own pool, drain one table of ${fmtInt(s.events)} events together. Each process reports every id it published; duplicates count ids published more than once across all processes.`)
+    section(
+      "Scale-out",
+      `1 to ${
+        Math.max(...s.rows.map((row) => row.processes))
+      } Node processes, each running \`Relay.layer\` (${s.relaysPerProcess} relays, batch ${s.batch}) with its own pool, drain one table of ${
+        fmtInt(s.events)
+      } events together. Each process reports every id it published; duplicates count ids published more than once across all processes.`
+    )
     const one = s.rows.find((row) => row.processes === 1)?.eventsPerSecond.median
-    out.push(mdTable(["processes", "events/s", "min–max", "vs 1 process", "duplicates", "lost", "events per process (last run)"], s.rows.map((row) => [
-      String(row.processes),
-      fmtInt(row.eventsPerSecond.median),
-      range(row.eventsPerSecond, fmtInt),
-      one === undefined ? "" : pct(row.eventsPerSecond.median / one - 1),
-      String(row.duplicates),
-      String(row.lost),
-      row.perProcess.map(fmtInt).join(" / ")
-    ])))
+    out.push(
+      mdTable(
+        ["processes", "events/s", "min–max", "vs 1 process", "duplicates", "lost", "events per process (last run)"],
+        s.rows.map((row) => [
+          String(row.processes),
+          fmtInt(row.eventsPerSecond.median),
+          range(row.eventsPerSecond, fmtInt),
+          one === undefined ? "" : pct(row.eventsPerSecond.median / one - 1),
+          String(row.duplicates),
+          String(row.lost),
+          row.perProcess.map(fmtInt).join(" / ")
+        ])
+      )
+    )
     out.push("")
     out.push(img("scale-out", "scale-out throughput"))
   }
+  out.push(logMarkdown(r.log, r.runs))
   return `${out.join("\n").replace(/\n{3,}/g, "\n\n")}\n`
 }
 

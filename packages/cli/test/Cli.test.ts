@@ -8,8 +8,8 @@ import { OutboxStore } from "@tidings/core/OutboxStore"
 import { SagaStore } from "@tidings/core/SagaStore"
 import { ConfigProvider, Effect } from "effect"
 import { SqlClient } from "effect/sql"
-import * as Cli from "../src/Cli.ts"
 import { pgClientLayer, pgUrl, schemaName } from "../../../test/support/pg.ts"
+import * as Cli from "../src/Cli.ts"
 import { appendEvents, Billed, dropSchema, Shipped, stores, target, tidings } from "./support.ts"
 
 describe("tidings migrate", () => {
@@ -26,16 +26,18 @@ describe("tidings migrate", () => {
     const dry = await tidings("migrate", "--dry-run", ...target(schema))
     assert.strictEqual(dry.code, 0, dry.err)
     assert.match(dry.out, /VERSION\s+MIGRATION\n1\s+outbox\n2\s+ordering_and_crash_guard\n/)
-    assert.include(dry.out, "dry run: 5 pending migrations not applied")
+    assert.include(dry.out, "dry run: 6 pending migrations not applied")
     const json = await tidings("migrate", "--dry-run", "--json", ...target(schema))
-    assert.deepStrictEqual(json.json.pending.map((m: { version: number }) => m.version), [1, 2, 3, 4, 5])
+    assert.deepStrictEqual(json.json.pending.map((m: { version: number }) => m.version), [1, 2, 3, 4, 5, 6])
     const printed = await tidings("migrate", "--dry-run", "--print-sql", "--grant-to", role, ...target(schema))
     // The Migrator's own script: what `migrate` runs, transaction by transaction.
     assert.include(printed.out, `CREATE SCHEMA "${schema}";`)
     assert.match(printed.out, /-- 0001 outbox\nBEGIN;\n[^]*CREATE TABLE [^]*outbox \(/)
     assert.include(printed.out, `GRANT USAGE ON SCHEMA "${schema}" TO "${role}";`)
     assert.include(printed.out, `GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "${schema}".outbox`)
-    const exists = await sql((s) => s<{ n: number }>`SELECT count(*)::int AS n FROM information_schema.schemata WHERE schema_name = ${schema}`)
+    const exists = await sql((s) =>
+      s<{ n: number }>`SELECT count(*)::int AS n FROM information_schema.schemata WHERE schema_name = ${schema}`
+    )
     assert.strictEqual(exists[0]!.n, 0, "a dry run creates nothing")
   })
 
@@ -43,10 +45,18 @@ describe("tidings migrate", () => {
     await sql((s) => s.unsafe(`CREATE ROLE ${role} NOLOGIN`))
     const ran = await tidings("migrate", "--grant-to", role, ...target(schema))
     assert.strictEqual(ran.code, 0, ran.err)
-    assert.include(ran.out, `applied to ${schema}: 1 outbox, 2 ordering_and_crash_guard, 3 saga, 4 inbox, 5 claim_invariant`)
+    assert.include(
+      ran.out,
+      `applied to ${schema}: 1 outbox, 2 ordering_and_crash_guard, 3 saga, 4 inbox, 5 claim_invariant, 6 log`
+    )
     assert.include(ran.out, `granted ${role}`)
-    const rights = await sql((s) => s<{ insert: boolean; seq: boolean }>`SELECT has_table_privilege(${role}, ${`${schema}.outbox`}, 'INSERT') AS insert,
-      has_sequence_privilege(${role}, ${`${schema}.outbox_seq_seq`}, 'USAGE') AS seq`)
+    const rights = await sql((s) =>
+      s<{
+        insert: boolean
+        seq: boolean
+      }>`SELECT has_table_privilege(${role}, ${`${schema}.outbox`}, 'INSERT') AS insert,
+      has_sequence_privilege(${role}, ${`${schema}.outbox_seq_seq`}, 'USAGE') AS seq`
+    )
     assert.deepStrictEqual(rights[0], { insert: true, seq: true })
     const again = await tidings("migrate", "--json", ...target(schema))
     assert.deepStrictEqual(again.json, { schema, applied: [], grantedTo: null })
@@ -77,18 +87,35 @@ describe("tidings outbox, inbox and saga", () => {
   it("settings as the app reads them: TIDINGS_* variables, the flags winning, a wrong value named with its flag", async () => {
     const withEnv = async (env: Record<string, string>, ...args: ReadonlyArray<string>) => {
       let err = ""
-      const code = await Effect.runPromise(Cli.run(args).pipe(
-        Effect.provideService(Cli.Output, { write: () => undefined, error: (t) => void (err += t), interactive: false, columns: 160 }),
-        Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
-      ))
+      const code = await Effect.runPromise(
+        Cli.run(args).pipe(
+          Effect.provideService(Cli.Output, {
+            write: () => undefined,
+            error: (t) => void (err += t),
+            interactive: false,
+            columns: 160
+          }),
+          Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))
+        )
+      )
       return { code, err }
     }
     const url = pgUrl()
     const fromEnv = await withEnv({ TIDINGS_PG_URL: url, TIDINGS_SCHEMA: schema }, "outbox", "stats", "--json")
     assert.strictEqual(fromEnv.code, 0, fromEnv.err)
-    const missing = await withEnv({ TIDINGS_PG_URL: url, TIDINGS_SCHEMA: `${schema}_missing` }, "outbox", "stats", "--json")
+    const missing = await withEnv(
+      { TIDINGS_PG_URL: url, TIDINGS_SCHEMA: `${schema}_missing` },
+      "outbox",
+      "stats",
+      "--json"
+    )
     assert.strictEqual(missing.code, 1, "the variable's schema is used")
-    const flagWins = await withEnv({ TIDINGS_PG_URL: "postgres://nobody@127.0.0.1:1/none", TIDINGS_SCHEMA: "Not-A-Schema" }, "outbox", "stats", ...target(schema))
+    const flagWins = await withEnv(
+      { TIDINGS_PG_URL: "postgres://nobody@127.0.0.1:1/none", TIDINGS_SCHEMA: "Not-A-Schema" },
+      "outbox",
+      "stats",
+      ...target(schema)
+    )
     assert.strictEqual(flagWins.code, 0, flagWins.err)
     const bad = await withEnv({ TIDINGS_PG_URL: url, TIDINGS_SCHEMA: "Not-A-Schema" }, "outbox", "stats")
     assert.strictEqual(bad.code, 1)
@@ -101,7 +128,12 @@ describe("tidings outbox, inbox and saga", () => {
   })
 
   it("outbox stats, list, show, retry (by type, with progress) and discard", async () => {
-    await rt.runPromise(appendEvents([...Array.from({ length: 3 }, (_, n) => Shipped.make({ aggregateId: `p${n}`, payload: { n } })), Billed.make({ aggregateId: "b", payload: { n: 9 } })], true))
+    await rt.runPromise(
+      appendEvents([
+        ...Array.from({ length: 3 }, (_, n) => Shipped.make({ aggregateId: `p${n}`, payload: { n } })),
+        Billed.make({ aggregateId: "b", payload: { n: 9 } })
+      ], true)
+    )
     await rt.runPromise(appendEvents([Shipped.make({ aggregateId: "pending", payload: { n: 10 } })], false))
 
     const stats = await tidings("outbox", "stats", ...target(schema))
@@ -113,9 +145,22 @@ describe("tidings outbox, inbox and saga", () => {
     assert.include(json, { pending: 1, failed: 4, published: 0 })
     assert.isAbove(json.oldestPendingAgeMs, -1)
 
-    const failed = await tidings("outbox", "list", "--status", "failed", "--type", Shipped.type, "--json", ...target(schema))
+    const failed = await tidings(
+      "outbox",
+      "list",
+      "--status",
+      "failed",
+      "--type",
+      Shipped.type,
+      "--json",
+      ...target(schema)
+    )
     assert.strictEqual(failed.json.length, 3)
-    assert.deepStrictEqual(failed.json.map((e: { lastError: string }) => e.lastError), ["refused by the test", "refused by the test", "refused by the test"])
+    assert.deepStrictEqual(failed.json.map((e: { lastError: string }) => e.lastError), [
+      "refused by the test",
+      "refused by the test",
+      "refused by the test"
+    ])
     const table = await tidings("outbox", "list", "--status", "failed", ...target(schema))
     assert.match(table.out, /^ID\s+TYPE\s+AGGREGATE\s+STATUS\s+ATTEMPTS\s+LAST ERROR\s+CREATED\n/)
     assert.strictEqual(table.out.trim().split("\n").length, 5)
@@ -145,10 +190,31 @@ describe("tidings outbox, inbox and saga", () => {
   })
 
   it("inbox list and replay (one, or all of a consumer's, requeued from the outbox)", async () => {
-    const [a, b] = await rt.runPromise(appendEvents([Shipped.make({ aggregateId: "i1", payload: { n: 1 } }), Shipped.make({ aggregateId: "i2", payload: { n: 2 } })], false))
-    await rt.runPromise(OutboxStore.use((s) => Effect.flatMap(s.claim({ relayId: "r", batchSize: 100, lease: "30 seconds" as never }), (claimed) =>
-      s.settle("r", { published: claimed.map((c) => c.message.id), retry: [], failed: [] }))))
-    await rt.runPromise(InboxStore.use((s) => Effect.all([s.markFailed(a!.id, "billing", "crash loop: 3 attempts"), s.markFailed(b!.id, "billing", "crash loop: 3 attempts"), s.markFailed(a!.id, "shipping", "crash loop")])))
+    const [a, b] = await rt.runPromise(
+      appendEvents([
+        Shipped.make({ aggregateId: "i1", payload: { n: 1 } }),
+        Shipped.make({ aggregateId: "i2", payload: { n: 2 } })
+      ], false)
+    )
+    await rt.runPromise(
+      OutboxStore.use((s) =>
+        Effect.flatMap(s.claim({ relayId: "r", batchSize: 100, lease: "30 seconds" as never }), (claimed) =>
+          s.settle("r", {
+            published: claimed.map((c) => c.message.id),
+            retry: [],
+            failed: []
+          }))
+      )
+    )
+    await rt.runPromise(
+      InboxStore.use((s) =>
+        Effect.all([
+          s.markFailed(a!.id, "billing", "crash loop: 3 attempts"),
+          s.markFailed(b!.id, "billing", "crash loop: 3 attempts"),
+          s.markFailed(a!.id, "shipping", "crash loop")
+        ])
+      )
+    )
 
     const listed = await tidings("inbox", "list", "--consumer", "billing", ...target(schema))
     assert.match(listed.out, /^MESSAGE\s+CONSUMER\s+STATUS/)
@@ -160,26 +226,61 @@ describe("tidings outbox, inbox and saga", () => {
     const all = await tidings("inbox", "replay", "--all", "--consumer", "billing", "--json", ...target(schema))
     assert.deepStrictEqual(all.json, [{ messageId: b!.id, reset: true, requeued: true }])
     assert.include(all.err, "replaying [##############################] 100% 1/1")
-    assert.strictEqual((await tidings("inbox", "list", "--consumer", "shipping", "--json", ...target(schema))).json.length, 1, "another consumer's dead letter stays")
+    assert.strictEqual(
+      (await tidings("inbox", "list", "--consumer", "shipping", "--json", ...target(schema))).json.length,
+      1,
+      "another consumer's dead letter stays"
+    )
   })
 
   it("saga list with filters, show with the timeline, retry and compensate", async () => {
     const failedId = "0193b4a2-7c1e-7000-8000-0000000000c1"
     const runningId = "0193b4a2-7c1e-7000-8000-0000000000c2"
-    await rt.runPromise(SagaStore.use((s) => Effect.gen(function*() {
-      yield* s.create({ id: failedId, type: "cli-order", input: { orderId: "o-1" }, steps: ["reserve", "charge"], stepUpdates: [{ index: 0, attemptStarted: true }] })
-      yield* s.update(failedId, 0, { steps: [{ index: 0, status: "completed", result: { ok: true }, finished: true }] })
-      yield* s.update(failedId, 1, { status: "failed", error: "compensation of reserve failed after 3 attempts", steps: [{ index: 0, status: "compensation_failed", compensationStarted: true }] })
-      yield* s.create({ id: runningId, type: "cli-order", input: { orderId: "o-2" }, steps: ["reserve", "charge"], stepUpdates: [{ index: 0, attemptStarted: true }] })
-    })))
+    await rt.runPromise(SagaStore.use((s) =>
+      Effect.gen(function*() {
+        yield* s.create({
+          id: failedId,
+          type: "cli-order",
+          input: { orderId: "o-1" },
+          steps: ["reserve", "charge"],
+          stepUpdates: [{ index: 0, attemptStarted: true }]
+        })
+        yield* s.update(failedId, 0, {
+          steps: [{ index: 0, status: "completed", result: { ok: true }, finished: true }]
+        })
+        yield* s.update(failedId, 1, {
+          status: "failed",
+          error: "compensation of reserve failed after 3 attempts",
+          steps: [{ index: 0, status: "compensation_failed", compensationStarted: true }]
+        })
+        yield* s.create({
+          id: runningId,
+          type: "cli-order",
+          input: { orderId: "o-2" },
+          steps: ["reserve", "charge"],
+          stepUpdates: [{ index: 0, attemptStarted: true }]
+        })
+      })
+    ))
     const list = await tidings("saga", "list", "--type", "cli-order", "--status", "failed", ...target(schema))
-    assert.match(list.out, new RegExp(`^ID\\s+TYPE\\s+STATUS\\s+STEP\\s+ERROR\\s+CREATED\\s+UPDATED\\n${failedId}\\s+cli-order\\s+failed`))
-    assert.strictEqual((await tidings("saga", "list", "--type", "cli-order", "--json", ...target(schema))).json.length, 2)
+    assert.match(
+      list.out,
+      new RegExp(`^ID\\s+TYPE\\s+STATUS\\s+STEP\\s+ERROR\\s+CREATED\\s+UPDATED\\n${failedId}\\s+cli-order\\s+failed`)
+    )
+    assert.strictEqual(
+      (await tidings("saga", "list", "--type", "cli-order", "--json", ...target(schema))).json.length,
+      2
+    )
     const shown = await tidings("saga", "show", failedId, ...target(schema))
     assert.include(shown.out, `${failedId}  cli-order  failed`)
     assert.match(shown.out, /1\. reserve\s+compensation_failed\s+1\s+1/)
     assert.include(shown.out, "input: {\"orderId\":\"o-1\"}")
-    assert.deepStrictEqual((await tidings("saga", "show", failedId, "--json", ...target(schema))).json.timeline.map((e: { step: string }) => e.step), ["reserve", "charge"])
+    assert.deepStrictEqual(
+      (await tidings("saga", "show", failedId, "--json", ...target(schema))).json.timeline.map((e: { step: string }) =>
+        e.step
+      ),
+      ["reserve", "charge"]
+    )
 
     const retried = await tidings("saga", "retry", failedId, ...target(schema))
     assert.strictEqual(retried.code, 0, retried.err)

@@ -8,9 +8,13 @@
 import { Effect, Metric } from "effect"
 
 /** Pending events (sampled by the relay's stats loop). */
-export const outboxPending: Metric.Gauge<number> = Metric.gauge("tidings_outbox_pending", { description: "Outbox events waiting to be published" })
+export const outboxPending: Metric.Gauge<number> = Metric.gauge("tidings_outbox_pending", {
+  description: "Outbox events waiting to be published"
+})
 /** Failed (dead-lettered) events. */
-export const outboxFailed: Metric.Gauge<number> = Metric.gauge("tidings_outbox_failed", { description: "Outbox events that exhausted their attempts" })
+export const outboxFailed: Metric.Gauge<number> = Metric.gauge("tidings_outbox_failed", {
+  description: "Outbox events that exhausted their attempts"
+})
 /** Age of the oldest pending event. */
 export const outboxOldestPendingAge: Metric.Gauge<number> = Metric.gauge("tidings_outbox_oldest_pending_age_seconds", {
   description: "Age of the oldest pending outbox event"
@@ -21,17 +25,35 @@ export const publishLatency: Metric.Histogram<number> = Metric.histogram("tiding
   boundaries: Metric.exponentialBoundaries({ start: 0.0005, factor: 2, count: 20 })
 })
 /** Events confirmed by the broker and marked published. */
-export const published: Metric.Counter<number> = Metric.counter("tidings_outbox_published_total", { description: "Events published", incremental: true })
+export const published: Metric.Counter<number> = Metric.counter("tidings_outbox_published_total", {
+  description: "Events published",
+  incremental: true
+})
 /** Publish attempts that failed and were rescheduled. */
-export const retried: Metric.Counter<number> = Metric.counter("tidings_outbox_retried_total", { description: "Events rescheduled after a failed publish", incremental: true })
+export const retried: Metric.Counter<number> = Metric.counter("tidings_outbox_retried_total", {
+  description: "Events rescheduled after a failed publish",
+  incremental: true
+})
 /** Events moved to the failed (dead-letter) state. */
-export const failed: Metric.Counter<number> = Metric.counter("tidings_outbox_failed_total", { description: "Events marked failed", incremental: true })
+export const failed: Metric.Counter<number> = Metric.counter("tidings_outbox_failed_total", {
+  description: "Events marked failed",
+  incremental: true
+})
 /** Events whose lease expired and were made claimable again. */
-export const reclaimed: Metric.Counter<number> = Metric.counter("tidings_outbox_reclaimed_total", { description: "Expired claims taken back", incremental: true })
+export const reclaimed: Metric.Counter<number> = Metric.counter("tidings_outbox_reclaimed_total", {
+  description: "Expired claims taken back",
+  incremental: true
+})
 /** Published rows deleted by retention. */
-export const pruned: Metric.Counter<number> = Metric.counter("tidings_outbox_pruned_total", { description: "Published rows deleted by retention", incremental: true })
+export const pruned: Metric.Counter<number> = Metric.counter("tidings_outbox_pruned_total", {
+  description: "Published rows deleted by retention",
+  incremental: true
+})
 /** Relay wake-ups by source: `local` (same process), `notify` (Postgres NOTIFY), `poll` (timer). */
-export const wakeups: Metric.Counter<number> = Metric.counter("tidings_relay_wakeups_total", { description: "Relay wake-ups by source", incremental: true })
+export const wakeups: Metric.Counter<number> = Metric.counter("tidings_relay_wakeups_total", {
+  description: "Relay wake-ups by source",
+  incremental: true
+})
 /** Claimed batch sizes. */
 export const batchSize: Metric.Histogram<number> = Metric.histogram("tidings_relay_batch_size", {
   description: "Events per claimed batch",
@@ -59,15 +81,27 @@ export const consumer: {
   /** Handler duration, attribute `outcome`. */
   readonly handleDuration: Metric.Histogram<number>
 } = {
-  consumed: Metric.counter("tidings_consumer_consumed_total", { description: "Deliveries received", incremental: true }),
+  consumed: Metric.counter("tidings_consumer_consumed_total", {
+    description: "Deliveries received",
+    incremental: true
+  }),
   acked: Metric.counter("tidings_consumer_acked_total", { description: "Deliveries acknowledged", incremental: true }),
-  retried: Metric.counter("tidings_consumer_retried_total", { description: "Deliveries sent back for another attempt", incremental: true }),
-  deadLettered: Metric.counter("tidings_consumer_dead_lettered_total", { description: "Deliveries dead-lettered", incremental: true }),
+  retried: Metric.counter("tidings_consumer_retried_total", {
+    description: "Deliveries sent back for another attempt",
+    incremental: true
+  }),
+  deadLettered: Metric.counter("tidings_consumer_dead_lettered_total", {
+    description: "Deliveries dead-lettered",
+    incremental: true
+  }),
   unavailable: Metric.counter("tidings_consumer_unavailable_total", {
     description: "Handler runs that found a dependency unavailable (held and retried, not counted)",
     incremental: true
   }),
-  defects: Metric.counter("tidings_consumer_defects_total", { description: "Handler defects caught", incremental: true }),
+  defects: Metric.counter("tidings_consumer_defects_total", {
+    description: "Handler defects caught",
+    incremental: true
+  }),
   handleDuration: Metric.histogram("tidings_consumer_handle_duration_seconds", {
     description: "Time spent in the handler",
     boundaries: Metric.exponentialBoundaries({ start: 0.0005, factor: 2, count: 18 })
@@ -93,7 +127,10 @@ export const saga: {
   readonly byStatus: Metric.Gauge<number>
 } = {
   started: Metric.counter("tidings_saga_started_total", { description: "Sagas started", incremental: true }),
-  finished: Metric.counter("tidings_saga_finished_total", { description: "Sagas finished, by final status", incremental: true }),
+  finished: Metric.counter("tidings_saga_finished_total", {
+    description: "Sagas finished, by final status",
+    incremental: true
+  }),
   stepDuration: Metric.histogram("tidings_saga_step_duration_seconds", {
     description: "Saga step duration: action run, or command sent until its reply",
     boundaries: Metric.exponentialBoundaries({ start: 0.001, factor: 2, count: 20 })
@@ -118,6 +155,57 @@ export const inbox: {
   readonly handled: Metric.Counter<number>
 } = {
   handled: Metric.counter("tidings_inbox_handled_total", { description: "Inbox handling outcomes", incremental: true })
+} as const
+
+/**
+ * Log mode metrics (`LogRelay`, `LogConsumer`): publish and consume counts use the outbox and
+ * consumer series above; these are about partitions, leases and the log itself. Series carry a
+ * `group` attribute where it applies.
+ * @since 0.1.0
+ */
+export const log: {
+  readonly partitions: Metric.Gauge<number>
+  readonly rebalances: Metric.Counter<number>
+  readonly fenced: Metric.Counter<number>
+  readonly crashes: Metric.Counter<number>
+  readonly heldBack: Metric.Counter<number>
+  readonly oldestOpenTransactionAge: Metric.Gauge<number>
+  readonly lag: Metric.Gauge<number>
+  readonly pruned: Metric.Counter<number>
+} = {
+  /** Partitions this instance holds, by `group`. */
+  partitions: Metric.gauge("tidings_log_partitions_owned", { description: "Log partitions held by this instance" }),
+  /** Lease changes, by `group` and `change` (`acquired`, `released`, `lost`). */
+  rebalances: Metric.counter("tidings_log_lease_changes_total", {
+    description: "Log partition leases acquired, released or lost",
+    incremental: true
+  }),
+  /** Writes refused because another instance took the lease over (fencing), by `group`. */
+  fenced: Metric.counter("tidings_log_fenced_total", {
+    description: "Log writes refused by the lease fence",
+    incremental: true
+  }),
+  /** Partitions taken over from an owner that died with a batch in flight, by `group`. */
+  crashes: Metric.counter("tidings_log_crashes_total", {
+    description: "Log partitions taken over after their owner died mid-batch",
+    incremental: true
+  }),
+  /** Reads that found committed events they could not read yet (an older transaction is open), by `group`. */
+  heldBack: Metric.counter("tidings_log_held_back_total", {
+    description: "Log reads held back by an open transaction",
+    incremental: true
+  }),
+  /** Age of the oldest open transaction: log reads wait for it (the trade-off of never skipping an event). */
+  oldestOpenTransactionAge: Metric.gauge("tidings_log_oldest_open_transaction_age_seconds", {
+    description: "Age of the oldest open transaction, which holds log reads back"
+  }),
+  /** Events not yet behind a group's cursors, by `group`. */
+  lag: Metric.gauge("tidings_log_lag", { description: "Log events a group has not passed yet" }),
+  /** Events deleted by log retention. */
+  pruned: Metric.counter("tidings_log_pruned_total", {
+    description: "Log events deleted by retention",
+    incremental: true
+  })
 } as const
 
 const zero = (metric: Metric.Counter<number>, attributes?: Record<string, string>): Effect.Effect<void> =>
@@ -147,7 +235,9 @@ export const initializeRelay: Effect.Effect<void> = Effect.all([
  */
 export const initializeConsumer = (name: string): Effect.Effect<void> =>
   Effect.all([
-    ...[consumer.consumed, consumer.acked, consumer.unavailable, consumer.defects].map((m) => zero(m, { consumer: name })),
+    ...[consumer.consumed, consumer.acked, consumer.unavailable, consumer.defects].map((m) =>
+      zero(m, { consumer: name })
+    ),
     ...["delayed", "requeue"].map((mode) => zero(consumer.retried, { consumer: name, mode })),
     ...["PermanentFailure", "DeliveryLimit"].map((reason) => zero(consumer.deadLettered, { consumer: name, reason }))
   ], { discard: true })
@@ -164,3 +254,20 @@ export const initializeSagas: Effect.Effect<void> = Effect.all([
   ...["completed", "compensated", "failed"].map((status) => zero(saga.finished, { status })),
   ...["compensated", "failed"].map((outcome) => zero(saga.compensations, { outcome }))
 ], { discard: true })
+
+/**
+ * Registers a log group member's counters at zero (`group` attribute; every lease change too), as
+ * {@link initializeRelay} does for the relay. `LogRelay` also registers the outbox series it
+ * counts (published, retried, failed) and retention's; `LogConsumer` the consumer series
+ * ({@link initializeConsumer}). Every member does it when it starts.
+ * @since 0.1.0
+ * @category initialization
+ */
+export const initializeLog = (group: string, role: "relay" | "consumer"): Effect.Effect<void> =>
+  Effect.all([
+    ...["acquired", "released", "lost"].map((change) => zero(log.rebalances, { group, change })),
+    ...[log.fenced, log.crashes, log.heldBack].map((m) => zero(m, { group })),
+    ...(role === "relay"
+      ? [zero(published), zero(retried), zero(failed), zero(log.pruned)]
+      : [initializeConsumer(group)])
+  ], { discard: true })

@@ -5,8 +5,10 @@
  */
 export * as Migrator from "./Migrator.ts"
 export * as PgClient from "./PgClient.ts"
-export * as PgOutboxStore from "./PgOutboxStore.ts"
-export * as PgWakeup from "./PgWakeup.ts"
-export * as PgSagaStore from "./PgSagaStore.ts"
 export * as PgInboxStore from "./PgInboxStore.ts"
+export * as PgLogConsumer from "./PgLogConsumer.ts"
+export * as PgLogStore from "./PgLogStore.ts"
+export * as PgOutboxStore from "./PgOutboxStore.ts"
 export * as PgProjection from "./PgProjection.ts"
+export * as PgSagaStore from "./PgSagaStore.ts"
+export * as PgWakeup from "./PgWakeup.ts"

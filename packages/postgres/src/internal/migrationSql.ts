@@ -6,13 +6,24 @@
 import type { Migration } from "./migrations.ts"
 
 /** Tables the app works on (SELECT, INSERT, UPDATE, DELETE); it only reads `tidings_migrations`. */
-export const appTables: ReadonlyArray<string> = ["outbox", "saga", "saga_step", "inbox", "projection_position"]
+export const appTables: ReadonlyArray<string> = [
+  "outbox",
+  "saga",
+  "saga_step",
+  "inbox",
+  "projection_position",
+  "log",
+  "log_stream",
+  "log_cursor",
+  "log_member"
+]
 
 const ident = (name: string) => `"${name.replace(/"/g, "\"\"")}"`
 const literal = (text: string) => `'${text.replace(/'/g, "''")}'`
 
 /** The advisory lock every migrator of `schema` takes, per transaction. */
-export const lockStatement = (schema: string) => `SELECT pg_advisory_xact_lock(hashtext(${literal(`tidings.migrations.${schema}`)}))`
+export const lockStatement = (schema: string) =>
+  `SELECT pg_advisory_xact_lock(hashtext(${literal(`tidings.migrations.${schema}`)}))`
 
 /**
  * Creates the schema and the migrations table when they are missing. A plain `CREATE SCHEMA IF NOT
@@ -42,7 +53,11 @@ export const migrationTransactions = (schema: string, migration: Migration): Rea
     `SET LOCAL search_path TO ${ident(schema)}`,
     ...statements,
     ...(index === migration.transactions.length - 1
-      ? [`INSERT INTO ${ident(schema)}.tidings_migrations (version, name) VALUES (${migration.version}, ${literal(migration.name)})`]
+      ? [
+        `INSERT INTO ${ident(schema)}.tidings_migrations (version, name) VALUES (${migration.version}, ${
+          literal(migration.name)
+        })`
+      ]
       : [])
   ])
 
@@ -53,7 +68,9 @@ export const grantStatements = (schema: string, roles: ReadonlyArray<string>): R
   return [
     lockStatement(schema),
     `GRANT USAGE ON SCHEMA ${ident(schema)} TO ${to}`,
-    `GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE ${appTables.map((t) => `${ident(schema)}.${t}`).join(", ")} TO ${to}`,
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE ${
+      appTables.map((t) => `${ident(schema)}.${t}`).join(", ")
+    } TO ${to}`,
     `GRANT SELECT ON TABLE ${ident(schema)}.tidings_migrations TO ${to}`,
     `GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA ${ident(schema)} TO ${to}`
   ]

@@ -69,5 +69,18 @@ export const migrations: ReadonlyArray<Migration> = [
         "ALTER TABLE outbox VALIDATE CONSTRAINT outbox_claim_check"
       ]
     ]
+  },
+  {
+    version: 6,
+    name: "log",
+    transactions: [
+      [
+        "CREATE TABLE log (\n  partition       integer     NOT NULL CHECK (partition >= 0),  \n  tx_id           xid8        NOT NULL DEFAULT pg_current_xact_id(), \n  seq             bigint      GENERATED ALWAYS AS IDENTITY,\n  id              uuid        NOT NULL,                          \n  aggregate_type  text        NOT NULL,\n  aggregate_id    text        NOT NULL,\n  ordering_key    text        NOT NULL,\n  event_type      text        NOT NULL,\n  event_version   integer     NOT NULL CHECK (event_version >= 1),\n  payload         json        NOT NULL,\n  headers         json        NOT NULL DEFAULT '{}'::json,\n  occurred_at     timestamptz NOT NULL,\n  created_at      timestamptz NOT NULL DEFAULT now(),\n  only_groups     text[],                                        \n  \n  PRIMARY KEY (partition, tx_id, seq)\n)",
+        "CREATE TABLE log_stream (\n  id          boolean PRIMARY KEY DEFAULT true CHECK (id),\n  partitions  integer NOT NULL CHECK (partitions BETWEEN 1 AND 4096),\n  created_at  timestamptz NOT NULL DEFAULT now()\n)",
+        "CREATE TABLE log_cursor (\n  group_name     text        NOT NULL,\n  partition      integer     NOT NULL,\n  tx_id          xid8        NOT NULL DEFAULT '0',\n  seq            bigint      NOT NULL DEFAULT 0,\n  owner          text,                                  \n  epoch          bigint      NOT NULL DEFAULT 0,        \n  lease_until    timestamptz,\n  inflight_tx    xid8,                                  \n  inflight_seq   bigint,\n  suspect_tx     xid8,                                  \n  suspect_seq    bigint,\n  crashes        integer     NOT NULL DEFAULT 0,        \n  head_attempts  integer     NOT NULL DEFAULT 0,        \n  retry_at       timestamptz,\n  last_error     text,\n  updated_at     timestamptz NOT NULL DEFAULT now(),\n  PRIMARY KEY (group_name, partition)\n) WITH (fillfactor = 50)",
+        "CREATE TABLE log_member (\n  group_name  text        NOT NULL,\n  member      text        NOT NULL,\n  expires_at  timestamptz NOT NULL,\n  joined_at   timestamptz NOT NULL DEFAULT now(),\n  PRIMARY KEY (group_name, member)\n) WITH (fillfactor = 50)",
+        "ALTER TABLE outbox ADD COLUMN log_groups text[]"
+      ]
+    ]
   }
 ]
