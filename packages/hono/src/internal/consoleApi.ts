@@ -6,6 +6,7 @@
 import * as Admin from "@tidings/core/Admin"
 import * as Health from "@tidings/core/Health"
 import { InboxStore } from "@tidings/core/InboxStore"
+import * as Message from "@tidings/core/Message"
 import { OutboxStore, type StoredEvent } from "@tidings/core/OutboxStore"
 import { Relay } from "@tidings/core/Relay"
 import { SagaStore } from "@tidings/core/SagaStore"
@@ -34,15 +35,7 @@ const ifPresent = <I, S, A, E, R>(tag: Context.Key<I, S>, f: (service: S) => Eff
 
 /** An outbox row as JSON: the message's fields at the top, with its state. */
 export const eventJson = (e: StoredEvent) => ({
-  id: e.message.id,
-  type: e.message.type,
-  version: e.message.version,
-  aggregateType: e.message.aggregateType,
-  aggregateId: e.message.aggregateId,
-  orderingKey: e.message.orderingKey,
-  payload: e.message.payload,
-  headers: e.message.headers,
-  occurredAt: e.message.occurredAt,
+  ...Message.toObject(e.message),
   status: e.status,
   attempts: e.attempts,
   lastError: e.lastError,
