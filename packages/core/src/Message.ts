@@ -65,16 +65,7 @@ export interface Message extends Schema.Schema.Type<typeof Message> {}
  * @since 0.1.0
  * @category schemas
  */
-export const MessageJson: Schema.Struct<{
-  readonly id: Schema.String
-  readonly type: Schema.String
-  readonly version: Schema.Int
-  readonly aggregateType: Schema.String
-  readonly aggregateId: Schema.String
-  /** Events of one key are published in order by the per-key relay; defaults to the aggregate id. */
-  readonly orderingKey: Schema.String
-  readonly payload: Schema.Unknown
-  readonly headers: Schema.$Record<Schema.String, Schema.String>
+export const MessageJson: Schema.Struct<Omit<typeof Message.fields, "occurredAt"> & {
   readonly occurredAt: Schema.DateFromString
 }> = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
 
