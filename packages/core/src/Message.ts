@@ -141,17 +141,10 @@ export const withHeaders = (message: Message, headers: Headers): Message => {
  * @since 0.1.0
  * @category accessors
  */
-export const toObject = (message: Message): Message => ({
-  id: message.id,
-  type: message.type,
-  version: message.version,
-  aggregateType: message.aggregateType,
-  aggregateId: message.aggregateId,
-  orderingKey: message.orderingKey,
-  payload: message.payload,
-  headers: message.headers,
-  occurredAt: message.occurredAt
-})
+export const toObject = (message: Message): Message => {
+  const { id, type, version, aggregateType, aggregateId, orderingKey, payload, headers, occurredAt } = message
+  return { id, type, version, aggregateType, aggregateId, orderingKey, payload, headers, occurredAt }
+}
 
 /**
  * The payload as JSON text: the stored text when the message came from a store, else encoded now.
