@@ -65,9 +65,11 @@ export interface Message extends Schema.Schema.Type<typeof Message> {}
  * @since 0.1.0
  * @category schemas
  */
-export const MessageJson: Schema.Struct<Omit<typeof Message.fields, "occurredAt"> & {
-  readonly occurredAt: Schema.DateFromString
-}> = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
+export const MessageJson: Schema.Struct<
+  Omit<typeof Message.fields, "occurredAt"> & {
+    readonly occurredAt: Schema.DateFromString
+  }
+> = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
 
 /**
  * Header names Tidings sets itself.
