@@ -315,6 +315,26 @@ export const isRetryable = (error: unknown): boolean => {
 export const isUnavailable = (error: unknown): boolean =>
   typeof error === "object" && error !== null && (error as { readonly isUnavailable?: unknown }).isUnavailable === true
 
+const transientSocketCodes: ReadonlySet<string> = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN"
+])
+
+/**
+ * Whether a socket error code (Node, Deno and Bun use the same) says the peer could not be reached
+ * or went away: a new connection may well succeed. The drivers read their clients' errors with it.
+ * @since 0.1.0
+ * @category predicates
+ */
+export const isTransientSocketCode = (code: string): boolean => transientSocketCodes.has(code)
+
 const maxText = 2000
 
 /**

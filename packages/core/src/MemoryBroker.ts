@@ -251,13 +251,7 @@ const topicPattern = (t: string) => /^[\w:#*-]+(\.[\w:#*-]+)*$/.test(t) && !t.sp
  * @since 0.1.0
  * @category settings
  */
-export const ConsumerConfigSchema: Schema.Struct<{
-  readonly maxAttempts: Settings.Defaulted<Settings.IntSetting>
-  readonly timeout: Settings.Defaulted<Settings.DurationSetting>
-  readonly shutdownTimeout: Settings.Defaulted<Settings.DurationSetting>
-  readonly unknownType: Settings.Defaulted<typeof Consumers.Decision>
-  readonly unavailableDelay: Settings.Defaulted<Settings.DurationSetting>
-  readonly unavailableMaxDelay: Settings.Defaulted<Settings.DurationSetting>
+export const ConsumerConfigSchema: Schema.Struct<typeof Consumers.settingsFields & {
   readonly queue: Schema.String
   readonly types: Schema.optional<Schema.$Array<Schema.String>>
   readonly concurrency: Settings.Defaulted<Settings.IntSetting>

@@ -65,18 +65,11 @@ export interface Message extends Schema.Schema.Type<typeof Message> {}
  * @since 0.1.0
  * @category schemas
  */
-export const MessageJson: Schema.Struct<{
-  readonly id: Schema.String
-  readonly type: Schema.String
-  readonly version: Schema.Int
-  readonly aggregateType: Schema.String
-  readonly aggregateId: Schema.String
-  /** Events of one key are published in order by the per-key relay; defaults to the aggregate id. */
-  readonly orderingKey: Schema.String
-  readonly payload: Schema.Unknown
-  readonly headers: Schema.$Record<Schema.String, Schema.String>
-  readonly occurredAt: Schema.DateFromString
-}> = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
+export const MessageJson: Schema.Struct<
+  Omit<typeof Message.fields, "occurredAt"> & {
+    readonly occurredAt: Schema.DateFromString
+  }
+> = Schema.Struct({ ...Message.fields, occurredAt: Schema.DateFromString })
 
 /**
  * Header names Tidings sets itself.
@@ -142,6 +135,17 @@ export const withHeaders = (message: Message, headers: Headers): Message => {
     headers,
     occurredAt: message.occurredAt
   }, json)
+}
+
+/**
+ * The message's own fields as a plain object, in the schema's order (a stored payload is parsed):
+ * what the admin views spread first when they show an outbox row.
+ * @since 0.1.0
+ * @category accessors
+ */
+export const toObject = (message: Message): Message => {
+  const { id, type, version, aggregateType, aggregateId, orderingKey, payload, headers, occurredAt } = message
+  return { id, type, version, aggregateType, aggregateId, orderingKey, payload, headers, occurredAt }
 }
 
 /**

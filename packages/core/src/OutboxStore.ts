@@ -8,6 +8,7 @@
 import { Context, type Duration, type Effect } from "effect"
 import type { NotInTransaction, StoreError } from "./Errors.ts"
 import type { Message } from "./Message.ts"
+import * as Messages from "./Message.ts"
 
 /**
  * Lifecycle of an outbox row. `failed` is the dead-letter state, kept for inspection and replay;
@@ -128,6 +129,24 @@ export interface StoredEvent {
   readonly claimedBy: string | null
   readonly claimedUntil: Date | null
 }
+
+/**
+ * An outbox row as one plain object, for JSON: the message's fields first (see `Message.toObject`),
+ * then its state. What the console's API and `tidings outbox list/show --json` answer.
+ * @since 0.1.0
+ * @category accessors
+ */
+export const toObject = (e: StoredEvent): Message & Omit<StoredEvent, "message"> => ({
+  ...Messages.toObject(e.message),
+  status: e.status,
+  attempts: e.attempts,
+  lastError: e.lastError,
+  createdAt: e.createdAt,
+  availableAt: e.availableAt,
+  publishedAt: e.publishedAt,
+  claimedBy: e.claimedBy,
+  claimedUntil: e.claimedUntil
+})
 
 /**
  * What {@link Service.list} returns.

@@ -32,6 +32,11 @@ describe("Errors", () => {
     assert.isTrue(decoded.isRetryable)
   })
 
+  it("socket codes of a peer that may come back, and only those", () => {
+    for (const code of ["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EAI_AGAIN"]) assert.isTrue(Errors.isTransientSocketCode(code), code)
+    for (const code of ["ERR_TLS_CERT_ALTNAME_INVALID", "DEPTH_ZERO_SELF_SIGNED_CERT", "EACCES", "econnrefused"]) assert.isFalse(Errors.isTransientSocketCode(code), code)
+  })
+
   it("describe and describeCause give one line", () => {
     assert.strictEqual(Errors.describe(new Errors.InvalidConfig({ path: "lease", message: "must be positive" })), "InvalidConfig: must be positive")
     assert.strictEqual(Errors.describe(new TypeError("bad")), "TypeError: bad")

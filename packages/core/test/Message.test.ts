@@ -33,6 +33,14 @@ describe("Message read back from a store", () => {
     assert.strictEqual(Message.payloadJson({ ...fields, payload: [1, "two"] }), '[1,"two"]')
   })
 
+  it("as a plain object: the schema's fields in order, the payload parsed, nothing else", () => {
+    const message = Message.fromStoredJson(fields, '{"n": 1}')
+    const plain = Message.toObject({ ...message, extra: true } as Message.Message)
+    assert.deepStrictEqual(Object.keys(plain), ["id", "type", "version", "aggregateType", "aggregateId", "orderingKey", "payload", "headers", "occurredAt"])
+    assert.deepStrictEqual(plain, { ...fields, payload: { n: 1 } })
+    assert.isUndefined(Object.getOwnPropertyDescriptor(plain, "payload")?.get, "a value, not the stored getter")
+  })
+
   it("a stored payload that is not JSON fails when read, not when loaded", () => {
     const message = Message.fromStoredJson(fields, "{not json")
     assert.strictEqual(message.id, fields.id)

@@ -13,6 +13,7 @@
  */
 import * as Health from "@tidings/core/Health"
 import { InboxStore } from "@tidings/core/InboxStore"
+import * as Message from "@tidings/core/Message"
 import type { FailedEvent } from "@tidings/core/OutboxStore"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { SagaStore } from "@tidings/core/SagaStore"
@@ -116,15 +117,7 @@ export interface FailedEventJson {
 }
 
 const failedEventJson = (e: FailedEvent): FailedEventJson => ({
-  id: e.message.id,
-  type: e.message.type,
-  version: e.message.version,
-  aggregateType: e.message.aggregateType,
-  aggregateId: e.message.aggregateId,
-  orderingKey: e.message.orderingKey,
-  payload: e.message.payload,
-  headers: e.message.headers,
-  occurredAt: e.message.occurredAt,
+  ...Message.toObject(e.message),
   attempts: e.attempts,
   lastError: e.lastError,
   createdAt: e.createdAt

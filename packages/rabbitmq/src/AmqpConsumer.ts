@@ -105,13 +105,7 @@ export interface Config<A, E, R> {
  * @since 0.1.0
  * @category settings
  */
-export const ConfigSchema: Schema.Struct<{
-  readonly maxAttempts: Settings.Defaulted<Settings.IntSetting>
-  readonly timeout: Settings.Defaulted<Settings.DurationSetting>
-  readonly shutdownTimeout: Settings.Defaulted<Settings.DurationSetting>
-  readonly unknownType: Settings.Defaulted<typeof Consumer.Decision>
-  readonly unavailableDelay: Settings.Defaulted<Settings.DurationSetting>
-  readonly unavailableMaxDelay: Settings.Defaulted<Settings.DurationSetting>
+export const ConfigSchema: Schema.Struct<typeof Consumer.settingsFields & {
   readonly name: Schema.String
   readonly concurrency: Settings.Defaulted<Settings.IntSetting>
   readonly prefetch: Schema.optional<Settings.IntSetting>

@@ -6,7 +6,7 @@
 import * as Admin from "@tidings/core/Admin"
 import * as Health from "@tidings/core/Health"
 import { InboxStore } from "@tidings/core/InboxStore"
-import { OutboxStore, type StoredEvent } from "@tidings/core/OutboxStore"
+import { OutboxStore, toObject as eventJson } from "@tidings/core/OutboxStore"
 import { Relay } from "@tidings/core/Relay"
 import { SagaStore } from "@tidings/core/SagaStore"
 import { type Context, Effect, Metric, Option, Schema } from "effect"
@@ -31,27 +31,6 @@ const optional = <I, S>(tag: Context.Key<I, S>, name: string): Effect.Effect<S, 
 /** Runs `f` with the service when the app has it; `null` otherwise. */
 const ifPresent = <I, S, A, E, R>(tag: Context.Key<I, S>, f: (service: S) => Effect.Effect<A, E, R>): Effect.Effect<A | null, E, R> =>
   Effect.flatMap(Effect.serviceOption(tag), (o) => Option.isSome(o) ? f(o.value) : Effect.succeed(null))
-
-/** An outbox row as JSON: the message's fields at the top, with its state. */
-export const eventJson = (e: StoredEvent) => ({
-  id: e.message.id,
-  type: e.message.type,
-  version: e.message.version,
-  aggregateType: e.message.aggregateType,
-  aggregateId: e.message.aggregateId,
-  orderingKey: e.message.orderingKey,
-  payload: e.message.payload,
-  headers: e.message.headers,
-  occurredAt: e.message.occurredAt,
-  status: e.status,
-  attempts: e.attempts,
-  lastError: e.lastError,
-  createdAt: e.createdAt,
-  availableAt: e.availableAt,
-  publishedAt: e.publishedAt,
-  claimedBy: e.claimedBy,
-  claimedUntil: e.claimedUntil
-})
 
 interface ConsumerCounters {
   consumed: number

@@ -2,22 +2,15 @@
  * Turning postgres.js failures into effect/sql `SqlError`s, and keeping credentials out of them.
  * @internal
  */
+import { isTransientSocketCode } from "@tidings/core/Errors"
 import { SqlError } from "effect/sql"
 
 /**
- * Error codes postgres.js (and the Node/Deno socket layer under it) uses when the connection itself
- * failed rather than a statement: nothing was committed, and a new connection may well succeed.
+ * Error codes postgres.js uses (besides the socket layer's, see `Errors.isTransientSocketCode`) when
+ * the connection itself failed rather than a statement: nothing was committed, and a new connection
+ * may well succeed.
  */
 const connectionCodes: ReadonlySet<string> = new Set([
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "ECONNABORTED",
-  "EPIPE",
-  "ETIMEDOUT",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "ENOTFOUND",
-  "EAI_AGAIN",
   "CONNECTION_CLOSED",
   "CONNECTION_ENDED",
   "CONNECTION_DESTROYED",
@@ -36,7 +29,7 @@ export const errorCode = (cause: unknown): string | undefined => {
 
 /** Connection-level failure (socket error, postgres.js connection error, SQLSTATE class 08 or shutdown). */
 export const isConnectionCode = (code: string | undefined): boolean =>
-  code !== undefined && (connectionCodes.has(code) || code.startsWith("08") || shutdownCodes.has(code))
+  code !== undefined && (isTransientSocketCode(code) || connectionCodes.has(code) || code.startsWith("08") || shutdownCodes.has(code))
 
 /** Worth retrying as a whole (in a new transaction): connection lost, serialization failure, deadlock. */
 export const isRetryableCode = (code: string | undefined): boolean =>

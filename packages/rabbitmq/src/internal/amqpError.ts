@@ -2,7 +2,7 @@
 // channel and connection closes but not for a refused handshake, whose reply code only appears in
 // the text ("Handshake terminated by server: 403 (ACCESS-REFUSED) ..."): it is read out here once,
 // so that everything after this point decides on codes.
-import { describe } from "@tidings/core/Errors"
+import { describe, isTransientSocketCode } from "@tidings/core/Errors"
 import { AmqpConnectionError, TopologyError } from "../AmqpErrors.ts"
 
 /** AMQP reply codes after which trying again cannot help. */
@@ -17,19 +17,6 @@ const permanentCodes = new Set([
   504, // CHANNEL_ERROR
   530, // NOT_ALLOWED (e.g. unknown vhost)
   540 // NOT_IMPLEMENTED
-])
-
-/** Socket errors of a peer that may come back. */
-const transientSocketCodes = new Set([
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "ECONNABORTED",
-  "EPIPE",
-  "ETIMEDOUT",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "EAI_AGAIN",
-  "ENOTFOUND"
 ])
 
 /** The reply code or socket code of an amqplib error, if any. */
@@ -49,7 +36,7 @@ export const errorCode = (error: unknown): number | string | undefined => {
 export const isRetryableCode = (code: number | string | undefined): boolean => {
   if (typeof code === "number") return !permanentCodes.has(code)
   // errno-style codes (ECONNRESET, ...) are the network's; TLS and Node's ERR_* codes are configuration.
-  if (typeof code === "string") return transientSocketCodes.has(code) || /^E[A-Z]+$/.test(code)
+  if (typeof code === "string") return isTransientSocketCode(code) || /^E[A-Z]+$/.test(code)
   return true
 }
 

@@ -1,31 +1,12 @@
 /** `tidings outbox stats | list | show | retry | discard`. */
 import * as Admin from "@tidings/core/Admin"
-import { OutboxStore, type Status, type StoredEvent } from "@tidings/core/OutboxStore"
+import { OutboxStore, type Status, toObject as eventJson } from "@tidings/core/OutboxStore"
 import { Effect, Option } from "effect"
 import { Argument, Command, Flag } from "effect/cli"
 import * as Out from "../output.ts"
 import { settings, SettingError, type Subcommand, withStores } from "../root.ts"
 
 const statuses = ["pending", "processing", "published", "failed", "suspect"] as const satisfies ReadonlyArray<Status>
-
-const eventJson = (e: StoredEvent) => ({
-  id: e.message.id,
-  type: e.message.type,
-  version: e.message.version,
-  aggregateType: e.message.aggregateType,
-  aggregateId: e.message.aggregateId,
-  orderingKey: e.message.orderingKey,
-  status: e.status,
-  attempts: e.attempts,
-  lastError: e.lastError,
-  payload: e.message.payload,
-  headers: e.message.headers,
-  occurredAt: e.message.occurredAt,
-  createdAt: e.createdAt,
-  availableAt: e.availableAt,
-  publishedAt: e.publishedAt,
-  claimedBy: e.claimedBy
-})
 
 const stats = Command.make("stats", {}, () =>
   withStores(Effect.gen(function*() {
