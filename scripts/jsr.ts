@@ -18,7 +18,10 @@ for (const pkg of packages()) {
     name: pkg.name,
     version: pkg.version,
     license: "MIT",
-    exports: Object.fromEntries([[".", "./src/index.ts"], ...modules.map((f) => [`./${f.slice(0, -3)}`, `./src/${f}`])]),
+    exports: Object.fromEntries([
+      [".", "./src/index.ts"],
+      ...modules.map((f) => [`./${f.slice(0, -3)}`, `./src/${f}`])
+    ]),
     publish: current.publish ?? { include: ["src/**/*.ts", "README.md", "LICENSE"], exclude: ["src/**/*.test.ts"] }
   }
   fs.writeFileSync(file, JSON.stringify(jsr, null, 2) + "\n")

@@ -28,7 +28,10 @@ export interface Package {
 export const packages = (): ReadonlyArray<Package> => {
   const all = fs.readdirSync(path.join(root, "packages"))
     .filter((dir) => fs.existsSync(path.join(root, "packages", dir, "package.json")))
-    .map((dir) => ({ dir, manifest: JSON.parse(fs.readFileSync(path.join(root, "packages", dir, "package.json"), "utf8")) }))
+    .map((dir) => ({
+      dir,
+      manifest: JSON.parse(fs.readFileSync(path.join(root, "packages", dir, "package.json"), "utf8"))
+    }))
     .filter(({ manifest }) => manifest.private !== true)
     .sort((a, b) => a.dir.localeCompare(b.dir))
   const ordered: Array<Package> = []
@@ -43,7 +46,8 @@ export const packages = (): ReadonlyArray<Package> => {
 }
 
 /** The tarball's file name npm gives a package: `@tidings/core@0.1.0` → `tidings-core-0.1.0.tgz`. */
-export const tarballName = (pkg: Package): string => `${pkg.name.replace(/^@/, "").replace("/", "-")}-${pkg.version}.tgz`
+export const tarballName = (pkg: Package): string =>
+  `${pkg.name.replace(/^@/, "").replace("/", "-")}-${pkg.version}.tgz`
 
 const pnpm = (): string => {
   const local = path.join(root, ".tools/node_modules/.bin/pnpm")
@@ -82,22 +86,23 @@ const withPackLock = <A>(f: () => A): A => {
 }
 
 /** Builds and packs every package into `out`; returns the tarballs' paths by folder name. */
-export const packAll = (out: string, options: { readonly quiet?: boolean } = {}): Record<string, string> => withPackLock(() => {
-  fs.mkdirSync(out, { recursive: true })
-  const result: Record<string, string> = {}
-  for (const pkg of packages()) {
-    const target = path.join(out, tarballName(pkg))
-    fs.rmSync(target, { force: true })
-    // pnpm pack runs the package's prepack (tsc -p tsconfig.build.json) and rewrites workspace: versions.
-    execFileSync(pnpm(), ["pack", "--pack-destination", out], {
-      cwd: path.join(root, "packages", pkg.dir),
-      stdio: options.quiet === true ? "pipe" : ["ignore", "ignore", "inherit"]
-    })
-    if (!fs.existsSync(target)) throw new Error(`pnpm pack did not write ${target}`)
-    result[pkg.dir] = target
-  }
-  return result
-})
+export const packAll = (out: string, options: { readonly quiet?: boolean } = {}): Record<string, string> =>
+  withPackLock(() => {
+    fs.mkdirSync(out, { recursive: true })
+    const result: Record<string, string> = {}
+    for (const pkg of packages()) {
+      const target = path.join(out, tarballName(pkg))
+      fs.rmSync(target, { force: true })
+      // pnpm pack runs the package's prepack (tsc -p tsconfig.build.json) and rewrites workspace: versions.
+      execFileSync(pnpm(), ["pack", "--pack-destination", out], {
+        cwd: path.join(root, "packages", pkg.dir),
+        stdio: options.quiet === true ? "pipe" : ["ignore", "ignore", "inherit"]
+      })
+      if (!fs.existsSync(target)) throw new Error(`pnpm pack did not write ${target}`)
+      result[pkg.dir] = target
+    }
+    return result
+  })
 
 if (import.meta.main === true || process.argv[1] === import.meta.filename) {
   const outFlag = process.argv.indexOf("--out")

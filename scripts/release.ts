@@ -40,14 +40,19 @@ export const bumpVersions = (dir: string, version: string): Array<string> => {
 
 /** The CHANGELOG entry for `version`: one line per commit subject. */
 export const changelogEntry = (version: string, date: string, subjects: ReadonlyArray<string>): string =>
-  `## ${version} (${date})\n\n${subjects.length === 0 ? "- No changes recorded.\n" : subjects.map((s) => `- ${s}\n`).join("")}`
+  `## ${version} (${date})\n\n${
+    subjects.length === 0 ? "- No changes recorded.\n" : subjects.map((s) => `- ${s}\n`).join("")
+  }`
 
 /** Puts `entry` at the top of CHANGELOG.md under `dir` (created with a title when missing). */
 export const prependChangelog = (dir: string, entry: string): void => {
   const file = path.join(dir, "CHANGELOG.md")
-  const title = "# Changelog\n\nAll packages share one version. Entries are written by `npm run release` and edited by hand.\n\n"
+  const title =
+    "# Changelog\n\nAll packages share one version. Entries are written by `npm run release` and edited by hand.\n\n"
   const existing = fs.existsSync(file) ? fs.readFileSync(file, "utf8") : title
-  const body = existing.startsWith("# Changelog") ? existing.slice(existing.indexOf("\n## ") === -1 ? existing.length : existing.indexOf("\n## ") + 1) : existing
+  const body = existing.startsWith("# Changelog")
+    ? existing.slice(existing.indexOf("\n## ") === -1 ? existing.length : existing.indexOf("\n## ") + 1)
+    : existing
   const head = existing.startsWith("# Changelog") ? existing.slice(0, existing.length - body.length) : title
   fs.writeFileSync(file, `${head}${entry}\n${body}`)
 }
@@ -55,7 +60,10 @@ export const prependChangelog = (dir: string, entry: string): void => {
 const git = (args: ReadonlyArray<string>): string => execFileSync("git", args, { cwd: root, encoding: "utf8" }).trim()
 
 const commitSubjects = (): Array<string> => {
-  const lastTag = spawnSync("git", ["describe", "--tags", "--abbrev=0", "--match", "v*"], { cwd: root, encoding: "utf8" })
+  const lastTag = spawnSync("git", ["describe", "--tags", "--abbrev=0", "--match", "v*"], {
+    cwd: root,
+    encoding: "utf8"
+  })
   const range = lastTag.status === 0 ? [`${lastTag.stdout.trim()}..HEAD`] : []
   return git(["log", "--format=%s", "--no-merges", ...range]).split("\n").filter((s) => s !== "")
 }
@@ -72,14 +80,36 @@ export const packAndVerify = (out: string): Record<string, string> => {
   const tarballs = packAll(out)
   for (const [dir, file] of Object.entries(tarballs)) {
     check(`publint ${path.basename(file)}`, bin("publint"), ["run", file, "--strict", "--level", "suggestion"])
-    const entrypoints = [".", "./package.json", ...fs.readdirSync(path.join(root, "packages", dir, "src")).filter((f) => f.endsWith(".ts") && f !== "index.ts").map((f) => `./${f.slice(0, -3)}`)]
-    check(`attw ${path.basename(file)}`, bin("attw"), [file, "--profile", "esm-only", "--format", "ascii", "--entrypoints", ...entrypoints])
+    const entrypoints = [
+      ".",
+      "./package.json",
+      ...fs.readdirSync(path.join(root, "packages", dir, "src")).filter((f) => f.endsWith(".ts") && f !== "index.ts")
+        .map((f) => `./${f.slice(0, -3)}`)
+    ]
+    check(`attw ${path.basename(file)}`, bin("attw"), [
+      file,
+      "--profile",
+      "esm-only",
+      "--format",
+      "ascii",
+      "--entrypoints",
+      ...entrypoints
+    ])
   }
   const app = fs.mkdtempSync(path.join(os.tmpdir(), "tidings-release-"))
   try {
     check("npm init", "npm", ["init", "-y"], app)
     check("npm pkg set type=module", "npm", ["pkg", "set", "type=module"], app)
-    check("npm install of the tarballs", "npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", ...Object.values(tarballs), "effect@^4.1.0", "hono@^4.6.0", "@hono/node-server@^2.0.0"], app)
+    check("npm install of the tarballs", "npm", [
+      "install",
+      "--no-audit",
+      "--no-fund",
+      "--loglevel=error",
+      ...Object.values(tarballs),
+      "effect@^4.1.0",
+      "hono@^4.6.0",
+      "@hono/node-server@^2.0.0"
+    ], app)
     const imports = packages().map((p) => `await import(${JSON.stringify(p.name)})`).join("; ")
     check("every package imports", process.execPath, ["--input-type=module", "-e", imports], app)
   } finally {

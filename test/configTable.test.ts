@@ -16,7 +16,9 @@ describe("the README's configuration table", () => {
 
   it("lists every variable of every component once, the secrets among them", () => {
     const table = render()
-    const names = new Set(environments.flatMap(([, env]) => Settings.variables(env.schema, env.prefix, env.names).map((v) => v.name)))
+    const names = new Set(
+      environments.flatMap(([, env]) => Settings.variables(env.schema, env.prefix, env.names).map((v) => v.name))
+    )
     for (const name of names) assert.include(table, `| \`${name}\` |`)
     assert.strictEqual(table.trim().split("\n").length - 2, names.size)
     for (const secret of ["TIDINGS_PG_URL", "TIDINGS_AMQP_URL", "TIDINGS_ADMIN_TOKEN"]) {

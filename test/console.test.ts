@@ -26,7 +26,10 @@ const token = `console-test-${crypto.randomUUID()}`
 const request = async (base: string, method: string, route: string, body?: unknown) => {
   const res = await fetch(`${base}${route}`, {
     method,
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { "content-type": "application/json" })
+    },
     ...(body === undefined ? {} : { body: JSON.stringify(body) })
   })
   const text = await res.text()
@@ -38,7 +41,9 @@ const saveScreenshot = (png: Buffer, name: string) => {
   assert.isTrue(png.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])), "a PNG")
   assert.isAbove(png.length, 10_000)
   const file = path.join(docs, name)
-  const target = !fs.existsSync(file) || process.env["TIDINGS_UPDATE_SCREENSHOTS"] === "1" ? file : path.join(os.tmpdir(), `tidings-${process.pid}-${name}`)
+  const target = !fs.existsSync(file) || process.env["TIDINGS_UPDATE_SCREENSHOTS"] === "1"
+    ? file
+    : path.join(os.tmpdir(), `tidings-${process.pid}-${name}`)
   fs.mkdirSync(path.dirname(target), { recursive: true })
   fs.writeFileSync(target, png)
   if (target !== file) fs.rmSync(target)
@@ -71,7 +76,10 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
     await closeBrowser?.()
     if (child !== undefined) await stopChild(child)
     await Effect.runPromise(
-      SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.provide(pgClientLayer(pgUrl(), 1)), Effect.ignore)
+      SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(
+        Effect.provide(pgClientLayer(pgUrl(), 1)),
+        Effect.ignore
+      )
     )
   })
 
@@ -80,9 +88,19 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
   it("asks for the token, then shows the counts, throughput, relays and consumers", async () => {
     // Orders whose sagas run through the relay and the consumers; one order's confirmation is refused by the broker.
     const run = crypto.randomUUID().slice(0, 8)
-    assert.strictEqual((await request(base, "POST", "/admin/faults/publish", { type: "order.confirmed", aggregateId: `${run}-2` })).status, 201)
+    assert.strictEqual(
+      (await request(base, "POST", "/admin/faults/publish", { type: "order.confirmed", aggregateId: `${run}-2` }))
+        .status,
+      201
+    )
     for (const [n, customer] of [[1, "ada"], [2, "grace"], [3, "linus"]] as const) {
-      const placed = await request(base, "POST", "/orders", { orderId: `${run}-${n}`, customer, sku: "book", quantity: 1, amountCents: 1_299 })
+      const placed = await request(base, "POST", "/orders", {
+        orderId: `${run}-${n}`,
+        customer,
+        sku: "book",
+        quantity: 1,
+        amountCents: 1_299
+      })
       assert.strictEqual(placed.status, 202)
     }
 
@@ -97,55 +115,59 @@ describe(`the operator console in Chromium, on the orders example (${runtime})`,
     await login.waitFor({ state: "hidden" })
 
     // The page refreshes by itself until the refused event shows as failed.
-    await page.locator('[data-card="Failed"].bad').waitFor({ timeout: 30_000 })
+    await page.locator("[data-card=\"Failed\"].bad").waitFor({ timeout: 30_000 })
     assert.strictEqual(await card("Failed").textContent(), "1")
     assert.isAbove(Number((await card("Published").textContent())!.replace(/,/g, "")), 5)
     assert.match((await card("Relay lag").textContent())!, /^(—|\d)/)
-    assert.include(await page.locator('[data-panel="throughput"] h2').textContent(), "Published per minute")
-    assert.isAbove(await page.locator('[data-panel="throughput"] rect.bar').count(), 10)
-    const components = await page.locator('[data-panel="components"] tbody tr').allTextContents()
-    assert.deepStrictEqual(components.map((row) => row.replace(/answered in.*$/, "").trim()), ["postgresup", "brokerup", "relayup"])
-    assert.include(await page.locator('[data-panel="relays"]').textContent(), "running")
-    const consumers = await page.locator('[data-panel="consumers"] tbody tr td:first-child').allTextContents()
+    assert.include(await page.locator("[data-panel=\"throughput\"] h2").textContent(), "Published per minute")
+    assert.isAbove(await page.locator("[data-panel=\"throughput\"] rect.bar").count(), 10)
+    const components = await page.locator("[data-panel=\"components\"] tbody tr").allTextContents()
+    assert.deepStrictEqual(components.map((row) => row.replace(/answered in.*$/, "").trim()), [
+      "postgresup",
+      "brokerup",
+      "relayup"
+    ])
+    assert.include(await page.locator("[data-panel=\"relays\"]").textContent(), "running")
+    const consumers = await page.locator("[data-panel=\"consumers\"] tbody tr td:first-child").allTextContents()
     assert.includeMembers(consumers, Object.values(Domain.consumers))
     // The failed badge on the Outbox tab.
-    assert.strictEqual(await page.locator('nav a[href="#outbox"] .count').textContent(), "1")
+    assert.strictEqual(await page.locator("nav a[href=\"#outbox\"] .count").textContent(), "1")
     saveScreenshot(await page.screenshot({ fullPage: true }), "console.png")
   })
 
   it("retries the failed event from the page and sees it published", async () => {
-    await page.click('nav a[href="#outbox"]')
-    const row = page.locator('[data-panel="events"] tbody tr.clickable').filter({ hasText: "order.confirmed" })
+    await page.click("nav a[href=\"#outbox\"]")
+    const row = page.locator("[data-panel=\"events\"] tbody tr.clickable").filter({ hasText: "order.confirmed" })
     await row.waitFor()
     const id = await row.getAttribute("data-id")
     assert.match(id ?? "", /^[0-9a-f-]{36}$/)
     // Its details: payload, headers and the last error (the only one the outbox keeps).
     await row.click()
-    const details = page.locator('[data-panel="events"] tr.details')
+    const details = page.locator("[data-panel=\"events\"] tr.details")
     await details.waitFor()
     assert.include(await details.textContent(), "refused by the fault switch")
     assert.include(await details.textContent(), "traceparent")
     assert.include(await details.textContent(), "keeps the error of the last attempt only")
-    assert.include(await page.locator('[data-panel="failed-by-type"]').textContent(), "order.confirmed")
+    assert.include(await page.locator("[data-panel=\"failed-by-type\"]").textContent(), "order.confirmed")
 
-    await row.locator('button[data-action="retry"]').click()
+    await row.locator("button[data-action=\"retry\"]").click()
     await page.locator("#toast").filter({ hasText: "Retried 1 event" }).waitFor()
     await page.selectOption("#outbox-status", "published")
     await page.locator(`[data-panel="events"] tr[data-id="${id}"] .badge.published`).waitFor({ timeout: 30_000 })
     assert.strictEqual((await request(base, "GET", `/admin/console/api/outbox/events/${id}`)).json.status, "published")
-    await page.click('nav a[href="#overview"]')
-    await page.locator('[data-card="Failed"]:not(.bad)').waitFor({ timeout: 30_000 })
+    await page.click("nav a[href=\"#overview\"]")
+    await page.locator("[data-card=\"Failed\"]:not(.bad)").waitFor({ timeout: 30_000 })
     assert.strictEqual(await card("Failed").textContent(), "0")
   })
 
   it("shows sagas with filters and a timeline per saga", async () => {
-    await page.click('nav a[href="#sagas"]')
+    await page.click("nav a[href=\"#sagas\"]")
     await page.selectOption("#saga-status", "completed")
-    const first = page.locator('[data-panel="saga-list"] tbody tr.clickable').first()
+    const first = page.locator("[data-panel=\"saga-list\"] tbody tr.clickable").first()
     await first.waitFor()
     assert.include(await first.textContent(), "place-order")
     await first.click()
-    const detail = page.locator('[data-panel="saga-detail"]')
+    const detail = page.locator("[data-panel=\"saga-detail\"]")
     await detail.waitFor()
     assert.strictEqual(await detail.locator("svg.timeline rect").count(), 2)
     assert.include(await detail.textContent(), "reserve-inventory")

@@ -33,9 +33,32 @@ const expressions = (dashboard: any): Array<string> => {
 }
 
 const keywords = new Set([
-  "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset", "inf", "nan",
+  "by",
+  "without",
+  "on",
+  "ignoring",
+  "group_left",
+  "group_right",
+  "bool",
+  "and",
+  "or",
+  "unless",
+  "offset",
+  "inf",
+  "nan",
   // aggregation operators, which may be followed by `by (...)` rather than `(`
-  "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile"
+  "sum",
+  "min",
+  "max",
+  "avg",
+  "group",
+  "stddev",
+  "stdvar",
+  "count",
+  "count_values",
+  "bottomk",
+  "topk",
+  "quantile"
 ])
 
 /**
@@ -88,12 +111,16 @@ describe("the Grafana dashboard", () => {
 
   it("the PromQL parser finds the metric names (and only them)", () => {
     assert.deepStrictEqual(
-      metricNames("histogram_quantile(0.95, sum by (le, consumer) (rate(tidings_consumer_handle_duration_seconds_bucket{job=~\"$job\"}[$__rate_interval])))"),
+      metricNames(
+        "histogram_quantile(0.95, sum by (le, consumer) (rate(tidings_consumer_handle_duration_seconds_bucket{job=~\"$job\"}[$__rate_interval])))"
+      ),
       ["tidings_consumer_handle_duration_seconds_bucket"]
     )
     assert.deepStrictEqual(metricNames("sum(a_total) / ignoring(x) b_total offset 5m"), ["a_total", "b_total"])
     assert.deepStrictEqual(metricNames("max by (status) (c{job=~\"$job\"}) + topk(3, d)"), ["c", "d"])
-    assert.deepStrictEqual(metricNames("label_values(tidings_outbox_published_total, job)"), ["tidings_outbox_published_total"])
+    assert.deepStrictEqual(metricNames("label_values(tidings_outbox_published_total, job)"), [
+      "tidings_outbox_published_total"
+    ])
   })
 
   it("every query names a metric that the orders example's /metrics exposes", async () => {
@@ -116,7 +143,12 @@ describe("the Grafana dashboard", () => {
     })
     cleanups.push(async () => {
       await stopChild(child)
-      await Effect.runPromise(SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.provide(pgClientLayer(pgUrl(), 1)), Effect.ignore))
+      await Effect.runPromise(
+        SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(
+          Effect.provide(pgClientLayer(pgUrl(), 1)),
+          Effect.ignore
+        )
+      )
     })
     await waitForOutput(child, "serving; Ctrl-C stops", 60_000)
     const base = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(child.output())![1]!
@@ -142,7 +174,13 @@ describe("the Grafana dashboard", () => {
       if (missing.length === 0) break
       await new Promise((r) => setTimeout(r, 200))
     }
-    assert.deepStrictEqual(missing, [], `dashboard metrics missing from /metrics (exposed: ${[...exposed].filter((n) => n.startsWith("tidings_")).join(", ")})`)
+    assert.deepStrictEqual(
+      missing,
+      [],
+      `dashboard metrics missing from /metrics (exposed: ${
+        [...exposed].filter((n) => n.startsWith("tidings_")).join(", ")
+      })`
+    )
     assert.isAtLeast(wanted.size, 20)
   }, 120_000)
 })

@@ -49,7 +49,11 @@ type Child = ChildProcess & { readonly output: () => string }
 
 /** Starts a process from `cwd` (a folder with no node_modules above the sources it runs). */
 const start = (command: string, args: ReadonlyArray<string>, env: Record<string, string>): Child => {
-  const child = spawn(command, [...args], { cwd: work, env: { ...process.env, NO_COLOR: "1", ...env }, stdio: ["ignore", "pipe", "pipe"] })
+  const child = spawn(command, [...args], {
+    cwd: work,
+    env: { ...process.env, NO_COLOR: "1", ...env },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
   let output = ""
   child.stdout?.on("data", (d: Buffer) => void (output += d.toString()))
   child.stderr?.on("data", (d: Buffer) => void (output += d.toString()))
@@ -62,7 +66,10 @@ const waitForOutput = (child: Child, pattern: RegExp) =>
     return pattern.test(child.output())
   })
 
-const OrderPlaced = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String }) })
+const OrderPlaced = Event.define("order.placed", {
+  aggregateType: "order",
+  schema: Schema.Struct({ orderId: Schema.String })
+})
 
 /** A fresh migrated schema with `n` pending events in its outbox; returns the schema and the event ids. */
 const seed = (n: number) =>
@@ -75,7 +82,9 @@ const seed = (n: number) =>
       const ids = yield* Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) =>
         Outbox.transaction(Outbox.append(OrderPlaced, { aggregateId: `o-${i}`, payload: { orderId: `o-${i}` } })).pipe(
           Effect.provideService(OutboxStore, store),
-          Effect.map((m) => m.id)
+          Effect.map((m) =>
+            m.id
+          )
         ))
       return { schema, ids }
     }).pipe(Effect.provideContext(context))
@@ -83,7 +92,9 @@ const seed = (n: number) =>
 
 const statuses = (schema: string) =>
   Effect.runPromise(
-    SqlClient.SqlClient.use((sql) => sql<{ status: string }>`SELECT status FROM ${sql(`${schema}.outbox`)}`).pipe(Effect.provide(pgClientLayer(pgUrl(), 1)))
+    SqlClient.SqlClient.use((sql) => sql<{ status: string }>`SELECT status FROM ${sql(`${schema}.outbox`)}`).pipe(
+      Effect.provide(pgClientLayer(pgUrl(), 1))
+    )
   )
 
 /** Runs the relay worker (`command args`) against `n` seeded events until the receiver has them all, then stops it. */
@@ -91,11 +102,25 @@ const relays = async (command: string, args: ReadonlyArray<string>) => {
   const { schema, ids } = await seed(5)
   const receiver: Receiver = await startReceiver(secret)
   try {
-    const worker = start(command, args, { TIDINGS_PG_URL: pgUrl(), TIDINGS_SCHEMA: schema, WEBHOOK_URL: receiver.url, WEBHOOK_SECRET: secret, WEBHOOK_TYPES: "order.*" })
+    const worker = start(command, args, {
+      TIDINGS_PG_URL: pgUrl(),
+      TIDINGS_SCHEMA: schema,
+      WEBHOOK_URL: receiver.url,
+      WEBHOOK_SECRET: secret,
+      WEBHOOK_TYPES: "order.*"
+    })
     try {
       await waitForOutput(worker, /\[relay\] running/)
-      await until("every event delivered", () => new Set(receiver.received.map((r) => r.id)).size === ids.length, 60_000)
-      await until("every event settled", async () => (await statuses(schema)).every((r) => r.status === "published"), 60_000)
+      await until(
+        "every event delivered",
+        () => new Set(receiver.received.map((r) => r.id)).size === ids.length,
+        60_000
+      )
+      await until(
+        "every event settled",
+        async () => (await statuses(schema)).every((r) => r.status === "published"),
+        60_000
+      )
     } finally {
       assert.include(stopped, await stopChild(worker), worker.output())
     }
@@ -104,7 +129,12 @@ const relays = async (command: string, args: ReadonlyArray<string>) => {
     assert.match(worker.output(), /\[relay\] stopped \(5 events published\)/)
   } finally {
     await receiver.close()
-    await Effect.runPromise(SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.provide(pgClientLayer(pgUrl(), 1)), Effect.ignore))
+    await Effect.runPromise(
+      SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(
+        Effect.provide(pgClientLayer(pgUrl(), 1)),
+        Effect.ignore
+      )
+    )
   }
 }
 
@@ -115,13 +145,24 @@ describe("Deno Deploy style (npm specifiers only, no node_modules)", () => {
 
   it("the entries resolve to the packages' sources and npm: packages, nothing from node_modules", () => {
     for (const entry of ["main.ts", "relay.ts"]) {
-      const info = spawnSync(deno, ["info", "--json", ...denoFlags, path.join(deploy, entry)], { cwd: work, encoding: "utf8", timeout: 180_000 })
+      const info = spawnSync(deno, ["info", "--json", ...denoFlags, path.join(deploy, entry)], {
+        cwd: work,
+        encoding: "utf8",
+        timeout: 180_000
+      })
       assert.strictEqual(info.status, 0, info.stderr)
-      const graph = JSON.parse(info.stdout) as { modules: Array<{ specifier: string; local?: string; kind?: string }>; npmPackages: Record<string, unknown> }
+      const graph = JSON.parse(info.stdout) as {
+        modules: Array<{ specifier: string; local?: string; kind?: string }>
+        npmPackages: Record<string, unknown>
+      }
       const files = graph.modules.filter((m) => m.local !== undefined).map((m) => m.local!)
       assert.isAbove(files.length, 20)
       assert.deepStrictEqual(files.filter((f) => f.includes(`${path.sep}node_modules${path.sep}`)), [], entry)
-      assert.includeMembers(Object.keys(graph.npmPackages).map((k) => k.replace(/@[^@]*$/, "")), ["effect", "postgres"], entry)
+      assert.includeMembers(
+        Object.keys(graph.npmPackages).map((k) => k.replace(/@[^@]*$/, "")),
+        ["effect", "postgres"],
+        entry
+      )
     }
   })
 
@@ -153,22 +194,34 @@ describe("Deno Deploy style (npm specifiers only, no node_modules)", () => {
       assert.strictEqual((await fetch(`${base}/health`)).status, 200)
     } finally {
       assert.include(stopped, await stopChild(service), service.output())
-      await Effect.runPromise(SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.provide(pgClientLayer(pgUrl(), 1)), Effect.ignore))
+      await Effect.runPromise(
+        SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(
+          Effect.provide(pgClientLayer(pgUrl(), 1)),
+          Effect.ignore
+        )
+      )
     }
     assert.match(service.output(), /\[orders\] stopped/)
     // Serve.denoHandler: Deno's legacy abort-after-response never reaches the app (nor warns).
     assert.notInclude(service.output(), "request.signal aborts")
   })
 
-  it("deno run: the relay worker delivers the outbox as signed webhooks", () => relays(deno, ["run", "-A", ...denoFlags, path.join(deploy, "relay.ts")]), 240_000)
+  it(
+    "deno run: the relay worker delivers the outbox as signed webhooks",
+    () => relays(deno, ["run", "-A", ...denoFlags, path.join(deploy, "relay.ts")]),
+    240_000
+  )
 
   it("one binary: the relay worker compiled (bun build --compile) delivers the outbox as signed webhooks", async () => {
     const binary = path.join(work, "tidings-relay")
-    const built = spawnSync(bun, ["build", "--compile", path.join(deploy, "relay.ts"), "--outfile", binary], { cwd: root, encoding: "utf8", timeout: 180_000 })
+    const built = spawnSync(bun, ["build", "--compile", path.join(deploy, "relay.ts"), "--outfile", binary], {
+      cwd: root,
+      encoding: "utf8",
+      timeout: 180_000
+    })
     assert.strictEqual(built.status, 0, built.stderr)
     assert.isTrue(fs.statSync(binary).isFile())
     // Nothing of the repository is needed at run time: it runs from an empty folder.
     await relays(binary, [])
   })
 })
-

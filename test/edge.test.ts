@@ -35,13 +35,19 @@ const query = <A extends object>(text: string) =>
   )
 
 const post = async (body: unknown) => {
-  const response = await fetch(`${worker.url}/orders`, { method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) })
+  const response = await fetch(`${worker.url}/orders`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: typeof body === "string" ? body : JSON.stringify(body)
+  })
   return { status: response.status, json: await response.json() as any }
 }
 
 /** The relay pass reports the Worker printed, in order. */
 const reports = () =>
-  [...worker.output().matchAll(/tidings relay pass \([^)]*\): (\{.*\})/g)].map((m) => JSON.parse(m[1]!) as Record<string, unknown>)
+  [...worker.output().matchAll(/tidings relay pass \([^)]*\): (\{.*\})/g)].map((m) =>
+    JSON.parse(m[1]!) as Record<string, unknown>
+  )
 
 let passes = 0
 /** Fires the cron trigger once; resolves when the Worker's report of that pass has been printed. */
@@ -63,7 +69,13 @@ beforeAll(async () => {
   })
   worker = await Local.start({
     bundle,
-    bindings: { DATABASE_URL: pgUrl(), TIDINGS_SCHEMA: schema, WEBHOOK_URL: receiver.url, WEBHOOK_SECRET: secret, RELAY_MAX_EVENTS: "3" }
+    bindings: {
+      DATABASE_URL: pgUrl(),
+      TIDINGS_SCHEMA: schema,
+      WEBHOOK_URL: receiver.url,
+      WEBHOOK_SECRET: secret,
+      RELAY_MAX_EVENTS: "3"
+    }
   })
 })
 
@@ -82,7 +94,10 @@ describe("examples/edge on workerd (Cloudflare Workers runtime)", () => {
       post({ customer: "linus", totalCents: 5000, orderId: flaky }),
       post({ customer: "ken", totalCents: 120 })
     ])
-    assert.deepStrictEqual(placed.map((p) => [p.status, p.json.created]), [[201, true], [201, true], [201, true], [201, true]])
+    assert.deepStrictEqual(placed.map((p) => [p.status, p.json.created]), [[201, true], [201, true], [201, true], [
+      201,
+      true
+    ]])
     // The same order id again: no second row, no second event.
     const again = await post({ customer: "ada", totalCents: 1299, orderId: "o-1" })
     assert.deepStrictEqual([again.status, again.json.created], [200, false])
@@ -93,12 +108,17 @@ describe("examples/edge on workerd (Cloudflare Workers runtime)", () => {
     assert.strictEqual((await fetch(`${worker.url}/orders/nope`)).status, 404)
 
     const orders = await query<{ id: string }>(`SELECT id FROM ${schema}.edge_orders`)
-    const events = await query<{ id: string; aggregate_id: string; status: string }>(`SELECT id::text, aggregate_id, status FROM ${schema}.outbox WHERE event_type = 'order.placed'`)
+    const events = await query<{ id: string; aggregate_id: string; status: string }>(
+      `SELECT id::text, aggregate_id, status FROM ${schema}.outbox WHERE event_type = 'order.placed'`
+    )
     assert.strictEqual(orders.length, 4)
     assert.sameMembers(events.map((e) => e.aggregate_id), orders.map((o) => o.id))
     assert.sameMembers(placed.map((p) => p.json.eventId), events.map((e) => e.id))
     assert.isTrue(events.every((e) => e.status === "pending"))
-    const shown = await (await fetch(`${worker.url}/orders/o-1`)).json() as { event_status: string; total_cents: number }
+    const shown = await (await fetch(`${worker.url}/orders/o-1`)).json() as {
+      event_status: string
+      total_cents: number
+    }
     assert.deepInclude(shown, { event_status: "pending", total_cents: 1299 })
     assert.strictEqual(receiver.received.length, 0)
   })
@@ -115,12 +135,16 @@ describe("examples/edge on workerd (Cloudflare Workers runtime)", () => {
       await new Promise((r) => setTimeout(r, 250))
       return false
     })
-    const all = reports() as Array<{ published: number; retried: number; failed: number; claimed: number; reason: string }>
+    const all = reports() as Array<
+      { published: number; retried: number; failed: number; claimed: number; reason: string }
+    >
     assert.isTrue(all.every((r) => r.claimed <= 3), JSON.stringify(all))
     assert.strictEqual(all.reduce((n, r) => n + r.published, 0), 4, JSON.stringify(all))
     assert.strictEqual(all.reduce((n, r) => n + r.retried, 0), 1, JSON.stringify(all))
     assert.strictEqual(all.reduce((n, r) => n + r.failed, 0), 0, JSON.stringify(all))
-    const events = await query<{ id: string; aggregate_id: string; status: string; attempts: number }>(`SELECT id::text, aggregate_id, status, attempts FROM ${schema}.outbox`)
+    const events = await query<{ id: string; aggregate_id: string; status: string; attempts: number }>(
+      `SELECT id::text, aggregate_id, status, attempts FROM ${schema}.outbox`
+    )
     assert.isTrue(events.every((e) => e.status === "published"), JSON.stringify(events))
     assert.strictEqual(events.find((e) => e.aggregate_id === flaky)!.attempts, 2)
     assert.isTrue(receiver.received.every((r) => r.verified), "standardwebhooks accepts every signature")
@@ -139,14 +163,19 @@ describe("examples/edge on workerd (Cloudflare Workers runtime)", () => {
 
 describe(`the edge walkthrough (npm run edge) on ${currentRuntime()}`, () => {
   it("runs the Worker in workerd on an embedded PostgreSQL, relays to a verifying receiver, and exits 0", async () => {
-    const child = spawnOn(currentRuntime(), path.join(import.meta.dirname, "../examples/edge/demo.ts"), [], { TIDINGS_PG_URL: "" })
+    const child = spawnOn(currentRuntime(), path.join(import.meta.dirname, "../examples/edge/demo.ts"), [], {
+      TIDINGS_PG_URL: ""
+    })
     // Killed only when it stops making progress (no output, no CPU): a slow machine is waited for.
     const stopWatching = watchProgress(child, defaultStallMs, () => child.kill("SIGKILL"))
     const code = await exited(child).finally(stopWatching)
     assert.strictEqual(code, 0, child.output())
     const output = child.output()
     assert.include(output, "events before any cron run: pending, pending, pending")
-    assert.include(output, `cron run 1 (a bounded relay pass, at most 2 events): {"published":2,"retried":0,"failed":0,"claimed":2,"reason":"max-events"}`)
+    assert.include(
+      output,
+      `cron run 1 (a bounded relay pass, at most 2 events): {"published":2,"retried":0,"failed":0,"claimed":2,"reason":"max-events"}`
+    )
     assert.include(output, "events after the cron runs: published, published, published")
     assert.match(output, /the receiver recorded 3 orders/)
   })

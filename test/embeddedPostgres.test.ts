@@ -32,7 +32,13 @@ describe("embedded PostgreSQL", () => {
       copyInstallation(path.resolve(embeddedBinDir(), ".."), install)
       if (isRoot) {
         // The precondition of the bug: the postgres user cannot run the binaries where they are.
-        const direct = execFileSync("su", ["postgres", "-s", "/bin/sh", "-c", `test -x ${install}/bin/initdb && echo reachable || echo unreachable`], { encoding: "utf8" })
+        const direct = execFileSync("su", [
+          "postgres",
+          "-s",
+          "/bin/sh",
+          "-c",
+          `test -x ${install}/bin/initdb && echo reachable || echo unreachable`
+        ], { encoding: "utf8" })
         assert.strictEqual(direct.trim(), "unreachable")
       }
       const pg = await startPostgres({ binDir: path.join(install, "bin"), ignoreEnv: true })

@@ -28,7 +28,14 @@ const slowTypes: Readonly<Record<string, number>> = {}
  * (`tsc -b` checks the sources): what is left is the module graph, the exports and the files.
  */
 const publish = (dir: string, allowSlowTypes: boolean) => {
-  const args = ["publish", "--dry-run", "--allow-dirty", "--config", `packages/${dir}/jsr.json`, ...(allowSlowTypes ? ["--allow-slow-types", "--no-check"] : [])]
+  const args = [
+    "publish",
+    "--dry-run",
+    "--allow-dirty",
+    "--config",
+    `packages/${dir}/jsr.json`,
+    ...(allowSlowTypes ? ["--allow-slow-types", "--no-check"] : [])
+  ]
   const res = spawnSync(denoBinary(), args, { cwd: root, env: { ...process.env, NO_COLOR: "1" }, encoding: "utf8" })
   return { status: res.status, output: res.stdout + res.stderr }
 }
@@ -40,8 +47,13 @@ describe("JSR", () => {
       assert.strictEqual(jsr.name, pkg.name)
       assert.strictEqual(jsr.version, pkg.version)
       assert.strictEqual(jsr.license, "MIT")
-      const modules = fs.readdirSync(path.join(root, "packages", pkg.dir, "src")).filter((f) => f.endsWith(".ts") && f !== "index.ts").sort()
-      assert.deepStrictEqual(jsr.exports, Object.fromEntries([[".", "./src/index.ts"], ...modules.map((f) => [`./${f.slice(0, -3)}`, `./src/${f}`])]))
+      const modules = fs.readdirSync(path.join(root, "packages", pkg.dir, "src")).filter((f) =>
+        f.endsWith(".ts") && f !== "index.ts"
+      ).sort()
+      assert.deepStrictEqual(
+        jsr.exports,
+        Object.fromEntries([[".", "./src/index.ts"], ...modules.map((f) => [`./${f.slice(0, -3)}`, `./src/${f}`])])
+      )
     })
 
     it(`${pkg.name}: deno publish --dry-run`, () => {
@@ -53,13 +65,21 @@ describe("JSR", () => {
       }
       const baseline = slowTypes[pkg.dir]
       assert.isDefined(baseline, `${pkg.dir}: add it to withoutSlowTypes (or, for now, its count to slowTypes)`)
-      assert.isAtMost(count, baseline!, `${pkg.dir}: ${count} slow-type errors, more than the ${baseline} recorded:\n${strict.output.slice(-4000)}`)
+      assert.isAtMost(
+        count,
+        baseline!,
+        `${pkg.dir}: ${count} slow-type errors, more than the ${baseline} recorded:\n${strict.output.slice(-4000)}`
+      )
       if (count === 0) {
         assert.notStrictEqual(strict.status, 0, `${pkg.dir} has no slow types any more: move it to withoutSlowTypes`)
         assert.fail(`${pkg.dir}: deno publish failed without counting slow types:\n${strict.output.slice(-4000)}`)
       }
       // Apart from slow types, the package publishes: its imports resolve, its exports exist.
-      assert.deepStrictEqual([...new Set(strict.output.match(/^error\[[a-z-]+\]/gm))].filter((k) => !/explicit|super-class/.test(k)), [], strict.output.slice(-4000))
+      assert.deepStrictEqual(
+        [...new Set(strict.output.match(/^error\[[a-z-]+\]/gm))].filter((k) => !/explicit|super-class/.test(k)),
+        [],
+        strict.output.slice(-4000)
+      )
       const lenient = publish(pkg.dir, true)
       assert.strictEqual(lenient.status, 0, lenient.output.slice(-4000))
       assert.include(lenient.output, `Simulating publish of ${pkg.name}@${pkg.version}`)

@@ -16,7 +16,15 @@ import * as Settings from "../examples/orders/settings.ts"
 import * as Transport from "../examples/orders/transport.ts"
 import { amqpUrl, rawChannel } from "../packages/rabbitmq/test/helpers.ts"
 import { pgClientLayer, pgUrl, schemaName } from "./support/pg.ts"
-import { currentRuntime, defaultStallMs, exited, spawnOn, stopChild, waitForOutput, watchProgress } from "./support/processes.ts"
+import {
+  currentRuntime,
+  defaultStallMs,
+  exited,
+  spawnOn,
+  stopChild,
+  waitForOutput,
+  watchProgress
+} from "./support/processes.ts"
 import { waitFor } from "./support/progress.ts"
 import * as Prometheus from "./support/prometheus.ts"
 import { send } from "./support/rawHttp.ts"
@@ -32,14 +40,21 @@ interface Reply {
   readonly json: any
 }
 
-const request = async (base: string, method: string, route: string, options: { readonly body?: unknown; readonly token?: string } = {}): Promise<Reply> => {
+const request = async (
+  base: string,
+  method: string,
+  route: string,
+  options: { readonly body?: unknown; readonly token?: string } = {}
+): Promise<Reply> => {
   const headers: Record<string, string> = {}
   if (options.body !== undefined) headers["content-type"] = "application/json"
   if (options.token !== undefined) headers["authorization"] = `Bearer ${options.token}`
   const response = await fetch(`${base}${route}`, {
     method,
     headers,
-    ...(options.body === undefined ? {} : { body: typeof options.body === "string" ? options.body : JSON.stringify(options.body) }),
+    ...(options.body === undefined
+      ? {}
+      : { body: typeof options.body === "string" ? options.body : JSON.stringify(options.body) }),
     signal: AbortSignal.timeout(15_000)
   })
   const text = await response.text()
@@ -61,7 +76,10 @@ const until = <A>(what: string, read: () => Promise<A>, done: (a: A) => boolean,
 
 const dropSchema = (schema: string) =>
   Effect.runPromise(
-    SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.provide(pgClientLayer(pgUrl(), 1)), Effect.ignore)
+    SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(
+      Effect.provide(pgClientLayer(pgUrl(), 1)),
+      Effect.ignore
+    )
   )
 
 const deleteRabbitEntities = (prefix: string) =>
@@ -108,11 +126,17 @@ const serviceSuite = (broker: Broker) =>
     const order = async (orderId: string) => {
       const res = await http("GET", `/orders/${orderId}`)
       assert.strictEqual(res.status, 200, res.text)
-      return res.json as { order: Record<string, any>; saga: { id: string; status: string; error: string | null; steps: Array<{ name: string; status: string }> } }
+      return res.json as {
+        order: Record<string, any>
+        saga: { id: string; status: string; error: string | null; steps: Array<{ name: string; status: string }> }
+      }
     }
-    const settled = (orderId: string) => until(`order ${orderId} to settle`, () => order(orderId), (o) => o.order["status"] !== "pending")
+    const settled = (orderId: string) =>
+      until(`order ${orderId} to settle`, () => order(orderId), (o) => o.order["status"] !== "pending")
     const listed = (customer: string) =>
-      http("GET", `/orders?customer=${customer}`).then((r) => (r.json.orders as Array<Record<string, any>>).filter((o) => String(o["order_id"]).startsWith(run)))
+      http("GET", `/orders?customer=${customer}`).then((r) =>
+        (r.json.orders as Array<Record<string, any>>).filter((o) => String(o["order_id"]).startsWith(run))
+      )
 
     beforeAll(async () => {
       service = await startService(broker)
@@ -133,7 +157,15 @@ const serviceSuite = (broker: Broker) =>
       assert.strictEqual(ada.headers.get("location"), `/orders/${id(1)}`)
       assert.strictEqual(ada.json.order.status, "pending")
       assert.match(ada.json.order.saga_id, /^[0-9a-f-]{36}$/)
-      for (const [n, customer, sku, quantity, cents] of [[2, "mallory", "lamp", 1, 8_900], [3, "grace", "mug", 1, 1_250], [4, "linus", "lamp", 50, 44_500]] as const) {
+      for (
+        const [n, customer, sku, quantity, cents] of [[2, "mallory", "lamp", 1, 8_900], [3, "grace", "mug", 1, 1_250], [
+          4,
+          "linus",
+          "lamp",
+          50,
+          44_500
+        ]] as const
+      ) {
         const res = await place(n, customer, sku, quantity, cents)
         assert.strictEqual(res.status, 202, res.text)
       }
@@ -144,7 +176,10 @@ const serviceSuite = (broker: Broker) =>
       // the declined card: the reserved lamp was released by the compensation
       assert.strictEqual(m!.order["status"], "cancelled")
       assert.strictEqual(m!.saga.status, "compensated")
-      assert.deepStrictEqual(m!.saga.steps.map((s) => `${s.name}=${s.status}`), ["reserve-inventory=compensated", "charge-payment=failed"])
+      assert.deepStrictEqual(m!.saga.steps.map((s) => `${s.name}=${s.status}`), [
+        "reserve-inventory=compensated",
+        "charge-payment=failed"
+      ])
       assert.match(m!.order["reason"], /payment declined/)
       // the flaky gateway: the first delivery failed, the redelivery charged
       assert.strictEqual(g!.order["status"], "confirmed")
@@ -157,12 +192,21 @@ const serviceSuite = (broker: Broker) =>
       assert.strictEqual(view.json.saga.type, "place-order")
       assert.deepStrictEqual(view.json.steps.map((s: { status: string }) => s.status), ["compensated", "failed"])
       const stock = await http("GET", "/stock")
-      assert.deepStrictEqual(stock.json.stock, [{ sku: "book", available: 98 }, { sku: "lamp", available: 5 }, { sku: "mug", available: 49 }])
+      assert.deepStrictEqual(stock.json.stock, [{ sku: "book", available: 98 }, { sku: "lamp", available: 5 }, {
+        sku: "mug",
+        available: 49
+      }])
     })
 
     it("keeps the order list (the projection) in step with the orders, per customer", async () => {
-      const rows = await until("the projection to apply every outcome", () => http("GET", "/orders").then((r) => (r.json.orders as Array<Record<string, any>>).filter((o) => String(o["order_id"]).startsWith(run))), (rows) =>
-        rows.length === 4 && rows.every((r) => r["status"] !== "pending"))
+      const rows = await until(
+        "the projection to apply every outcome",
+        () =>
+          http("GET", "/orders").then((r) =>
+            (r.json.orders as Array<Record<string, any>>).filter((o) => String(o["order_id"]).startsWith(run))
+          ),
+        (rows) => rows.length === 4 && rows.every((r) => r["status"] !== "pending")
+      )
       assert.deepStrictEqual(rows.map((r) => [r["order_id"], r["customer"], r["status"], r["version"]]), [
         [id(1), "ada", "confirmed", 2],
         [id(2), "mallory", "cancelled", 2],
@@ -184,20 +228,35 @@ const serviceSuite = (broker: Broker) =>
       const missing = await http("GET", `/orders/${run}-nope`)
       assert.strictEqual(missing.status, 404)
       assert.strictEqual(missing.json.error.tag, "OrderNotFound")
-      const same = await http("POST", "/orders", { body: { orderId: id(1), customer: "ada", sku: "book", quantity: 2, amountCents: 2_598 } })
+      const same = await http("POST", "/orders", {
+        body: { orderId: id(1), customer: "ada", sku: "book", quantity: 2, amountCents: 2_598 }
+      })
       assert.strictEqual(same.status, 200, same.text)
       assert.isFalse(same.json.created)
-      const conflict = await http("POST", "/orders", { body: { orderId: id(1), customer: "ada", sku: "book", quantity: 3, amountCents: 2_598 } })
+      const conflict = await http("POST", "/orders", {
+        body: { orderId: id(1), customer: "ada", sku: "book", quantity: 3, amountCents: 2_598 }
+      })
       assert.strictEqual(conflict.status, 409, conflict.text)
       assert.strictEqual(conflict.json.error.tag, "OrderIdConflict")
     })
 
     it("refuses the admin routes without the token or with a wrong one; health and readiness are open", async () => {
-      for (const [method, route] of [["GET", "/admin/outbox/failed"], ["GET", "/admin/outbox/stats"], ["GET", "/admin/inbox"], ["POST", "/admin/faults/publish"], ["GET", "/admin/broker"]] as const) {
+      for (
+        const [method, route] of [
+          ["GET", "/admin/outbox/failed"],
+          ["GET", "/admin/outbox/stats"],
+          ["GET", "/admin/inbox"],
+          ["POST", "/admin/faults/publish"],
+          ["GET", "/admin/broker"]
+        ] as const
+      ) {
         const anonymous = await http(method, route, method === "POST" ? { body: { type: "x" } } : {})
         assert.strictEqual(anonymous.status, 401, `${method} ${route}: ${anonymous.text}`)
         assert.strictEqual(anonymous.json.error.tag, "Unauthorized")
-        const wrong = await http(method, route, { token: "not-the-token", ...(method === "POST" ? { body: { type: "x" } } : {}) })
+        const wrong = await http(method, route, {
+          token: "not-the-token",
+          ...(method === "POST" ? { body: { type: "x" } } : {})
+        })
         assert.strictEqual(wrong.status, 401, `${method} ${route} with a wrong token`)
       }
       const sagaId = (await order(id(1))).saga.id
@@ -209,17 +268,26 @@ const serviceSuite = (broker: Broker) =>
       assert.strictEqual((await http("GET", "/health")).status, 200)
       const ready = await http("GET", "/ready")
       assert.strictEqual(ready.status, 200, ready.text)
-      assert.deepStrictEqual(ready.json.checks.map((c: { name: string; status: string }) => `${c.name}=${c.status}`).sort(), ["broker=up", "postgres=up", "relay=up"])
+      assert.deepStrictEqual(
+        ready.json.checks.map((c: { name: string; status: string }) => `${c.name}=${c.status}`).sort(),
+        ["broker=up", "postgres=up", "relay=up"]
+      )
     })
 
     it("has safe HTTP defaults: 413 before reading a huge body, 415, 400 without an error log, 404/405, /ready details with the token", async () => {
       const port = Number(new URL(service.url).port)
       const MB = 1024 * 1024
       // The child's peak resident memory (Linux): buffering a 200 MB body would show here.
-      const peak = () => Number(/VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${service.child.pid}/status`, "utf8"))?.[1]) * 1024
+      const peak = () =>
+        Number(/VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${service.child.pid}/status`, "utf8"))?.[1]) * 1024
       const peakBefore = peak()
       for (const chunked of [false, true]) {
-        const reply = await send(port, { target: "/orders", headers: { "content-type": "application/json" }, size: 200 * MB, chunked })
+        const reply = await send(port, {
+          target: "/orders",
+          headers: { "content-type": "application/json" },
+          size: 200 * MB,
+          chunked
+        })
         assert.strictEqual(reply.status, 413, `chunked=${chunked}: ${reply.body}`)
         assert.strictEqual(reply.json.error.tag, "PayloadTooLarge")
         assert.isBelow(reply.sent, 40 * MB, "the server stopped reading")
@@ -228,7 +296,13 @@ const serviceSuite = (broker: Broker) =>
       // 10 MB of nested [ while /health is probed: refused at the limit, /health keeps answering.
       let uploading = true
       let healthy = 0
-      const upload = send(port, { target: "/orders", headers: { "content-type": "application/json" }, size: 10 * MB, fill: "[", chunked: true }).finally(() => void (uploading = false))
+      const upload = send(port, {
+        target: "/orders",
+        headers: { "content-type": "application/json" },
+        size: 10 * MB,
+        fill: "[",
+        chunked: true
+      }).finally(() => void (uploading = false))
       const probes = (async () => {
         do if ((await http("GET", "/health")).status === 200) healthy++
         while (uploading)
@@ -250,13 +324,26 @@ const serviceSuite = (broker: Broker) =>
 
       // NUL bytes and invalid UTF-8 in paths and queries: 400, and nothing in the service's log.
       const logBefore = service.child.output().length
-      for (const target of ["/orders/%00", "/orders/a%00", "/orders?customer=%00", "/orders/%ff", "/orders?customer=%c3%28", "/stock?x=%"]) {
+      for (
+        const target of [
+          "/orders/%00",
+          "/orders/a%00",
+          "/orders?customer=%00",
+          "/orders/%ff",
+          "/orders?customer=%c3%28",
+          "/stock?x=%"
+        ]
+      ) {
         const reply = await send(port, { method: "GET", target })
         assert.strictEqual(reply.status, 400, target)
         assert.strictEqual(reply.json.error.tag, "BadRequest", target)
       }
       // Nothing about these requests in the log (other tests' sagas may log meanwhile).
-      assert.notMatch(service.child.output().slice(logBefore), /request failed|defect|SqlError|invalid byte sequence|\\u0000|%00/i, "no error log")
+      assert.notMatch(
+        service.child.output().slice(logBefore),
+        /request failed|defect|SqlError|invalid byte sequence|\\u0000|%00/i,
+        "no error log"
+      )
 
       // Unknown routes and methods, in the JSON error shape.
       const missing = await http("GET", "/nothing")
@@ -277,9 +364,14 @@ const serviceSuite = (broker: Broker) =>
 
     it("shows a failed outbox event in the admin view, and a retry through the admin route publishes it", async () => {
       const target = id(5)
-      const armed = await http("POST", "/admin/faults/publish", { token, body: { type: "order.confirmed", aggregateId: target } })
+      const armed = await http("POST", "/admin/faults/publish", {
+        token,
+        body: { type: "order.confirmed", aggregateId: target }
+      })
       assert.strictEqual(armed.status, 201, armed.text)
-      const placed = await http("POST", "/orders", { body: { orderId: target, customer: "bob", sku: "book", quantity: 1, amountCents: 1_999 } })
+      const placed = await http("POST", "/orders", {
+        body: { orderId: target, customer: "bob", sku: "book", quantity: 1, amountCents: 1_999 }
+      })
       assert.strictEqual(placed.status, 202, placed.text)
       const failed = await until("the refused event in GET /admin/outbox/failed", async () => {
         const res = await http("GET", "/admin/outbox/failed", { token })
@@ -293,12 +385,23 @@ const serviceSuite = (broker: Broker) =>
       // the saga is done, the order confirmed on the write side; the read side has not heard of it
       assert.strictEqual((await order(target)).order["status"], "confirmed")
       assert.deepStrictEqual((await listed("bob")).map((r) => r["status"]), ["pending"])
-      assert.strictEqual((await http("POST", "/admin/outbox/failed/retry", { token, body: { ids: ["not-a-uuid"] } })).status, 400)
+      assert.strictEqual(
+        (await http("POST", "/admin/outbox/failed/retry", { token, body: { ids: ["not-a-uuid"] } })).status,
+        400
+      )
       const retried = await http("POST", `/admin/outbox/failed/${failed!["id"]}/retry`, { token })
       assert.strictEqual(retried.status, 200, retried.text)
       assert.deepStrictEqual(retried.json, { retried: 1 })
-      assert.strictEqual((await http("POST", `/admin/outbox/failed/${failed!["id"]}/retry`, { token })).status, 404, "no longer failed")
-      await until("the retried event to reach the projection", () => listed("bob").then((rows) => rows.map((r) => r["status"])), (s) => s[0] === "confirmed")
+      assert.strictEqual(
+        (await http("POST", `/admin/outbox/failed/${failed!["id"]}/retry`, { token })).status,
+        404,
+        "no longer failed"
+      )
+      await until(
+        "the retried event to reach the projection",
+        () => listed("bob").then((rows) => rows.map((r) => r["status"])),
+        (s) => s[0] === "confirmed"
+      )
       const after = await http("GET", "/admin/outbox/failed", { token })
       assert.isUndefined((after.json.events as Array<Record<string, any>>).find((e) => e["id"] === failed!["id"]))
       const inbox = await http("GET", `/admin/inbox/${Domain.consumers.projection}/${failed!["id"]}`, { token })
@@ -316,8 +419,15 @@ const serviceSuite = (broker: Broker) =>
       assert.isAtLeast(scrape.sum("tidings_saga_started_total"), 5)
       assert.isAtLeast(scrape.sum("tidings_saga_finished_total", { status: "completed" }), 3)
       assert.isAtLeast(scrape.sum("tidings_saga_finished_total", { status: "compensated" }), 2)
-      assert.isAbove(scrape.sum("tidings_inbox_handled_total", { consumer: Domain.consumers.inventory, outcome: "processed" }), 0)
-      assert.isAbove(scrape.sum("tidings_inbox_handled_total", { consumer: Domain.consumers.payment, outcome: "failed" }), 0, "the flaky gateway's first attempt")
+      assert.isAbove(
+        scrape.sum("tidings_inbox_handled_total", { consumer: Domain.consumers.inventory, outcome: "processed" }),
+        0
+      )
+      assert.isAbove(
+        scrape.sum("tidings_inbox_handled_total", { consumer: Domain.consumers.payment, outcome: "failed" }),
+        0,
+        "the flaky gateway's first attempt"
+      )
       assert.isAbove(scrape.sum("tidings_consumer_acked_total", { consumer: Domain.consumers.payment }), 0)
       assert.isAtLeast(scrape.sum("tidings_consumer_retried_total", { consumer: Domain.consumers.payment }), 1)
       assert.isAtLeast(scrape.sum("tidings_outbox_failed_total"), 1)
@@ -341,7 +451,6 @@ const serviceSuite = (broker: Broker) =>
       // SIGTERM; Node reports the real exit code.
       assert.strictEqual(code, runtime === "deno" ? "SIGTERM" : 0, service.child.output())
     })
-
   })
 
 serviceSuite("memory")
@@ -349,7 +458,9 @@ serviceSuite("rabbitmq")
 
 describe(`the demo command on ${runtime}`, () => {
   it("is the root package's tidings:demo script", () => {
-    const pkg = JSON.parse(fs.readFileSync(path.join(import.meta.dirname, "../package.json"), "utf8")) as { scripts: Record<string, string> }
+    const pkg = JSON.parse(fs.readFileSync(path.join(import.meta.dirname, "../package.json"), "utf8")) as {
+      scripts: Record<string, string>
+    }
     assert.strictEqual(pkg.scripts["tidings:demo"], "node examples/orders/main.ts")
   })
 
@@ -368,18 +479,29 @@ describe(`the demo command on ${runtime}`, () => {
     const lines = output.split("\n").filter((l) => l.startsWith("[orders]")).map((l) => l.slice("[orders] ".length))
     const after = lines.slice(lines.indexOf("— summary —"))
     assert.isAbove(after.length, 10, output)
-    const saga = (customer: string) => after.find((l) => l.includes(` ${customer.padEnd(8)} `) && /completed|compensated/.test(l)) ?? ""
+    const saga = (customer: string) =>
+      after.find((l) => l.includes(` ${customer.padEnd(8)} `) && /completed|compensated/.test(l)) ?? ""
     assert.match(saga("ada"), /completed +reserve-inventory=completed, charge-payment=completed/)
     assert.match(saga("grace"), /completed/)
-    assert.match(saga("mallory"), /compensated +reserve-inventory=compensated, charge-payment=failed — .*payment declined/)
+    assert.match(
+      saga("mallory"),
+      /compensated +reserve-inventory=compensated, charge-payment=failed — .*payment declined/
+    )
     assert.match(saga("linus"), /compensated .*out of stock/)
     assert.match(saga("bob"), /completed/)
     assert.match(after.find((l) => l.startsWith("events (outbox):")) ?? "", /^events \(outbox\): \d+ in all$/)
     assert.match(after.find((l) => l.trim().startsWith("inventory.release")) ?? "", /1 published/)
     assert.match(after.find((l) => l.trim().startsWith("order.confirmed")) ?? "", /3 published/)
-    assert.strictEqual(after.filter((l) => / (confirmed|cancelled)( \(.*\))?$/.test(l) && /^ {2}o/.test(l)).length, 5, "five rows in the order list")
+    assert.strictEqual(
+      after.filter((l) => / (confirmed|cancelled)( \(.*\))?$/.test(l) && /^ {2}o/.test(l)).length,
+      5,
+      "five rows in the order list"
+    )
     assert.include(after.join("\n"), "stock: book 97, lamp 5, mug 49")
-    assert.match(after.find((l) => l.startsWith("metrics (GET /metrics):")) ?? "", /tidings_saga_finished_total\{status="compensated"\} 2/)
+    assert.match(
+      after.find((l) => l.startsWith("metrics (GET /metrics):")) ?? "",
+      /tidings_saga_finished_total\{status="compensated"\} 2/
+    )
     assert.match(lines.find((l) => l.startsWith("GET /admin/outbox/failed without a token")) ?? "", /→ 401$/)
     assert.match(lines.at(-1) ?? "", /^done in [\d.]+ s: 5 orders, 3 confirmed, 2 cancelled by compensation/)
     return lines
@@ -387,7 +509,13 @@ describe(`the demo command on ${runtime}`, () => {
 
   it("runs on the embedded defaults (embedded PostgreSQL, in-memory broker), shows progress and a summary, exits 0", async () => {
     const started = Date.now()
-    const { code, output } = await runDemo({ TIDINGS_PG_URL: "", TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: "", TIDINGS_ADMIN_TOKEN: "", TIDINGS_HTTP_PORT: "" })
+    const { code, output } = await runDemo({
+      TIDINGS_PG_URL: "",
+      TIDINGS_AMQP_URL: "",
+      TIDINGS_SCHEMA: "",
+      TIDINGS_ADMIN_TOKEN: "",
+      TIDINGS_HTTP_PORT: ""
+    })
     assert.strictEqual(code, 0, output)
     const lines = checkSummary(output)
     assert.match(lines[1] ?? "", /^PostgreSQL ready in \d+ ms \(embedded, 127\.0\.0\.1:\d+/)
@@ -402,13 +530,25 @@ describe(`the demo command on ${runtime}`, () => {
   it("uses RabbitMQ when TIDINGS_AMQP_URL is set, and runs again on the same database", async () => {
     const schema = schemaName("ordersdemo")
     try {
-      const { code, output } = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: amqpUrl(), TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_HTTP_PORT: "" })
+      const { code, output } = await runDemo({
+        TIDINGS_PG_URL: pgUrl(),
+        TIDINGS_AMQP_URL: amqpUrl(),
+        TIDINGS_SCHEMA: schema,
+        TIDINGS_ADMIN_TOKEN: "",
+        TIDINGS_HTTP_PORT: ""
+      })
       assert.strictEqual(code, 0, output)
       const lines = checkSummary(output)
       assert.match(lines.find((l) => l.startsWith("broker:")) ?? "", /^broker: amqp:\/\/127\.0\.0\.1:\d+/)
       assert.notInclude(output, "guest:guest", "no credentials in the output")
       // Again, on the in-memory broker, over the first run's tables: restocked, new order ids.
-      const again = await runDemo({ TIDINGS_PG_URL: pgUrl(), TIDINGS_AMQP_URL: "", TIDINGS_SCHEMA: schema, TIDINGS_ADMIN_TOKEN: "", TIDINGS_HTTP_PORT: "" })
+      const again = await runDemo({
+        TIDINGS_PG_URL: pgUrl(),
+        TIDINGS_AMQP_URL: "",
+        TIDINGS_SCHEMA: schema,
+        TIDINGS_ADMIN_TOKEN: "",
+        TIDINGS_HTTP_PORT: ""
+      })
       assert.strictEqual(again.code, 0, again.output)
       assert.include(again.output, "stock: book 97, lamp 5, mug 49")
       assert.match(again.output, /done in [\d.]+ s: 5 orders, 3 confirmed, 2 cancelled by compensation/)
@@ -420,7 +560,9 @@ describe(`the demo command on ${runtime}`, () => {
 
   it("reads the components' TIDINGS_* variables in one go: one error naming every wrong variable, exit code 2", async () => {
     const load = (args: ReadonlyArray<string>, env: Record<string, string>) =>
-      Effect.runPromise(Effect.result(Settings.load(args).pipe(Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env }))))))
+      Effect.runPromise(
+        Effect.result(Settings.load(args).pipe(Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env })))))
+      )
     for (const [args, setting] of [[["--port", "99999"], "--port"], [["--bogus"], "--bogus"]] as const) {
       const r = await load(args, {})
       assert.isTrue(r._tag === "Failure" && r.failure._tag === "UsageError" && r.failure.setting === setting, setting)
@@ -447,7 +589,12 @@ describe(`the demo command on ${runtime}`, () => {
       "TIDINGS_LOG_LEVEL"
     ])
     assert.notInclude(error?.message ?? "", "Pa55word")
-    const ok = await load(["--serve", "--port=8080"], { TIDINGS_PG_URL: "postgres://u:secret@h/db", TIDINGS_ADMIN_TOKEN: "long-enough-token-0123456789abcdef", TIDINGS_HTTP_PORT: "9090", TIDINGS_RELAY_CONCURRENCY: "3" })
+    const ok = await load(["--serve", "--port=8080"], {
+      TIDINGS_PG_URL: "postgres://u:secret@h/db",
+      TIDINGS_ADMIN_TOKEN: "long-enough-token-0123456789abcdef",
+      TIDINGS_HTTP_PORT: "9090",
+      TIDINGS_RELAY_CONCURRENCY: "3"
+    })
     assert.strictEqual(ok._tag, "Success")
     if (ok._tag === "Success" && ok.success !== "help") {
       assert.isTrue(ok.success.serve)

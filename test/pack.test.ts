@@ -59,7 +59,11 @@ console.log("hono ok", health.status, denied.status, stats.status, "pending=" + 
 /** The programs run in the scratch project, with what each must print last. */
 const programs: ReadonlyArray<{ readonly file: string; readonly source: string; readonly expect: RegExp }> = [
   { file: "main.ts", source: quickstart, expect: /delivered order\.placed .*\n.*delivered order\.placed/ },
-  { file: "core-readme.ts", source: firstTsBlock("packages/core/README.md"), expect: /^delivered order\.placed \{"orderId":"o-1","totalCents":1250\}$/m },
+  {
+    file: "core-readme.ts",
+    source: firstTsBlock("packages/core/README.md"),
+    expect: /^delivered order\.placed \{"orderId":"o-1","totalCents":1250\}$/m
+  },
   { file: "postgres-readme.ts", source: firstTsBlock("packages/postgres/README.md"), expect: /^relayed 1 event$/m },
   { file: "hono.ts", source: honoCheck, expect: /^hono ok 200 401 200 pending=0$/m },
   {
@@ -114,7 +118,15 @@ describe("packages as published", () => {
       const file = tarballs[pkg.dir]!
       expect(path.basename(file)).toBe(tarballName(pkg))
       const files = execFileSync("tar", ["tzf", file], { encoding: "utf8" }).trim().split("\n")
-      for (const required of ["package/LICENSE", "package/README.md", "package/package.json", "package/dist/index.js", "package/dist/index.d.ts"]) {
+      for (
+        const required of [
+          "package/LICENSE",
+          "package/README.md",
+          "package/package.json",
+          "package/dist/index.js",
+          "package/dist/index.d.ts"
+        ]
+      ) {
         expect(files, `${pkg.name}: ${required}`).toContain(required)
       }
       expect(files.filter((f) => f.includes(".test.")), pkg.name).toEqual([])
@@ -124,7 +136,10 @@ describe("packages as published", () => {
 
   it("publint finds nothing in any tarball (strict)", () => {
     for (const [dir, file] of Object.entries(tarballs)) {
-      const res = spawnSync(bin("publint"), ["run", file, "--strict", "--level", "suggestion"], { env, encoding: "utf8" })
+      const res = spawnSync(bin("publint"), ["run", file, "--strict", "--level", "suggestion"], {
+        env,
+        encoding: "utf8"
+      })
       expect(res.status, `${dir}: ${res.stdout}${res.stderr}`).toBe(0)
       expect(res.stdout, dir).toContain("All good!")
     }
@@ -132,7 +147,16 @@ describe("packages as published", () => {
 
   it("arethetypeswrong finds nothing in any tarball, for every public module (ESM only: node16 and bundlers)", () => {
     for (const [dir, file] of Object.entries(tarballs)) {
-      const args = [file, "--profile", "esm-only", "--format", "ascii", "--entrypoints", ...entrypoints(dir), "./package.json"]
+      const args = [
+        file,
+        "--profile",
+        "esm-only",
+        "--format",
+        "ascii",
+        "--entrypoints",
+        ...entrypoints(dir),
+        "./package.json"
+      ]
       const res = spawnSync(bin("attw"), args, { env, encoding: "utf8" })
       expect(res.status, `${dir}: ${res.stdout}${res.stderr}`).toBe(0)
       // Every public module resolves, with types, for Node's ESM resolution and for bundlers.
@@ -154,7 +178,16 @@ describe("packages as published", () => {
       }
       sh("npm", ["init", "-y"])
       sh("npm", ["pkg", "set", "type=module"])
-      sh("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", ...Object.values(tarballs), "effect@4.1.0", "hono@4.13.19", "@hono/node-server@2.1.8"])
+      sh("npm", [
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=error",
+        ...Object.values(tarballs),
+        "effect@4.1.0",
+        "hono@4.13.19",
+        "@hono/node-server@2.1.8"
+      ])
       sh("npm", ["install", "--save-dev", "--no-audit", "--no-fund", "--loglevel=error", "@types/node@24.19.2"])
       for (const p of programs) fs.writeFileSync(path.join(app, p.file), p.source)
     })
@@ -170,30 +203,45 @@ describe("packages as published", () => {
     })
 
     it("type-checks with strict settings (exactOptionalPropertyTypes, noUncheckedIndexedAccess, skipLibCheck false)", () => {
-      fs.writeFileSync(path.join(app, "tsconfig.json"), JSON.stringify({
-        compilerOptions: {
-          target: "ES2022",
-          lib: ["ES2022", "DOM"],
-          module: "NodeNext",
-          moduleResolution: "NodeNext",
-          types: ["node"],
-          strict: true,
-          exactOptionalPropertyTypes: true,
-          noUncheckedIndexedAccess: true,
-          skipLibCheck: false,
-          verbatimModuleSyntax: true,
-          outDir: "js",
-          rootDir: "."
-        },
-        include: programs.map((p) => p.file)
-      }, null, 2))
+      fs.writeFileSync(
+        path.join(app, "tsconfig.json"),
+        JSON.stringify(
+          {
+            compilerOptions: {
+              target: "ES2022",
+              lib: ["ES2022", "DOM"],
+              module: "NodeNext",
+              moduleResolution: "NodeNext",
+              types: ["node"],
+              strict: true,
+              exactOptionalPropertyTypes: true,
+              noUncheckedIndexedAccess: true,
+              skipLibCheck: false,
+              verbatimModuleSyntax: true,
+              outDir: "js",
+              rootDir: "."
+            },
+            include: programs.map((p) => p.file)
+          },
+          null,
+          2
+        )
+      )
       const res = spawnSync(bin("tsc"), ["-p", "tsconfig.json"], { cwd: app, env, encoding: "utf8" })
       expect(res.status, res.stdout + res.stderr).toBe(0)
-      for (const p of programs) expect(fs.existsSync(path.join(app, "js", p.file.replace(/\.ts$/, ".js"))), p.file).toBe(true)
+      for (const p of programs) {
+        expect(fs.existsSync(path.join(app, "js", p.file.replace(/\.ts$/, ".js"))), p.file).toBe(true)
+      }
     })
 
     it("the tidings command runs from its build, through the bin npm linked", () => {
-      const cli = spawnSync(path.join(app, "node_modules/.bin/tidings"), ["migrate", "--dry-run", "--json", "--schema", "pack_check"], {
+      const cli = spawnSync(path.join(app, "node_modules/.bin/tidings"), [
+        "migrate",
+        "--dry-run",
+        "--json",
+        "--schema",
+        "pack_check"
+      ], {
         cwd: app,
         env: { ...env, TIDINGS_PG_URL: inject("pgUrl") },
         encoding: "utf8"

@@ -31,7 +31,10 @@ const files = [
  * code does not depend on them.
  */
 const notOnMinimum: ReadonlyArray<readonly [test: string, reason: string]> = [
-  ["settling does not scan the processing index", "reads index statistics after pg_stat_force_next_flush(), a PostgreSQL 15 function"]
+  [
+    "settling does not scan the processing index",
+    "reads index statistics after pg_stat_force_next_flush(), a PostgreSQL 15 function"
+  ]
 ]
 
 describe(`PostgreSQL ${MINIMUM_POSTGRES}, the minimum version`, () => {
@@ -39,7 +42,9 @@ describe(`PostgreSQL ${MINIMUM_POSTGRES}, the minimum version`, () => {
 
   beforeAll(async () => {
     if (!fs.existsSync(path.join(binDir, "postgres"))) {
-      throw new Error(`no PostgreSQL ${MINIMUM_POSTGRES} binaries at ${binDir}: the optional dependency postgresql-14 exists for linux-x64 only`)
+      throw new Error(
+        `no PostgreSQL ${MINIMUM_POSTGRES} binaries at ${binDir}: the optional dependency postgresql-14 exists for linux-x64 only`
+      )
     }
     pg = await startPostgres({ binDir, ignoreEnv: true })
   })
@@ -61,9 +66,21 @@ describe(`PostgreSQL ${MINIMUM_POSTGRES}, the minimum version`, () => {
     assert.strictEqual(Math.floor(Number(row!.v) / 10_000), MINIMUM_POSTGRES)
 
     const skip = notOnMinimum.map(([name]) => name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|")
-    const res = spawnSync(process.execPath, [path.join(root, "node_modules/vitest/vitest.mjs"), "run", ...files, "-t", `^(?!.*(${skip}))`], {
+    const res = spawnSync(process.execPath, [
+      path.join(root, "node_modules/vitest/vitest.mjs"),
+      "run",
+      ...files,
+      "-t",
+      `^(?!.*(${skip}))`
+    ], {
       cwd: root,
-      env: { ...process.env, TIDINGS_PG_URL: pg.url, TIDINGS_AMQP_URL: inject("amqpUrl"), TIDINGS_EXPECT_RUNTIME: "node", NO_COLOR: "1" },
+      env: {
+        ...process.env,
+        TIDINGS_PG_URL: pg.url,
+        TIDINGS_AMQP_URL: inject("amqpUrl"),
+        TIDINGS_EXPECT_RUNTIME: "node",
+        NO_COLOR: "1"
+      },
       encoding: "utf8"
     })
     const output = res.stdout + res.stderr

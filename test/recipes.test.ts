@@ -25,7 +25,9 @@ describe("recipes", () => {
       const text = fs.readFileSync(path.join(root, "docs/recipes", page), "utf8")
       const examples = [...text.matchAll(/\(\.\.\/\.\.\/examples\/([\w-]+)\/?/g)].map((m) => m[1]!)
       assert.isNotEmpty(examples, `${page} links no example`)
-      for (const name of examples) assert.isTrue(fs.existsSync(path.join(root, "examples", name)), `${page}: examples/${name}`)
+      for (const name of examples) {
+        assert.isTrue(fs.existsSync(path.join(root, "examples", name)), `${page}: examples/${name}`)
+      }
     }
   })
 
@@ -52,7 +54,10 @@ describe("recipes", () => {
   })
 
   it("RabbitMQ consumer without a broker says what it needs and exits non-zero", async () => {
-    const { code, output } = await runExample(example("rabbitmq-consumer"), { TIDINGS_PG_URL: inject("pgUrl"), TIDINGS_AMQP_URL: "" })
+    const { code, output } = await runExample(example("rabbitmq-consumer"), {
+      TIDINGS_PG_URL: inject("pgUrl"),
+      TIDINGS_AMQP_URL: ""
+    })
     assert.notStrictEqual(code, 0)
     assert.include(output, "this recipe needs RabbitMQ")
   })

@@ -19,10 +19,18 @@ describe("npm run release", () => {
       }
       write("packages/core/package.json", { name: "@tidings/core", version: "0.1.0" })
       write("packages/core/jsr.json", { name: "@tidings/core", version: "0.1.0" })
-      write("packages/postgres/package.json", { name: "@tidings/postgres", version: "0.1.0", dependencies: { "@tidings/core": "workspace:^" } })
+      write("packages/postgres/package.json", {
+        name: "@tidings/postgres",
+        version: "0.1.0",
+        dependencies: { "@tidings/core": "workspace:^" }
+      })
       write("packages/internal/package.json", { name: "internal", private: true, version: "0.0.0" })
       const changed = bumpVersions(dir, "0.2.0")
-      assert.deepStrictEqual(changed.sort(), ["packages/core/jsr.json", "packages/core/package.json", "packages/postgres/package.json"])
+      assert.deepStrictEqual(changed.sort(), [
+        "packages/core/jsr.json",
+        "packages/core/package.json",
+        "packages/postgres/package.json"
+      ])
       const read = (file: string) => JSON.parse(fs.readFileSync(path.join(dir, file), "utf8"))
       assert.strictEqual(read("packages/core/jsr.json").version, "0.2.0")
       assert.strictEqual(read("packages/postgres/package.json").dependencies["@tidings/core"], "workspace:^")

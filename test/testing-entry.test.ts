@@ -48,11 +48,19 @@ describe("@tidings/core/testing outside the workspace", () => {
       fs.mkdirSync(core, { recursive: true })
       // Built as `prepack` builds it, into the scratch project instead of packages/core/dist.
       const manifest = JSON.parse(fs.readFileSync(path.join(root, "packages/core/package.json"), "utf8"))
-      execFileSync(path.join(root, "node_modules/.bin/tsc"), ["-p", path.join(root, "packages/core/tsconfig.build.json"), "--outDir", path.join(core, "dist")], {
+      execFileSync(path.join(root, "node_modules/.bin/tsc"), [
+        "-p",
+        path.join(root, "packages/core/tsconfig.build.json"),
+        "--outDir",
+        path.join(core, "dist")
+      ], {
         cwd: root,
         encoding: "utf8"
       })
-      fs.writeFileSync(path.join(core, "package.json"), JSON.stringify({ ...manifest, exports: manifest.publishConfig.exports, devDependencies: undefined }, null, 2))
+      fs.writeFileSync(
+        path.join(core, "package.json"),
+        JSON.stringify({ ...manifest, exports: manifest.publishConfig.exports, devDependencies: undefined }, null, 2)
+      )
       // The published entry does not reach into the sources.
       expect(fs.existsSync(path.join(core, "src"))).toBe(false)
       expect(fs.existsSync(path.join(core, "dist/testing.js"))).toBe(true)
@@ -61,17 +69,32 @@ describe("@tidings/core/testing outside the workspace", () => {
         fs.mkdirSync(path.dirname(path.join(modules, name)), { recursive: true })
         fs.symlinkSync(fs.realpathSync(path.join(root, "node_modules", name)), path.join(modules, name), "dir")
       }
-      fs.writeFileSync(path.join(work, "package.json"), JSON.stringify({ name: "tidings-driver-check", private: true, type: "module" }))
-      fs.writeFileSync(path.join(work, "vitest.config.ts"), `export default { test: { include: ["contracts.test.ts"] } }\n`)
+      fs.writeFileSync(
+        path.join(work, "package.json"),
+        JSON.stringify({ name: "tidings-driver-check", private: true, type: "module" })
+      )
+      fs.writeFileSync(
+        path.join(work, "vitest.config.ts"),
+        `export default { test: { include: ["contracts.test.ts"] } }\n`
+      )
       fs.writeFileSync(path.join(work, "contracts.test.ts"), suite)
-      const run = spawnSync(nodeBinary(), [path.join(modules, "vitest/vitest.mjs"), "run", "--root", work, "--reporter", "verbose"], {
+      const run = spawnSync(nodeBinary(), [
+        path.join(modules, "vitest/vitest.mjs"),
+        "run",
+        "--root",
+        work,
+        "--reporter",
+        "verbose"
+      ], {
         cwd: work,
         encoding: "utf8",
         env: { ...process.env, NO_COLOR: "1", FORCE_COLOR: "0" }
       })
       const output = `${run.stdout}\n${run.stderr}`
       expect(run.status, output).toBe(0)
-      for (const contract of ["OutboxStore contract", "Relay contract", "Publisher contract"]) expect(output).toContain(contract)
+      for (const contract of ["OutboxStore contract", "Relay contract", "Publisher contract"]) {
+        expect(output).toContain(contract)
+      }
       const passed = Number(output.match(/Tests\s+(\d+) passed/)?.[1] ?? 0)
       expect(passed, output).toBeGreaterThanOrEqual(40)
       expect(output).not.toMatch(/Tests .*\d+ failed/)

@@ -21,6 +21,7 @@
  * "confirm"`) and commit → the consumer's handler received it (`target: "consumer"`).
  * @module
  */
+import * as EventRegistry from "@tidings/core/EventRegistry"
 import type { Message } from "@tidings/core/Message"
 import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
@@ -33,7 +34,6 @@ import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import * as PgWakeup from "@tidings/postgres/PgWakeup"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
 import * as AmqpConsumer from "@tidings/rabbitmq/AmqpConsumer"
-import * as EventRegistry from "@tidings/core/EventRegistry"
 import { Duration, Effect, Layer, type Scope } from "effect"
 import * as os from "node:os"
 import { monitorEventLoopDelay } from "node:perf_hooks"
@@ -199,7 +199,11 @@ export interface Result {
    * Saturated producers, one event per transaction: transactions per second with `notify: true`,
    * with `notify: false`, and with `notify: "in-transaction"` (with the memory transport only).
    */
-  readonly producer?: { readonly withWakeup: number; readonly withoutWakeup: number; readonly withWakeupInTransaction: number }
+  readonly producer?: {
+    readonly withWakeup: number
+    readonly withoutWakeup: number
+    readonly withWakeupInTransaction: number
+  }
   readonly meta: Record<string, unknown>
 }
 
@@ -309,7 +313,10 @@ interface Sink {
 
 const memorySink: Effect.Effect<Sink, never, Scope.Scope> = Effect.gen(function*() {
   const tracker = new LatencyTracker()
-  return { publisher: timing(yield* memoryPublisher, (id, at) => tracker.received(id, at)), targets: [{ target: "publish", tracker }] }
+  return {
+    publisher: timing(yield* memoryPublisher, (id, at) => tracker.received(id, at)),
+    targets: [{ target: "publish", tracker }]
+  }
 })
 
 const registry = EventRegistry.make([Seed.OrderPlaced])
@@ -338,7 +345,10 @@ const rabbitSink = (url: string, queue: Rabbit.QueueType, opts: Options): Effect
     const publishing = yield* Rabbit.connection(url, "bench-relay")
     const amqp = yield* Rabbit.publisher(publishing, exchange, opts.channels)
     const stages = new Stages()
-    const direct = yield* Effect.flatMap(Rabbit.rawConnection(url), (model) => Effect.promise(() => model.createConfirmChannel()))
+    const direct = yield* Effect.flatMap(
+      Rabbit.rawConnection(url),
+      (model) => Effect.promise(() => model.createConfirmChannel())
+    )
     direct.on("error", () => undefined)
     const publisher = timing(stages.publisher(amqp), (id, at) => confirm.received(id, at))
     return {
@@ -347,7 +357,15 @@ const rabbitSink = (url: string, queue: Rabbit.QueueType, opts: Options): Effect
       stages,
       targets: [{ target: "confirm", tracker: confirm }, { target: "consumer", tracker: consumer }],
       startNaive: (store, hub) =>
-        Naive.start({ url, exchange, relays: opts.relays, batchSize: opts.batchSize, store, hub, onConfirmed: (id, at) => confirm.received(id, at) }),
+        Naive.start({
+          url,
+          exchange,
+          relays: opts.relays,
+          batchSize: opts.batchSize,
+          store,
+          hub,
+          onConfirmed: (id, at) => confirm.received(id, at)
+        }),
       publishDirect: (message) =>
         Effect.callback<void>((resume) => {
           const m = Rabbit.outgoing(message, exchange)
@@ -362,7 +380,13 @@ const rabbitSink = (url: string, queue: Rabbit.QueueType, opts: Options): Effect
 /** What one paced run measures. */
 export type Plan =
   | { readonly transport: "memory"; readonly wakeup: WakeupMode; readonly rate: number }
-  | { readonly transport: "rabbitmq"; readonly wakeup: WakeupMode; readonly rate: number; readonly queue: Rabbit.QueueType; readonly relay: RelayKind }
+  | {
+    readonly transport: "rabbitmq"
+    readonly wakeup: WakeupMode
+    readonly rate: number
+    readonly queue: Rabbit.QueueType
+    readonly relay: RelayKind
+  }
 
 /**
  * One paced run: producers at `rate` events/s, one event per transaction, `relays` relays
@@ -383,7 +407,9 @@ export const paced = (
     return yield* Effect.gen(function*() {
       const schema = existingSchema ?? (yield* Pg.freshSchema("latency"))
       const notifying = wakeup === "notify" || wakeup === "listen"
-      const store = yield* PgOutboxStore.make({ schema, notify: notifying ? storeNotify(opts.notify) : false }).pipe(Effect.orDie)
+      const store = yield* PgOutboxStore.make({ schema, notify: notifying ? storeNotify(opts.notify) : false }).pipe(
+        Effect.orDie
+      )
       const sink = plan.transport === "memory" ? yield* memorySink : yield* rabbitSink(rabbitUrl!, plan.queue, opts)
       // `Outbox.append` signals the process hub after commit; in poll mode the relays get a private
       // hub instead, so they hear neither that nor anything else.
@@ -396,10 +422,22 @@ export const paced = (
       if (plan.transport === "rabbitmq" && plan.relay === "naive") {
         yield* sink.startNaive!(claims.store, hub)
       } else if (plan.transport === "rabbitmq" && plan.relay === "pipelined") {
-        yield* Pipelined.start({ relays: opts.relays, batchSize: opts.batchSize, maxInFlight: 4, store: claims.store, publisher: sink.publisher, hub })
+        yield* Pipelined.start({
+          relays: opts.relays,
+          batchSize: opts.batchSize,
+          maxInFlight: 4,
+          store: claims.store,
+          publisher: sink.publisher,
+          hub
+        })
       } else if (direct === undefined) {
         yield* Layer.build(
-          Relay.layer({ name: "bench", concurrency: opts.relays, batchSize: opts.batchSize, dispatch: wakeup === "eager" ? "eager" : "poll" }).pipe(
+          Relay.layer({
+            name: "bench",
+            concurrency: opts.relays,
+            batchSize: opts.batchSize,
+            dispatch: wakeup === "eager" ? "eager" : "poll"
+          }).pipe(
             Layer.provide(Layer.mergeAll(
               Layer.succeed(OutboxStore)(claims.store),
               Layer.succeed(Publisher)(sink.publisher),
@@ -439,7 +477,10 @@ export const paced = (
       const claimsBefore = { ...claims.counts }
       const loop = monitorEventLoopDelay({ resolution: 1 })
       const startLoop = setTimeout(() => loop.enable(), Math.max(0, measuredFrom - performance.now()))
-      yield* Effect.forEach(Array.from({ length: opts.producers }, (_, i) => i), producer, { concurrency: "unbounded", discard: true }).pipe(
+      yield* Effect.forEach(Array.from({ length: opts.producers }, (_, i) => i), producer, {
+        concurrency: "unbounded",
+        discard: true
+      }).pipe(
         // the relays' store: eager dispatch pairs producers and relays by the store they share
         Effect.provideService(OutboxStore, claims.store),
         Effect.orDie
@@ -451,7 +492,9 @@ export const paced = (
       // Poll mode may need up to the maximum poll interval (2 s) to see the last events.
       if (!(yield* waitFor(() => sink.targets.every((t) => t.tracker.outstanding === 0), 10_000))) {
         for (const t of sink.targets) {
-          if (t.tracker.outstanding > 0) log(`  ! ${t.tracker.outstanding} events did not reach ${t.target} within 10 s`)
+          if (t.tracker.outstanding > 0) {
+            log(`  ! ${t.tracker.outstanding} events did not reach ${t.target} within 10 s`)
+          }
         }
         process.exitCode = 1
       }
@@ -512,7 +555,8 @@ const saturated = (url: string, notify: StoreNotify, producers: number, seconds:
       let notifications = 0
       const counter: Wakeup.Service = {
         ...Wakeup.makeHub(),
-        signal: () => Effect.sync(() => void (performance.now() >= from && performance.now() < until && notifications++))
+        signal: () =>
+          Effect.sync(() => void (performance.now() >= from && performance.now() < until && notifications++))
       }
       if (notify !== false) yield* listen(schema, counter)
       let commits = 0
@@ -532,32 +576,49 @@ const saturated = (url: string, notify: StoreNotify, producers: number, seconds:
 const describeRun = (r: Run) =>
   r.transport === "memory"
     ? `${r.wakeup.padEnd(6)} ${String(r.rate).padStart(5)}/s`
-    : `${r.queue.padEnd(7)} ${r.relay === "tidings" ? "" : `${r.relay} `}${String(r.rate).padStart(5)}/s ${r.target.padEnd(8)}`
+    : `${r.queue.padEnd(7)} ${r.relay === "tidings" ? "" : `${r.relay} `}${String(r.rate).padStart(5)}/s ${
+      r.target.padEnd(8)
+    }`
 
 /** Producer throughput with each NOTIFY setting, in alternating rounds. */
 const producerThroughput = (url: string, opts: Options) =>
   Effect.gen(function*() {
     // Alternating rounds, so that drift (checkpoints, other load) hits every mode alike.
-    const modes = [["withoutWakeup", false], ["withWakeup", true], ["withWakeupInTransaction", "in-transaction"]] as const
+    const modes = [["withoutWakeup", false], ["withWakeup", true], [
+      "withWakeupInTransaction",
+      "in-transaction"
+    ]] as const
     const totals = { withoutWakeup: [0, 0], withWakeup: [0, 0], withWakeupInTransaction: [0, 0] }
     for (let round = 0; round < opts.producerRounds; round++) {
       for (const [key, notify] of modes) {
         const [commits, seconds, notifications] = yield* saturated(url, notify, 4, opts.producerSeconds)
         totals[key][0]! += commits
         totals[key][1]! += seconds
-        log(`  producers (4, saturated) notify=${String(notify)}: ${int(commits / seconds)} tx/s${notify === false ? "" : `, ${int(notifications / seconds)} notifications/s`}`)
+        log(
+          `  producers (4, saturated) notify=${String(notify)}: ${int(commits / seconds)} tx/s${
+            notify === false ? "" : `, ${int(notifications / seconds)} notifications/s`
+          }`
+        )
       }
     }
     const tps = (key: keyof typeof totals) => Math.round(totals[key][0]! / totals[key][1]!)
-    return { withWakeup: tps("withWakeup"), withoutWakeup: tps("withoutWakeup"), withWakeupInTransaction: tps("withWakeupInTransaction") }
+    return {
+      withWakeup: tps("withWakeup"),
+      withoutWakeup: tps("withoutWakeup"),
+      withWakeupInTransaction: tps("withWakeupInTransaction")
+    }
   })
 
 const describeStages = (s: StageSummary) =>
   Number.isNaN(s.waitP50Ms)
     // Producers publishing their own events: nothing was claimed.
     ? `p50/p99 ms: publish→confirmed ${ms(s.confirmP50Ms)}/${ms(s.confirmP99Ms)}`
-    : `p50/p99 ms: commit→claimed ${ms(s.waitP50Ms)}/${ms(s.waitP99Ms)}, claimed→publish ${ms(s.prepareP50Ms)}/${ms(s.prepareP99Ms)}, ` +
-      `publish→confirmed ${ms(s.confirmP50Ms)}/${ms(s.confirmP99Ms)}; claim SQL ${ms(s.claimSqlP50Ms)}/${ms(s.claimSqlP99Ms)}, ` +
+    : `p50/p99 ms: commit→claimed ${ms(s.waitP50Ms)}/${ms(s.waitP99Ms)}, claimed→publish ${ms(s.prepareP50Ms)}/${
+      ms(s.prepareP99Ms)
+    }, ` +
+      `publish→confirmed ${ms(s.confirmP50Ms)}/${ms(s.confirmP99Ms)}; claim SQL ${ms(s.claimSqlP50Ms)}/${
+        ms(s.claimSqlP99Ms)
+      }, ` +
       `settle SQL ${ms(s.settleSqlP50Ms)}/${ms(s.settleSqlP99Ms)}; ${s.eventsPerPublish} events per publish`
 
 const latencyRow = (r: Run) => [
@@ -582,16 +643,22 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
     ], { concurrency: 2 })
     const started = performance.now()
     const loadBefore = os.loadavg()[0]!
-    log(`latency: ${opts.relays} relays, ${opts.producers} producer fibers, ${opts.warmup} s warm-up + ${opts.duration} s per run`)
+    log(
+      `latency: ${opts.relays} relays, ${opts.producers} producer fibers, ${opts.warmup} s warm-up + ${opts.duration} s per run`
+    )
     const plans: Array<Plan> = []
     if (opts.transports.includes("memory")) {
-      for (const rate of opts.rates.memory) for (const wakeup of opts.wakeups.memory) plans.push({ transport: "memory", wakeup, rate })
+      for (const rate of opts.rates.memory) {
+        for (const wakeup of opts.wakeups.memory) plans.push({ transport: "memory", wakeup, rate })
+      }
     }
     if (rabbitPlans) {
       for (const rate of opts.rates.rabbitmq) {
         for (const queue of opts.queues) {
           for (const relay of opts.relayKinds) {
-            for (const wakeup of opts.wakeups.rabbitmq) plans.push({ transport: "rabbitmq", wakeup, rate, queue, relay })
+            for (const wakeup of opts.wakeups.rabbitmq) {
+              plans.push({ transport: "rabbitmq", wakeup, rate, queue, relay })
+            }
           }
         }
       }
@@ -601,7 +668,13 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
       const { lagMs, runs: rs } = yield* paced(server.url, broker?.url, plan, opts)
       runs.push(...rs)
       for (const r of rs) {
-        log(`  ${describeRun(r)}  p50 ${ms(r.p50Ms)} ms  p95 ${ms(r.p95Ms)} ms  p99 ${ms(r.p99Ms)} ms  (${int(r.events)} events, ${int(r.claimsPerSecond)} claims/s, event-loop delay p99 ${ms(r.eventLoopP99Ms)} ms)${lagMs > 100 ? `  producers up to ${int(lagMs)} ms behind schedule` : ""}`)
+        log(
+          `  ${describeRun(r)}  p50 ${ms(r.p50Ms)} ms  p95 ${ms(r.p95Ms)} ms  p99 ${ms(r.p99Ms)} ms  (${
+            int(r.events)
+          } events, ${int(r.claimsPerSecond)} claims/s, event-loop delay p99 ${ms(r.eventLoopP99Ms)} ms)${
+            lagMs > 100 ? `  producers up to ${int(lagMs)} ms behind schedule` : ""
+          }`
+        )
         if (r.transport === "rabbitmq" && r.stages !== undefined) log(`      ${describeStages(r.stages)}`)
       }
     }
@@ -612,15 +685,26 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
     const latencyHeaders = ["events", "p50 ms", "p95 ms", "p99 ms", "max ms", "claims/s", "empty", "loop p99"]
     if (memoryRuns.length > 0) {
       log("")
-      log(`append-commit → publish latency (memory broker, ${opts.relays} relays, notify ${opts.notify}; PostgreSQL ${server.version}, fsync=${server.fsync})`)
-      table(["wakeup", "rate/s", "achieved/s", ...latencyHeaders], memoryRuns.map((r) => [r.wakeup, int(r.rate), int(r.achievedRate), ...latencyRow(r)]))
+      log(
+        `append-commit → publish latency (memory broker, ${opts.relays} relays, notify ${opts.notify}; PostgreSQL ${server.version}, fsync=${server.fsync})`
+      )
+      table(
+        ["wakeup", "rate/s", "achieved/s", ...latencyHeaders],
+        memoryRuns.map((r) => [r.wakeup, int(r.rate), int(r.achievedRate), ...latencyRow(r)])
+      )
     }
     if (rabbitRuns.length > 0) {
       log("")
-      log(`append-commit → RabbitMQ confirm / consumer latency (${opts.relays} relays, batch ${opts.batchSize}, ${opts.channels} confirm channel(s), wake-up ${opts.wakeups.rabbitmq.join("/")}; consumer concurrency ${opts.consumerConcurrency}, prefetch ${opts.prefetch}; RabbitMQ ${broker?.version}, PostgreSQL ${server.version})`)
+      log(
+        `append-commit → RabbitMQ confirm / consumer latency (${opts.relays} relays, batch ${opts.batchSize}, ${opts.channels} confirm channel(s), wake-up ${
+          opts.wakeups.rabbitmq.join("/")
+        }; consumer concurrency ${opts.consumerConcurrency}, prefetch ${opts.prefetch}; RabbitMQ ${broker?.version}, PostgreSQL ${server.version})`
+      )
       table(
         ["queue", "relay", "wakeup", "rate/s", "achieved/s", "target", ...latencyHeaders],
-        rabbitRuns.map((r) => [r.queue, r.relay, r.wakeup, int(r.rate), int(r.achievedRate), r.target, ...latencyRow(r)])
+        rabbitRuns.map((
+          r
+        ) => [r.queue, r.relay, r.wakeup, int(r.rate), int(r.achievedRate), r.target, ...latencyRow(r)])
       )
     }
     if (producer !== undefined) {
@@ -629,14 +713,20 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
         const change = 100 * (n / producer.withoutWakeup - 1)
         return `${change >= 0 ? "+" : "-"}${Math.abs(change).toFixed(0)}%`
       }
-      log(`producers (4 fibers, one event per transaction, saturated, ${opts.producerRounds} × ${opts.producerSeconds} s each):`)
+      log(
+        `producers (4 fibers, one event per transaction, saturated, ${opts.producerRounds} × ${opts.producerSeconds} s each):`
+      )
       table(["notify", "tx/s", "vs none"], [
         ["false (no wake-up)", int(producer.withoutWakeup), ""],
         ["true (coalesced, after commit)", int(producer.withWakeup), vs(producer.withWakeup)],
         ["\"in-transaction\"", int(producer.withWakeupInTransaction), vs(producer.withWakeupInTransaction)]
       ])
     }
-    log(`total ${secs((performance.now() - started) / 1000)} s; load average ${loadBefore.toFixed(1)} before, ${os.loadavg()[0]!.toFixed(1)} after (${os.cpus().length} cores)`)
+    log(
+      `total ${secs((performance.now() - started) / 1000)} s; load average ${loadBefore.toFixed(1)} before, ${
+        os.loadavg()[0]!.toFixed(1)
+      } after (${os.cpus().length} cores)`
+    )
     return {
       runs,
       ...(producer === undefined ? {} : { producer }),

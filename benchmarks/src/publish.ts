@@ -29,15 +29,15 @@ import type { ConfirmChannel } from "amqplib"
 import { Duration, Effect, Layer, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
 import * as os from "node:os"
+import { LatencyTracker, waitFor } from "./latency.ts"
 import { type Reader, UsageError } from "./lib/cli.ts"
-import * as PublishWebhooks from "./publishWebhooks.ts"
 import * as Pg from "./lib/postgres.ts"
 import { counting, Tally, timing } from "./lib/publishers.ts"
 import * as Rabbit from "./lib/rabbit.ts"
 import { int, log, ms, secs, table } from "./lib/report.ts"
 import * as Seed from "./lib/seed.ts"
 import { percentile, round, sorted } from "./lib/stats.ts"
-import { LatencyTracker, waitFor } from "./latency.ts"
+import * as PublishWebhooks from "./publishWebhooks.ts"
 
 /** Relay settings of one throughput comparison. */
 export interface Setting {
@@ -85,21 +85,26 @@ const tuned: Setting = { relays: 4, batch: 1_000, channels: 1 }
  */
 export const options = (args: Reader): Options | PublishWebhooks.Options => {
   const transport = args.choices("transport", ["rabbitmq", "webhooks"] as const)
-  if (transport !== undefined && transport.length !== 1) throw new UsageError("--transport takes one of rabbitmq, webhooks")
+  if (transport !== undefined && transport.length !== 1) {
+    throw new UsageError("--transport takes one of rabbitmq, webhooks")
+  }
   if (transport?.[0] === "webhooks") return PublishWebhooks.options(args)
   const quick = args.bool("quick")
   const relays = args.integers("relays") ?? [tuned.relays]
   const batch = args.integers("batch") ?? [tuned.batch]
   const channels = args.integers("channels") ?? [tuned.channels]
   const settings: Array<Setting> = []
-  for (const r of relays) for (const b of batch) for (const c of channels) settings.push({ relays: r, batch: b, channels: c })
+  for (const r of relays) {
+    for (const b of batch) for (const c of channels) settings.push({ relays: r, batch: b, channels: c })
+  }
   if (channels.some((c) => c > 64)) throw new UsageError("--channels: at most 64")
   const single = (name: string) => {
     const list = args.integers(name)
     if (list !== undefined && list.length !== 1) throw new UsageError(`--${name} takes one number`)
     return list?.[0]
   }
-  const phases = args.choices("phase", ["throughput", "saturated", "loaded"] as const) ?? ["throughput", "saturated", "loaded"]
+  const phases = args.choices("phase", ["throughput", "saturated", "loaded"] as const) ??
+    ["throughput", "saturated", "loaded"]
   const seconds = args.number("seconds")
   return {
     quick,
@@ -209,7 +214,9 @@ export interface Result {
 /** Rows per status. */
 const counts = (schema: string) =>
   SqlClient.SqlClient.use((sql) =>
-    sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM ${sql(`${schema}.outbox`)} GROUP BY status`
+    sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM ${
+      sql(`${schema}.outbox`)
+    } GROUP BY status`
   ).pipe(Effect.map((rows) => new Map(rows.map((r) => [r.status, Number(r.n)]))), Effect.orDie)
 
 /**
@@ -221,7 +228,11 @@ const checkQueue = (url: string, queue: string, ids: ReadonlyArray<string>, labe
     const got = yield* Rabbit.collect(url, queue, ids)
     const result: Check = { lost: got.missing, duplicates: got.received - got.distinct }
     if (result.lost > 0 || result.duplicates > 0 || got.distinct !== ids.length) {
-      log(`  ! ${label}: ${int(ids.length)} events, the queue had ${int(got.received)} messages (${int(got.distinct)} distinct, ${int(got.missing)} missing)`)
+      log(
+        `  ! ${label}: ${int(ids.length)} events, the queue had ${int(got.received)} messages (${
+          int(got.distinct)
+        } distinct, ${int(got.missing)} missing)`
+      )
       process.exitCode = 1
     }
     return result
@@ -246,7 +257,13 @@ interface Flow {
 const noFlow: Flow = { eagerLimit: undefined, backpressureMs: undefined }
 
 /** Starts `Relay.layer` for the scope: `setting.relays` pollers publishing through `publisher`, woken by `hub`. */
-const startRelay = (setting: Setting, store: OutboxStorePort.Service, publisher: PublisherPort.Service, hub: Wakeup.Service, flow: Flow = noFlow) =>
+const startRelay = (
+  setting: Setting,
+  store: OutboxStorePort.Service,
+  publisher: PublisherPort.Service,
+  hub: Wakeup.Service,
+  flow: Flow = noFlow
+) =>
   Layer.build(
     Relay.layer({
       name: "bench",
@@ -269,7 +286,12 @@ const startRelay = (setting: Setting, store: OutboxStorePort.Service, publisher:
  * The Tidings relay drains `msgs` pre-inserted as pending events into a fresh classic queue. The
  * clock runs from starting the relay layer until every event's publish was confirmed.
  */
-const tidings = (pgUrl: string, amqpUrl: string, setting: Setting, msgs: ReadonlyArray<Message>): Effect.Effect<TidingsDrain> =>
+const tidings = (
+  pgUrl: string,
+  amqpUrl: string,
+  setting: Setting,
+  msgs: ReadonlyArray<Message>
+): Effect.Effect<TidingsDrain> =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(pgUrl, setting.relays + 2)
     return yield* Effect.gen(function*() {
@@ -394,7 +416,12 @@ const raw = (amqpUrl: string, setting: Setting, mode: RawMode, msgs: ReadonlyArr
       log(`  ! raw ${mode}: ${int(msgs.length)} messages published, the queue has ${int(depth)}`)
       process.exitCode = 1
     }
-    return { perSecond: Math.round(msgs.length / seconds), seconds, lost: Math.max(0, msgs.length - depth), duplicates: Math.max(0, depth - msgs.length) }
+    return {
+      perSecond: Math.round(msgs.length / seconds),
+      seconds,
+      lost: Math.max(0, msgs.length - depth),
+      duplicates: Math.max(0, depth - msgs.length)
+    }
   }))
 
 /**
@@ -404,7 +431,13 @@ const raw = (amqpUrl: string, setting: Setting, mode: RawMode, msgs: ReadonlyArr
  * backlog grows); otherwise paced at `rate` events/s after a 1 s unmeasured warm-up. Then the rest
  * is drained and checked.
  */
-const underLoad = (pgUrl: string, amqpUrl: string, setting: Setting, opts: Options, rate: number | undefined): Effect.Effect<LoadRun> =>
+const underLoad = (
+  pgUrl: string,
+  amqpUrl: string,
+  setting: Setting,
+  opts: Options,
+  rate: number | undefined
+): Effect.Effect<LoadRun> =>
   Effect.scoped(Effect.gen(function*() {
     const label = rate === undefined ? "saturated" : "loaded"
     const context = yield* Pg.openPool(pgUrl, opts.producers + setting.relays + 2)
@@ -495,7 +528,9 @@ const underLoad = (pgUrl: string, amqpUrl: string, setting: Setting, opts: Optio
 const describe = (s: Setting) => `relays=${s.relays} batch=${s.batch} channels=${s.channels}`
 
 /** Runs the publish benchmark: into RabbitMQ (the default) or, with `--transport webhooks`, into a webhook receiver. */
-export const run = (opts: Options | PublishWebhooks.Options): Effect.Effect<Result | PublishWebhooks.Result, never, Scope.Scope> =>
+export const run = (
+  opts: Options | PublishWebhooks.Options
+): Effect.Effect<Result | PublishWebhooks.Result, never, Scope.Scope> =>
   "transport" in opts ? PublishWebhooks.run(opts) : runRabbitmq(opts)
 
 /** Runs the publish benchmark against a fresh durable PostgreSQL and RabbitMQ broker. */
@@ -505,7 +540,11 @@ const runRabbitmq = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =
     const [server, broker] = yield* Effect.all([Pg.server, Rabbit.broker], { concurrency: 2 })
     const started = performance.now()
     const loadBefore = os.loadavg()[0]!
-    log(`publish: ${int(opts.events)} events per run, ${opts.throughput ? opts.settings.length : 0} setting(s) × ${opts.rounds} round(s) of tidings + raw; saturated and loaded runs of ${opts.loadSeconds} s`)
+    log(
+      `publish: ${int(opts.events)} events per run, ${
+        opts.throughput ? opts.settings.length : 0
+      } setting(s) × ${opts.rounds} round(s) of tidings + raw; saturated and loaded runs of ${opts.loadSeconds} s`
+    )
     const msgs = yield* Seed.messages(opts.throughput ? opts.events : 5_000)
 
     // Warm-up (not reported): JIT, the broker's and the server's first queues and tables.
@@ -526,7 +565,11 @@ const runRabbitmq = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =
         t.push(yield* tidings(server.url, broker.url, setting, msgs))
         w.push(yield* raw(broker.url, setting, "window", msgs))
         b.push(yield* raw(broker.url, setting, "batches", msgs))
-        log(`  ${describe(setting)}  tidings ${int(t.at(-1)!.perSecond)}/s  raw window ${int(w.at(-1)!.perSecond)}/s  raw batches ${int(b.at(-1)!.perSecond)}/s  (max in flight ${int(t.at(-1)!.maxInFlight)})`)
+        log(
+          `  ${describe(setting)}  tidings ${int(t.at(-1)!.perSecond)}/s  raw window ${
+            int(w.at(-1)!.perSecond)
+          }/s  raw batches ${int(b.at(-1)!.perSecond)}/s  (max in flight ${int(t.at(-1)!.maxInFlight)})`
+        )
       }
       const best = <A extends Drain>(xs: ReadonlyArray<A>) => xs.reduce((x, y) => (y.perSecond > x.perSecond ? y : x))
       const bestT = best(t)
@@ -549,22 +592,42 @@ const runRabbitmq = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =
     }
     const top = runs.length === 0 ? undefined : runs.reduce((a, b) => (b.tidingsPerSecond > a.tidingsPerSecond ? b : a))
     // The runs under load use the best setting.
-    const setting: Setting = top === undefined ? opts.settings[0]! : { relays: top.relays, batch: top.batch, channels: top.channels }
+    const setting: Setting = top === undefined
+      ? opts.settings[0]!
+      : { relays: top.relays, batch: top.batch, channels: top.channels }
 
     const describeLoad = (r: LoadRun) =>
-      `appended ${int(r.appendedPerSecond)}/s, confirmed ${int(r.confirmedPerSecond)}/s, commit → confirm p50 ${ms(r.p50Ms)} ms p99 ${ms(r.p99Ms)} ms (first second p99 ${ms(r.firstSecondP99Ms)} ms), backlog ${int(r.backlog)}`
+      `appended ${int(r.appendedPerSecond)}/s, confirmed ${int(r.confirmedPerSecond)}/s, commit → confirm p50 ${
+        ms(r.p50Ms)
+      } ms p99 ${ms(r.p99Ms)} ms (first second p99 ${ms(r.firstSecondP99Ms)} ms), backlog ${int(r.backlog)}`
     const sat = opts.saturated ? yield* underLoad(server.url, broker.url, setting, opts, undefined) : null
     if (sat !== null) log(`  saturated (${describe(setting)}): ${describeLoad(sat)}`)
     // Paced below what the relays managed while saturated: the latency of a busy, not overrun, relay.
-    const loadedRate = opts.loadedRate ?? (sat === null ? 2_000 : Math.max(100, Math.round((sat.confirmedPerSecond * 0.8) / 100) * 100))
+    const loadedRate = opts.loadedRate ??
+      (sat === null ? 2_000 : Math.max(100, Math.round((sat.confirmedPerSecond * 0.8) / 100) * 100))
     const loaded = opts.loaded ? yield* underLoad(server.url, broker.url, setting, opts, loadedRate) : null
     if (loaded !== null) log(`  loaded ${int(loadedRate)}/s (${describe(setting)}): ${describeLoad(loaded)}`)
 
     log("")
     if (runs.length > 0) {
-      log(`outbox → RabbitMQ classic queue, ${int(opts.events)} events per run, best of ${opts.rounds} (RabbitMQ ${broker.version}, PostgreSQL ${server.version}, fsync=${server.fsync})`)
+      log(
+        `outbox → RabbitMQ classic queue, ${
+          int(opts.events)
+        } events per run, best of ${opts.rounds} (RabbitMQ ${broker.version}, PostgreSQL ${server.version}, fsync=${server.fsync})`
+      )
       table(
-        ["relays", "batch", "channels", "in flight", "tidings/s", "raw window/s", "raw batches/s", "ratio", "lost", "dup"],
+        [
+          "relays",
+          "batch",
+          "channels",
+          "in flight",
+          "tidings/s",
+          "raw window/s",
+          "raw batches/s",
+          "ratio",
+          "lost",
+          "dup"
+        ],
         runs.map((r) => [
           String(r.relays),
           String(r.batch),
@@ -582,9 +645,25 @@ const runRabbitmq = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =
     const loadRuns = [sat, loaded].filter((r): r is LoadRun => r !== null)
     if (loadRuns.length > 0) {
       log("")
-      log(`commit → confirm with producers appending (${opts.producers} producers × ${opts.txEvents} events per transaction, ${secs(opts.loadSeconds)} s), ${describe(setting)}`)
+      log(
+        `commit → confirm with producers appending (${opts.producers} producers × ${opts.txEvents} events per transaction, ${
+          secs(opts.loadSeconds)
+        } s), ${describe(setting)}`
+      )
       table(
-        ["producers", "appended/s", "confirmed/s", "backlog", "p50 ms", "p95 ms", "p99 ms", "max ms", "1st s p99", "lost", "dup"],
+        [
+          "producers",
+          "appended/s",
+          "confirmed/s",
+          "backlog",
+          "p50 ms",
+          "p95 ms",
+          "p99 ms",
+          "max ms",
+          "1st s p99",
+          "lost",
+          "dup"
+        ],
         loadRuns.map((r) => [
           r.rate === null ? "saturated" : `${int(r.rate)}/s`,
           int(r.appendedPerSecond),
@@ -600,7 +679,11 @@ const runRabbitmq = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =
         ])
       )
     }
-    log(`total ${secs((performance.now() - started) / 1000)} s; load average ${loadBefore.toFixed(1)} before, ${os.loadavg()[0]!.toFixed(1)} after (${os.cpus().length} cores)`)
+    log(
+      `total ${secs((performance.now() - started) / 1000)} s; load average ${loadBefore.toFixed(1)} before, ${
+        os.loadavg()[0]!.toFixed(1)
+      } after (${os.cpus().length} cores)`
+    )
     return {
       publish: {
         ...setting,

@@ -57,7 +57,9 @@ export const options = (args: Reader): Options => {
   const settings: Array<Setting> = []
   for (const relays of args.integers("relays") ?? [tuned.relays]) {
     for (const batch of args.integers("batch") ?? [tuned.batch]) {
-      for (const concurrency of args.integers("concurrency") ?? [tuned.concurrency]) settings.push({ relays, batch, concurrency })
+      for (const concurrency of args.integers("concurrency") ?? [tuned.concurrency]) {
+        settings.push({ relays, batch, concurrency })
+      }
     }
   }
   return {
@@ -110,7 +112,9 @@ interface Sink {
 const sink: Effect.Effect<Sink, never, Scope.Scope> = Effect.acquireRelease(
   Effect.promise(() =>
     new Promise<{ port: number; child: ReturnType<typeof spawn> }>((resolve, reject) => {
-      const child = spawn(process.execPath, [path.join(import.meta.dirname, "lib/webhookSink.ts")], { stdio: ["ignore", "pipe", "inherit"] })
+      const child = spawn(process.execPath, [path.join(import.meta.dirname, "lib/webhookSink.ts")], {
+        stdio: ["ignore", "pipe", "inherit"]
+      })
       child.once("exit", (code) => reject(new Error(`the webhook sink exited (${code})`)))
       child.stdout!.on("data", (d: Buffer) => {
         const m = /listening (\d+)/.exec(d.toString())
@@ -123,22 +127,36 @@ const sink: Effect.Effect<Sink, never, Scope.Scope> = Effect.acquireRelease(
   const base = `http://127.0.0.1:${port}`
   return {
     url: `${base}/hooks`,
-    reset: Effect.promise(() => fetch(`${base}/reset`, { method: "POST" }).then((r) => r.arrayBuffer())).pipe(Effect.asVoid),
-    stats: Effect.promise(() => fetch(`${base}/stats`).then((r) => r.json() as Promise<{ received: number; distinct: number }>))
+    reset: Effect.promise(() => fetch(`${base}/reset`, { method: "POST" }).then((r) => r.arrayBuffer())).pipe(
+      Effect.asVoid
+    ),
+    stats: Effect.promise(() =>
+      fetch(`${base}/stats`).then((r) => r.json() as Promise<{ received: number; distinct: number }>)
+    )
   }
 }))
 
 const check = (label: string, events: number, got: { readonly received: number; readonly distinct: number }) => {
   const result = { lost: events - got.distinct, duplicates: got.received - got.distinct }
   if (result.lost !== 0 || result.duplicates !== 0) {
-    log(`  ! ${label}: ${int(events)} events, the receiver saw ${int(got.received)} requests (${int(got.distinct)} distinct)`)
+    log(
+      `  ! ${label}: ${int(events)} events, the receiver saw ${int(got.received)} requests (${
+        int(got.distinct)
+      } distinct)`
+    )
     process.exitCode = 1
   }
   return result
 }
 
 /** The relay drains `msgs`, pre-inserted as pending events, into the receiver. */
-const tidings = (pgUrl: string, receiver: Sink, secret: string, setting: Setting, msgs: ReadonlyArray<Message>): Effect.Effect<Drain> =>
+const tidings = (
+  pgUrl: string,
+  receiver: Sink,
+  secret: string,
+  setting: Setting,
+  msgs: ReadonlyArray<Message>
+): Effect.Effect<Drain> =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(pgUrl, setting.relays + 2)
     return yield* Effect.gen(function*() {
@@ -148,39 +166,68 @@ const tidings = (pgUrl: string, receiver: Sink, secret: string, setting: Setting
       yield* Seed.insertPending(store, msgs)
       yield* Pg.analyze(schema)
       yield* receiver.reset
-      const webhooks = yield* WebhookPublisher.make({ endpoints: [{ url: receiver.url, secret, concurrency: setting.concurrency }] }).pipe(Effect.orDie)
+      const webhooks = yield* WebhookPublisher.make({
+        endpoints: [{ url: receiver.url, secret, concurrency: setting.concurrency }]
+      }).pipe(Effect.orDie)
       const tally = new Tally()
       const cpu = process.cpuUsage()
       const seconds = yield* Effect.scoped(Effect.gen(function*() {
         const start = performance.now()
-        yield* Layer.build(Relay.layer({ name: "bench", concurrency: setting.relays, batchSize: setting.batch, statsInterval: false, retention: false }).pipe(
-          Layer.provide(Layer.mergeAll(
-            Layer.succeed(OutboxStore)(store),
-            Layer.succeed(Publisher)(counting(webhooks, tally)),
-            Layer.succeed(Wakeup.Wakeups)(Wakeup.makeHub())
-          ))
-        )).pipe(Effect.orDie)
+        yield* Layer.build(
+          Relay.layer({
+            name: "bench",
+            concurrency: setting.relays,
+            batchSize: setting.batch,
+            statsInterval: false,
+            retention: false
+          }).pipe(
+            Layer.provide(Layer.mergeAll(
+              Layer.succeed(OutboxStore)(store),
+              Layer.succeed(Publisher)(counting(webhooks, tally)),
+              Layer.succeed(Wakeup.Wakeups)(Wakeup.makeHub())
+            ))
+          )
+        ).pipe(Effect.orDie)
         yield* tally.reached(msgs.length)
         return (performance.now() - start) / 1000
       }))
-      const rows = yield* SqlClient.SqlClient.use((sql) => sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${schema}.outbox`)} WHERE status = 'published'`).pipe(Effect.orDie)
+      const rows = yield* SqlClient.SqlClient.use((sql) =>
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${schema}.outbox`)} WHERE status = 'published'`
+      ).pipe(Effect.orDie)
       if (rows[0]!.n !== msgs.length) {
         log(`  ! tidings: ${int(msgs.length)} events but ${int(rows[0]!.n)} published in the outbox`)
         process.exitCode = 1
       }
       const used = process.cpuUsage(cpu)
-      return { perSecond: Math.round(msgs.length / seconds), seconds, cpuMicros: Math.round((used.user + used.system) / msgs.length), ...check("tidings", msgs.length, yield* receiver.stats) }
+      return {
+        perSecond: Math.round(msgs.length / seconds),
+        seconds,
+        cpuMicros: Math.round((used.user + used.system) / msgs.length),
+        ...check("tidings", msgs.length, yield* receiver.stats)
+      }
     }).pipe(Effect.provideContext(context))
   }))
 
 /** `concurrency` plain fetch loops send the same requests (signed or not) to the receiver. */
-const fetchLoop = (receiver: Sink, secret: string, setting: Setting, msgs: ReadonlyArray<Message>, signed: boolean): Effect.Effect<Drain> =>
+const fetchLoop = (
+  receiver: Sink,
+  secret: string,
+  setting: Setting,
+  msgs: ReadonlyArray<Message>,
+  signed: boolean
+): Effect.Effect<Drain> =>
   Effect.gen(function*() {
     yield* receiver.reset
     const cpu = process.cpuUsage()
     const seconds = yield* Effect.promise(async () => {
       const bytes = WebhookSignature.fromBase64(secret.slice("whsec_".length))!
-      const key = await crypto.subtle.importKey("raw", bytes as Uint8Array<ArrayBuffer>, { name: "HMAC", hash: "SHA-256" }, false, ["sign"])
+      const key = await crypto.subtle.importKey(
+        "raw",
+        bytes as Uint8Array<ArrayBuffer>,
+        { name: "HMAC", hash: "SHA-256" },
+        false,
+        ["sign"]
+      )
       const encoder = new TextEncoder()
       let next = 0
       const start = performance.now()
@@ -189,7 +236,11 @@ const fetchLoop = (receiver: Sink, secret: string, setting: Setting, msgs: Reado
           const m = msgs[next++]!
           const body = WebhookPublisher.defaultBody(m)
           const timestamp = Math.floor(Date.now() / 1000)
-          const headers: Record<string, string> = { "content-type": "application/json", "webhook-id": m.id, "webhook-timestamp": String(timestamp) }
+          const headers: Record<string, string> = {
+            "content-type": "application/json",
+            "webhook-id": m.id,
+            "webhook-timestamp": String(timestamp)
+          }
           if (signed) {
             const signature = await crypto.subtle.sign("HMAC", key, encoder.encode(`${m.id}.${timestamp}.${body}`))
             headers["webhook-signature"] = `v1,${WebhookSignature.toBase64(new Uint8Array(signature))}`
@@ -203,7 +254,12 @@ const fetchLoop = (receiver: Sink, secret: string, setting: Setting, msgs: Reado
       return (performance.now() - start) / 1000
     })
     const used = process.cpuUsage(cpu)
-    return { perSecond: Math.round(msgs.length / seconds), seconds, cpuMicros: Math.round((used.user + used.system) / msgs.length), ...check(signed ? "fetch" : "fetch-unsigned", msgs.length, yield* receiver.stats) }
+    return {
+      perSecond: Math.round(msgs.length / seconds),
+      seconds,
+      cpuMicros: Math.round((used.user + used.system) / msgs.length),
+      ...check(signed ? "fetch" : "fetch-unsigned", msgs.length, yield* receiver.stats)
+    }
   })
 
 const describe = (s: Setting) => `relays=${s.relays} batch=${s.batch} concurrency=${s.concurrency}`
@@ -216,7 +272,11 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
     const secret = WebhookSignature.generateSecret()
     const started = performance.now()
     const loadBefore = os.loadavg()[0]!
-    log(`publish --transport webhooks: ${int(opts.events)} events per run, ${opts.settings.length} setting(s) × ${opts.rounds} round(s) of tidings + fetch loops`)
+    log(
+      `publish --transport webhooks: ${
+        int(opts.events)
+      } events per run, ${opts.settings.length} setting(s) × ${opts.rounds} round(s) of tidings + fetch loops`
+    )
     const msgs = yield* Seed.messages(opts.events)
     // Warm-up (not reported): JIT, connections, the server's first tables.
     const warm = msgs.slice(0, Math.min(2_000, msgs.length))
@@ -233,7 +293,11 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
         t.push(yield* tidings(server.url, receiver, secret, setting, msgs))
         f.push(yield* fetchLoop(receiver, secret, setting, msgs, true))
         u.push(yield* fetchLoop(receiver, secret, setting, msgs, false))
-        log(`  ${describe(setting)}  tidings ${int(t.at(-1)!.perSecond)}/s (${t.at(-1)!.cpuMicros} µs CPU/event)  fetch ${int(f.at(-1)!.perSecond)}/s (${f.at(-1)!.cpuMicros} µs)  fetch unsigned ${int(u.at(-1)!.perSecond)}/s`)
+        log(
+          `  ${describe(setting)}  tidings ${int(t.at(-1)!.perSecond)}/s (${t.at(-1)!.cpuMicros} µs CPU/event)  fetch ${
+            int(f.at(-1)!.perSecond)
+          }/s (${f.at(-1)!.cpuMicros} µs)  fetch unsigned ${int(u.at(-1)!.perSecond)}/s`
+        )
       }
       const best = (xs: ReadonlyArray<Drain>) => xs.reduce((x, y) => (y.perSecond > x.perSecond ? y : x))
       const ceiling = Math.max(best(f).perSecond, best(u).perSecond)
@@ -250,9 +314,25 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
       })
     }
     log("")
-    log(`outbox → webhooks (one local endpoint answering 204), ${int(opts.events)} events per run, best of ${opts.rounds} (PostgreSQL ${server.version}, fsync=${server.fsync})`)
+    log(
+      `outbox → webhooks (one local endpoint answering 204), ${
+        int(opts.events)
+      } events per run, best of ${opts.rounds} (PostgreSQL ${server.version}, fsync=${server.fsync})`
+    )
     table(
-      ["relays", "batch", "concurrency", "tidings/s", "fetch/s", "fetch unsigned/s", "ratio", "CPU µs/event tidings", "fetch", "lost", "dup"],
+      [
+        "relays",
+        "batch",
+        "concurrency",
+        "tidings/s",
+        "fetch/s",
+        "fetch unsigned/s",
+        "ratio",
+        "CPU µs/event tidings",
+        "fetch",
+        "lost",
+        "dup"
+      ],
       runs.map((r) => [
         String(r.relays),
         String(r.batch),
@@ -267,9 +347,16 @@ export const run = (opts: Options): Effect.Effect<Result, never, Scope.Scope> =>
         String(r.duplicates)
       ])
     )
-    log(`total ${secs((performance.now() - started) / 1000)} s; load average ${loadBefore.toFixed(1)} before, ${os.loadavg()[0]!.toFixed(1)} after (${os.cpus().length} cores)`)
+    log(
+      `total ${secs((performance.now() - started) / 1000)} s; load average ${loadBefore.toFixed(1)} before, ${
+        os.loadavg()[0]!.toFixed(1)
+      } after (${os.cpus().length} cores)`
+    )
     return {
-      publishWebhooks: { best: runs.length === 0 ? null : runs.reduce((a, b) => (b.tidingsPerSecond > a.tidingsPerSecond ? b : a)), events: opts.events },
+      publishWebhooks: {
+        best: runs.length === 0 ? null : runs.reduce((a, b) => (b.tidingsPerSecond > a.tidingsPerSecond ? b : a)),
+        events: opts.events
+      },
       runs,
       meta: {
         events: opts.events,

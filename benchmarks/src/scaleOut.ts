@@ -90,7 +90,13 @@ const tell = (w: Worker, m: ToWorker) => {
  * One drain of `msgs` (a fresh schema, seeded as the claim runs are) by `processes` relay processes
  * of `relays` pollers each, batch `batch`.
  */
-export const run = (url: string, processes: number, relays: number, batch: number, msgs: ReadonlyArray<Message>): Effect.Effect<ScaleRun> =>
+export const run = (
+  url: string,
+  processes: number,
+  relays: number,
+  batch: number,
+  msgs: ReadonlyArray<Message>
+): Effect.Effect<ScaleRun> =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(url, 2)
     return yield* Effect.gen(function*() {

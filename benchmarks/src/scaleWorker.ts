@@ -26,7 +26,8 @@ export type FromWorker =
   | { readonly type: "done"; readonly ids: ReadonlyArray<string> }
   | { readonly type: "failed"; readonly error: string }
 
-const send = (message: FromWorker) => new Promise<void>((resolve) => process.send!(message, undefined, {}, () => resolve()))
+const send = (message: FromWorker) =>
+  new Promise<void>((resolve) => process.send!(message, undefined, {}, () => resolve()))
 
 const [url, schema, relays, batch, name] = process.argv.slice(2)
 
@@ -54,7 +55,13 @@ const program = Effect.gen(function*() {
     yield* Deferred.await(go)
     const scope = yield* Scope.make()
     yield* Layer.buildWithScope(
-      Relay.layer({ name: name!, concurrency: Number(relays), batchSize: Number(batch), statsInterval: false, retention: false }).pipe(
+      Relay.layer({
+        name: name!,
+        concurrency: Number(relays),
+        batchSize: Number(batch),
+        statsInterval: false,
+        retention: false
+      }).pipe(
         Layer.provide(Layer.mergeAll(
           Layer.succeed(OutboxStore)(store),
           Layer.succeed(Publisher)(publisher),
@@ -71,7 +78,9 @@ const program = Effect.gen(function*() {
   }).pipe(Effect.provideContext(context))
 })
 
-const exit = await Effect.runPromiseExit(program.pipe(Effect.scoped, Effect.provideService(References.LogToStderr, true)))
+const exit = await Effect.runPromiseExit(
+  program.pipe(Effect.scoped, Effect.provideService(References.LogToStderr, true))
+)
 if (Exit.isFailure(exit)) {
   await send({ type: "failed", error: Cause.pretty(exit.cause) })
   process.exitCode = 1

@@ -22,18 +22,25 @@ export const routes = (rt: Runtime.Runtime<SqlClient.SqlClient | OutboxStore>, s
   const app = new Hono()
   app.onError(HttpErrors.onError)
   app.notFound(HttpErrors.notFound)
-  app.post("/orders", rt.handler((c) =>
-    Effect.gen(function*() {
-      const request = yield* Input.json(c, Domain.OrderRequest)
-      const placed = yield* Domain.placeOrder(schema, request)
-      return c.json(placed, placed.created ? 201 : 200, { location: `/orders/${placed.orderId}` })
-    })))
-  app.get("/orders/:id", rt.handler((c) =>
-    Effect.gen(function*() {
-      const id = yield* Input.param(c, "id", OrderId)
-      const order = yield* Domain.getOrder(schema, id)
-      if (order === undefined) return yield* new OrderNotFound({ message: `no order ${id}` })
-      return order
-    }), { statuses: { OrderNotFound: 404 } }))
+  app.post(
+    "/orders",
+    rt.handler((c) =>
+      Effect.gen(function*() {
+        const request = yield* Input.json(c, Domain.OrderRequest)
+        const placed = yield* Domain.placeOrder(schema, request)
+        return c.json(placed, placed.created ? 201 : 200, { location: `/orders/${placed.orderId}` })
+      })
+    )
+  )
+  app.get(
+    "/orders/:id",
+    rt.handler((c) =>
+      Effect.gen(function*() {
+        const id = yield* Input.param(c, "id", OrderId)
+        const order = yield* Domain.getOrder(schema, id)
+        if (order === undefined) return yield* new OrderNotFound({ message: `no order ${id}` })
+        return order
+      }), { statuses: { OrderNotFound: 404 } })
+  )
   return app
 }

@@ -23,24 +23,46 @@ const say = (line: string) => console.log(`[edge] ${line}`)
 /** The receiving side: another service, here on the same database in a schema of its own. */
 const startReceiver = async (url: string, secret: string) => {
   const schema = "edge_receiver"
-  const layer = Layer.mergeAll(PgInboxStore.layer({ schema }), PgOutboxStore.layer({ schema }), Layer.effectDiscard(Migrator.run({ schema }))).pipe(
+  const layer = Layer.mergeAll(
+    PgInboxStore.layer({ schema }),
+    PgOutboxStore.layer({ schema }),
+    Layer.effectDiscard(Migrator.run({ schema }))
+  ).pipe(
     Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 4 }))
   )
   const rt = await Runtime.make(layer)
-  await rt.runPromise(SqlClient.SqlClient.use((sql) =>
-    sql`CREATE TABLE IF NOT EXISTS ${sql(`${schema}.received_orders`)} (order_id text NOT NULL, webhook_id text NOT NULL, received_at timestamptz NOT NULL DEFAULT now())`
-  ))
+  await rt.runPromise(
+    SqlClient.SqlClient.use((sql) =>
+      sql`CREATE TABLE IF NOT EXISTS ${
+        sql(`${schema}.received_orders`)
+      } (order_id text NOT NULL, webhook_id text NOT NULL, received_at timestamptz NOT NULL DEFAULT now())`
+    )
+  )
   const app = new Hono()
-  app.post("/webhooks/orders", WebhookReceiver.hono(rt, { secret, consumer: "order-webhooks" }, (webhook) =>
-    Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      const order = webhook.data as { readonly orderId: string }
-      // In the inbox's transaction: recorded once per webhook-id, however often it is delivered.
-      yield* sql`INSERT INTO ${sql(`${schema}.received_orders`)} (order_id, webhook_id) VALUES (${order.orderId}, ${webhook.id})`
-    })))
+  app.post(
+    "/webhooks/orders",
+    WebhookReceiver.hono(rt, { secret, consumer: "order-webhooks" }, (webhook) =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const order = webhook.data as { readonly orderId: string }
+        // In the inbox's transaction: recorded once per webhook-id, however often it is delivered.
+        yield* sql`INSERT INTO ${
+          sql(`${schema}.received_orders`)
+        } (order_id, webhook_id) VALUES (${order.orderId}, ${webhook.id})`
+      }))
+  )
   const server = await Serve.serve(app)
-  const received = () => rt.runPromise(SqlClient.SqlClient.use((sql) => sql<{ order_id: string }>`SELECT order_id FROM ${sql(`${schema}.received_orders`)} ORDER BY received_at`))
-  return { url: `${server.url}/webhooks/orders`, received, stop: async () => (await server.close(), await rt.dispose()) }
+  const received = () =>
+    rt.runPromise(
+      SqlClient.SqlClient.use((sql) =>
+        sql<{ order_id: string }>`SELECT order_id FROM ${sql(`${schema}.received_orders`)} ORDER BY received_at`
+      )
+    )
+  return {
+    url: `${server.url}/webhooks/orders`,
+    received,
+    stop: async () => (await server.close(), await rt.dispose())
+  }
 }
 
 const main = async () => {
@@ -65,20 +87,38 @@ const main = async () => {
     say(`Worker bundled: ${(fs.statSync(bundle).size / 1024).toFixed(0)} KiB (esbuild, postgres.js' Workers build)`)
     const worker = await Local.start({
       bundle,
-      bindings: { DATABASE_URL: pg.url, TIDINGS_SCHEMA: schema, WEBHOOK_URL: receiver.url, WEBHOOK_SECRET: secret, RELAY_MAX_EVENTS: "2" }
+      bindings: {
+        DATABASE_URL: pg.url,
+        TIDINGS_SCHEMA: schema,
+        WEBHOOK_URL: receiver.url,
+        WEBHOOK_SECRET: secret,
+        RELAY_MAX_EVENTS: "2"
+      }
     })
     cleanups.push(worker.stop)
     say(`workerd serving the Worker on ${worker.url}`)
 
-    const orders = [{ customer: "ada", totalCents: 2599 }, { customer: "grace", totalCents: 990 }, { customer: "linus", totalCents: 1250 }]
+    const orders = [{ customer: "ada", totalCents: 2599 }, { customer: "grace", totalCents: 990 }, {
+      customer: "linus",
+      totalCents: 1250
+    }]
     const ids: Array<string> = []
     for (const order of orders) {
-      const response = await fetch(`${worker.url}/orders`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(order) })
+      const response = await fetch(`${worker.url}/orders`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(order)
+      })
       const placed = await response.json() as { orderId: string; eventId: string }
       ids.push(placed.orderId)
-      say(`POST /orders ${JSON.stringify(order)} → ${response.status}: order …${placed.orderId.slice(-8)}, event …${placed.eventId.slice(-8)} (one transaction)`)
+      say(
+        `POST /orders ${JSON.stringify(order)} → ${response.status}: order …${placed.orderId.slice(-8)}, event …${
+          placed.eventId.slice(-8)
+        } (one transaction)`
+      )
     }
-    const status = async (id: string) => ((await (await fetch(`${worker.url}/orders/${id}`)).json()) as { event_status: string }).event_status
+    const status = async (id: string) =>
+      ((await (await fetch(`${worker.url}/orders/${id}`)).json()) as { event_status: string }).event_status
     say(`events before any cron run: ${(await Promise.all(ids.map(status))).join(", ")}`)
 
     const passes = () => [...worker.output().matchAll(/tidings relay pass \([^)]*\): (.*)/g)].map((m) => m[1]!)
@@ -90,8 +130,12 @@ const main = async () => {
     }
     say(`events after the cron runs: ${(await Promise.all(ids.map(status))).join(", ")}`)
     const received = (await receiver.received()).filter((r) => ids.includes(r.order_id))
-    say(`the receiver recorded ${received.length} orders: ${received.map((r) => "…" + r.order_id.slice(-8)).join(", ")}`)
-    if (received.length !== orders.length) throw new Error(`expected ${orders.length} orders at the receiver, got ${received.length}`)
+    say(
+      `the receiver recorded ${received.length} orders: ${received.map((r) => "…" + r.order_id.slice(-8)).join(", ")}`
+    )
+    if (received.length !== orders.length) {
+      throw new Error(`expected ${orders.length} orders at the receiver, got ${received.length}`)
+    }
     say("done")
   } finally {
     for (const f of cleanups.reverse()) await f().catch((e) => console.error("[edge] cleanup failed:", e))

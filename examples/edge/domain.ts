@@ -70,6 +70,8 @@ export const getOrder = (schema: string, id: string) =>
     sql<Order>`
       SELECT o.id, o.customer, o.total_cents, o.created_at, e.id::text AS event_id, e.status AS event_status
       FROM ${sql(`${schema}.edge_orders`)} o
-      LEFT JOIN ${sql(`${schema}.outbox`)} e ON e.aggregate_type = 'order' AND e.aggregate_id = o.id AND e.event_type = 'order.placed'
+      LEFT JOIN ${
+      sql(`${schema}.outbox`)
+    } e ON e.aggregate_type = 'order' AND e.aggregate_id = o.id AND e.event_type = 'order.placed'
       WHERE o.id = ${id}`
   ).pipe(Effect.map((rows) => rows[0]))

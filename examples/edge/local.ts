@@ -7,9 +7,9 @@
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
+import { createRequire } from "node:module"
 import * as net from "node:net"
 import * as os from "node:os"
-import { createRequire } from "node:module"
 import * as path from "node:path"
 
 // The npm package's CommonJS main exports the path of the binary for this platform.
@@ -65,7 +65,9 @@ export const start = async (options: LocalOptions): Promise<LocalWorker> => {
   fs.copyFileSync(options.bundle, path.join(dir, "worker.js"))
   fs.writeFileSync(path.join(dir, "trigger.js"), trigger)
   const [httpPort, cronPort] = [await freePort(), await freePort()]
-  const bindings = Object.entries(options.bindings).map(([name, text]) => `(name = ${capnpString(name)}, text = ${capnpString(text)})`).join(", ")
+  const bindings = Object.entries(options.bindings).map(([name, text]) =>
+    `(name = ${capnpString(name)}, text = ${capnpString(text)})`
+  ).join(", ")
   fs.writeFileSync(
     path.join(dir, "config.capnp"),
     `using Workerd = import "/workerd/workerd.capnp";
@@ -94,7 +96,9 @@ const cron :Workerd.Worker = (
 `
   )
   let output = ""
-  const child: ChildProcess = spawn(workerdBinary, ["serve", path.join(dir, "config.capnp"), "--verbose"], { stdio: ["ignore", "pipe", "pipe"] })
+  const child: ChildProcess = spawn(workerdBinary, ["serve", path.join(dir, "config.capnp"), "--verbose"], {
+    stdio: ["ignore", "pipe", "pipe"]
+  })
   child.stdout?.on("data", (d: Buffer) => void (output += d.toString()))
   child.stderr?.on("data", (d: Buffer) => void (output += d.toString()))
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))

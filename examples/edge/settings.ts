@@ -39,16 +39,22 @@ export interface Settings {
 const positive = (binding: string, raw: string | undefined, fallback: number): number => {
   if (raw === undefined || raw === "") return fallback
   const n = Number(raw)
-  if (!Number.isInteger(n) || n < 1) throw new SettingsError({ binding, message: `must be a positive integer, got ${JSON.stringify(raw)}` })
+  if (!Number.isInteger(n) || n < 1) {
+    throw new SettingsError({ binding, message: `must be a positive integer, got ${JSON.stringify(raw)}` })
+  }
   return n
 }
 
 /** Reads the bindings; throws {@link SettingsError}. */
 export const fromEnv = (env: Env): Settings => {
   const url = env.HYPERDRIVE?.connectionString ?? env.DATABASE_URL
-  if (url === undefined || url === "") throw new SettingsError({ binding: "DATABASE_URL", message: "is not set (nor a HYPERDRIVE binding)" })
+  if (url === undefined || url === "") {
+    throw new SettingsError({ binding: "DATABASE_URL", message: "is not set (nor a HYPERDRIVE binding)" })
+  }
   const schema = env.TIDINGS_SCHEMA ?? "edge"
-  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema)) throw new SettingsError({ binding: "TIDINGS_SCHEMA", message: "must be a lower-case SQL identifier" })
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema)) {
+    throw new SettingsError({ binding: "TIDINGS_SCHEMA", message: "must be a lower-case SQL identifier" })
+  }
   const webhook = env.WEBHOOK_URL === undefined || env.WEBHOOK_URL === ""
     ? undefined
     : { url: env.WEBHOOK_URL, secret: Redacted.make(env.WEBHOOK_SECRET ?? "") }

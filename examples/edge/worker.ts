@@ -22,7 +22,10 @@ export interface ScheduledController {
 }
 
 const failure = (status: number, tag: string, message: string) =>
-  new Response(JSON.stringify({ error: { tag, message } }), { status, headers: { "content-type": "application/json", ...(status === 503 ? { "retry-after": "1" } : {}) } })
+  new Response(JSON.stringify({ error: { tag, message } }), {
+    status,
+    headers: { "content-type": "application/json", ...(status === 503 ? { "retry-after": "1" } : {}) }
+  })
 
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
@@ -51,7 +54,12 @@ export default {
 
   async scheduled(controller: ScheduledController, env: Env, _ctx: ExecutionContext): Promise<void> {
     const settings = fromEnv(env)
-    const pass = Relay.drain({ name: "edge", batchSize: 50, maxEvents: settings.maxEvents, budget: `${settings.budgetMs} millis` })
+    const pass = Relay.drain({
+      name: "edge",
+      batchSize: 50,
+      maxEvents: settings.maxEvents,
+      budget: `${settings.budgetMs} millis`
+    })
     // A failure (database down) rejects: Workers log the cron run as failed, and the next run tries again.
     const report = await Effect.runPromise(pass.pipe(Effect.provide(Layers.relay(settings))))
     console.log(`tidings relay pass (${controller.cron}): ${JSON.stringify(report)}`)

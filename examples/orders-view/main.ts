@@ -9,11 +9,25 @@ import { Migrator, PgClient, PgInboxStore, PgOutboxStore, PgProjection } from "@
 import { Effect, Layer, Schedule, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { scopedPostgres } from "../../test/support/embeddedPostgres.ts"
-import { cancelOrder, createTables, isOrderEvent, listOrders, type OrderRow, orderList, payOrder, placeOrder, shipOrder } from "./orders.ts"
+import {
+  cancelOrder,
+  createTables,
+  isOrderEvent,
+  listOrders,
+  orderList,
+  type OrderRow,
+  payOrder,
+  placeOrder,
+  shipOrder
+} from "./orders.ts"
 
 const say = (line: string) => Effect.sync(() => console.log(`[orders-view] ${line}`))
 const show = (rows: ReadonlyArray<OrderRow>) =>
-  rows.map((r) => `${r.order_id.slice(-2)} ${r.status}${r.carrier === null ? "" : ` via ${r.carrier}`}${r.note === null ? "" : ` (${r.note})`} ${(r.total_cents / 100).toFixed(2)}`).join(" | ")
+  rows.map((r) =>
+    `${r.order_id.slice(-2)} ${r.status}${r.carrier === null ? "" : ` via ${r.carrier}`}${
+      r.note === null ? "" : ` (${r.note})`
+    } ${(r.total_cents / 100).toFixed(2)}`
+  ).join(" | ")
 
 /** Tidings' tables and the app's share one schema. */
 const schema = "orders_view"
@@ -36,7 +50,10 @@ const program = Effect.gen(function*() {
     Stream.mapEffect((message) =>
       Projection.handle(orderList, message.id, message).pipe(
         Effect.tapError((e) => Effect.sync(() => e._tag === "ProjectionGap" && outcomes.gap++)),
-        Effect.retry({ schedule: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 100 })), while: (e) => e._tag === "ProjectionGap" }),
+        Effect.retry({
+          schedule: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 100 })),
+          while: (e) => e._tag === "ProjectionGap"
+        }),
         Effect.tap((outcome) => Effect.sync(() => outcomes[outcome]++)),
         Effect.catchCause((cause) => Effect.logError("projection failed", cause))
       ), { concurrency: 4, unordered: true }),
@@ -58,12 +75,19 @@ const program = Effect.gen(function*() {
   const cancelled = yield* cancelOrder(`${runId}-02`, "changed her mind")
   yield* say(`alice: ${show(yield* listOrders(alice, { after: cancelled }))}`)
   yield* say(`bob: ${show(yield* listOrders(bob))}`)
-  yield* say(`deliveries: ${outcomes.applied} applied, ${outcomes.duplicate + outcomes.skipped} duplicates ignored, ${outcomes.gap} early events retried`)
+  yield* say(
+    `deliveries: ${outcomes.applied} applied, ${
+      outcomes.duplicate + outcomes.skipped
+    } duplicates ignored, ${outcomes.gap} early events retried`
+  )
 
   // The view is damaged (a bad deploy, a manual edit): rebuild it from the outbox and swap it in.
   yield* sql`UPDATE orders_view.order_list SET status = 'garbled' WHERE customer IN (${alice}, ${bob})`
   yield* say(`damaged alice: ${show(yield* listOrders(alice))}`)
-  const rebuilt = yield* PgProjection.rebuild(orderList, { schema, fromMessage: (m) => isOrderEvent(m) ? m : undefined })
+  const rebuilt = yield* PgProjection.rebuild(orderList, {
+    schema,
+    fromMessage: (m) => isOrderEvent(m) ? m : undefined
+  })
   yield* say(`rebuilt from the outbox: ${rebuilt.applied} events, ${rebuilt.aggregates} orders`)
   yield* say(`alice: ${show(yield* listOrders(alice))}`)
   yield* say(`bob: ${show(yield* listOrders(bob))}`)
@@ -73,9 +97,10 @@ const main = Effect.gen(function*() {
   yield* Effect.sync(() => console.log("[orders-view] starting PostgreSQL (embedded unless TIDINGS_PG_URL is set) ..."))
   const pg = yield* scopedPostgres()
   const Database = PgClient.layer({ url: pg.url })
-  const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema }), PgInboxStore.layer({ schema }), MemoryBroker.layer()).pipe(
-    Layer.provideMerge(Database)
-  )
+  const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema }), PgInboxStore.layer({ schema }), MemoryBroker.layer())
+    .pipe(
+      Layer.provideMerge(Database)
+    )
   yield* Effect.scoped(program).pipe(Effect.provide(AppLayer))
 })
 

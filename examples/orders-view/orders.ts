@@ -9,7 +9,13 @@ import { SqlClient } from "effect/sql"
 // Every event carries the order's version after the change: the projection's per-aggregate order.
 export const OrderPlaced = Event.define("order.placed", {
   aggregateType: "order",
-  schema: Schema.Struct({ orderId: Schema.String, version: Schema.Int, customer: Schema.String, totalCents: Schema.Int, items: Schema.Int })
+  schema: Schema.Struct({
+    orderId: Schema.String,
+    version: Schema.Int,
+    customer: Schema.String,
+    totalCents: Schema.Int,
+    items: Schema.Int
+  })
 })
 export const OrderPaid = Event.define("order.paid", {
   aggregateType: "order",
@@ -24,7 +30,12 @@ export const OrderCancelled = Event.define("order.cancelled", {
   schema: Schema.Struct({ orderId: Schema.String, version: Schema.Int, reason: Schema.String })
 })
 
-const orderEvents: ReadonlySet<string> = new Set([OrderPlaced.type, OrderPaid.type, OrderShipped.type, OrderCancelled.type])
+const orderEvents: ReadonlySet<string> = new Set([
+  OrderPlaced.type,
+  OrderPaid.type,
+  OrderShipped.type,
+  OrderCancelled.type
+])
 
 export const createTables = SqlClient.SqlClient.use((sql) =>
   Effect.gen(function*() {
@@ -44,25 +55,47 @@ export const placeOrder = (orderId: string, customer: string, totalCents: number
   SqlClient.SqlClient.use((sql) =>
     sql.withTransaction(Effect.gen(function*() {
       yield* sql`INSERT INTO orders_view.orders (id, customer, total_cents, status, version) VALUES (${orderId}, ${customer}, ${totalCents}, 'placed', 1)`
-      return yield* Outbox.append(OrderPlaced, { aggregateId: orderId, payload: { orderId, version: 1, customer, totalCents, items } })
+      return yield* Outbox.append(OrderPlaced, {
+        aggregateId: orderId,
+        payload: { orderId, version: 1, customer, totalCents, items }
+      })
     }))
   )
 
 /** Changes an order's status; the version comes from the row, locked, so events of one order are numbered in order. */
-const transition = (orderId: string, status: string, event: (version: number) => Effect.Effect<Message.Message, Outbox.AppendError, OutboxStore.OutboxStore>) =>
+const transition = (
+  orderId: string,
+  status: string,
+  event: (version: number) => Effect.Effect<Message.Message, Outbox.AppendError, OutboxStore.OutboxStore>
+) =>
   SqlClient.SqlClient.use((sql) =>
     sql.withTransaction(Effect.gen(function*() {
-      const [row] = yield* sql<{ version: number }>`UPDATE orders_view.orders SET status = ${status}, version = version + 1 WHERE id = ${orderId} RETURNING version`
+      const [row] = yield* sql<
+        { version: number }
+      >`UPDATE orders_view.orders SET status = ${status}, version = version + 1 WHERE id = ${orderId} RETURNING version`
       if (row === undefined) return yield* Effect.die(new Error(`no order ${orderId}`))
       return yield* event(row.version)
     }))
   )
 
-export const payOrder = (orderId: string) => transition(orderId, "paid", (version) => Outbox.append(OrderPaid, { aggregateId: orderId, payload: { orderId, version } }))
+export const payOrder = (orderId: string) =>
+  transition(
+    orderId,
+    "paid",
+    (version) => Outbox.append(OrderPaid, { aggregateId: orderId, payload: { orderId, version } })
+  )
 export const shipOrder = (orderId: string, carrier: string) =>
-  transition(orderId, "shipped", (version) => Outbox.append(OrderShipped, { aggregateId: orderId, payload: { orderId, version, carrier } }))
+  transition(
+    orderId,
+    "shipped",
+    (version) => Outbox.append(OrderShipped, { aggregateId: orderId, payload: { orderId, version, carrier } })
+  )
 export const cancelOrder = (orderId: string, reason: string) =>
-  transition(orderId, "cancelled", (version) => Outbox.append(OrderCancelled, { aggregateId: orderId, payload: { orderId, version, reason } }))
+  transition(
+    orderId,
+    "cancelled",
+    (version) => Outbox.append(OrderCancelled, { aggregateId: orderId, payload: { orderId, version, reason } })
+  )
 
 // ——— read side ———
 
@@ -86,13 +119,21 @@ export const orderList = Projection.make({
       switch (m.type) {
         case OrderPlaced.type:
           return sql`INSERT INTO ${table} (order_id, customer, total_cents, items, status, updated_at)
-            VALUES (${String(p["orderId"])}, ${String(p["customer"])}, ${Number(p["totalCents"])}, ${Number(p["items"])}, 'placed', ${m.occurredAt})`
+            VALUES (${String(p["orderId"])}, ${String(p["customer"])}, ${Number(p["totalCents"])}, ${
+            Number(p["items"])
+          }, 'placed', ${m.occurredAt})`
         case OrderPaid.type:
-          return sql`UPDATE ${table} SET status = 'paid', updated_at = ${m.occurredAt} WHERE order_id = ${String(p["orderId"])}`
+          return sql`UPDATE ${table} SET status = 'paid', updated_at = ${m.occurredAt} WHERE order_id = ${
+            String(p["orderId"])
+          }`
         case OrderShipped.type:
-          return sql`UPDATE ${table} SET status = 'shipped', carrier = ${String(p["carrier"])}, updated_at = ${m.occurredAt} WHERE order_id = ${String(p["orderId"])}`
+          return sql`UPDATE ${table} SET status = 'shipped', carrier = ${
+            String(p["carrier"])
+          }, updated_at = ${m.occurredAt} WHERE order_id = ${String(p["orderId"])}`
         default:
-          return sql`UPDATE ${table} SET status = 'cancelled', note = ${String(p["reason"])}, updated_at = ${m.occurredAt} WHERE order_id = ${String(p["orderId"])}`
+          return sql`UPDATE ${table} SET status = 'cancelled', note = ${
+            String(p["reason"])
+          }, updated_at = ${m.occurredAt} WHERE order_id = ${String(p["orderId"])}`
       }
     }).pipe(Effect.asVoid)
 })
@@ -114,10 +155,17 @@ export interface OrderRow {
  * The query: a customer's orders. With `after`, it first waits (at most `timeout`) until the
  * projection has applied that event: read-your-writes for the caller who just wrote it.
  */
-export const listOrders = (customer: string, options: { readonly after?: Message.Message; readonly timeout?: Duration.Input } = {}) =>
+export const listOrders = (
+  customer: string,
+  options: { readonly after?: Message.Message; readonly timeout?: Duration.Input } = {}
+) =>
   Effect.gen(function*() {
-    if (options.after !== undefined) yield* Projection.awaitApplied(orderList, options.after.id, options.timeout ?? "5 seconds")
+    if (options.after !== undefined) {
+      yield* Projection.awaitApplied(orderList, options.after.id, options.timeout ?? "5 seconds")
+    }
     const sql = yield* SqlClient.SqlClient
-    return yield* sql<OrderRow>`SELECT order_id, customer, total_cents, items, status, carrier, note FROM orders_view.order_list
+    return yield* sql<
+      OrderRow
+    >`SELECT order_id, customer, total_cents, items, status, carrier, note FROM orders_view.order_list
       WHERE customer = ${customer} ORDER BY order_id`
   })

@@ -65,37 +65,59 @@ export const layer = (options: Options) => {
 /** What the routes run with. */
 export type Services = Layer.Success<ReturnType<typeof layer>>
 
-const ListQuery = Schema.Struct({ customer: Schema.optional(Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(64))) })
+const ListQuery = Schema.Struct({
+  customer: Schema.optional(Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(64)))
+})
 const OrderId = Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(64))
 
 /** The Hono app on a built runtime. */
-export const routes = (rt: Runtime.Runtime<Services>, options: { readonly schema: string; readonly adminToken: Redacted.Redacted<string> }) => {
+export const routes = (
+  rt: Runtime.Runtime<Services>,
+  options: { readonly schema: string; readonly adminToken: Redacted.Redacted<string> }
+) => {
   const orders = Domain.make(options.schema)
   const auth = options.adminToken
   // Safe defaults first: 1 MiB bodies (413), JSON only (415), clean paths and queries (400), 404 / 405
   // and thrown errors in the JSON error shape.
   const app = Safety.app()
 
-  app.post("/orders", rt.handler((c) =>
-    Effect.gen(function*() {
-      const body = yield* Input.json(c, Domain.OrderRequest)
-      const { order, created } = yield* Command.transaction(orders.placeOrder(body))
-      return c.json({ order, created }, created ? 202 : 200, { location: `/orders/${order.id}` })
-    })))
-  app.get("/orders", rt.handler((c) =>
-    Effect.gen(function*() {
-      const { customer } = yield* Input.query(c, ListQuery)
-      return { orders: yield* orders.listOrders(customer) }
-    })))
-  app.get("/orders/:id", rt.handler((c) =>
-    Effect.gen(function*() {
-      const order = yield* orders.getOrder(yield* Input.param(c, "id", OrderId))
-      const saga = yield* Saga.get(order.saga_id)
-      return {
-        order,
-        saga: { id: saga.id, status: saga.status, error: saga.error, steps: saga.steps.map((s) => ({ name: s.name, status: s.status, error: s.error })) }
-      }
-    })))
+  app.post(
+    "/orders",
+    rt.handler((c) =>
+      Effect.gen(function*() {
+        const body = yield* Input.json(c, Domain.OrderRequest)
+        const { order, created } = yield* Command.transaction(orders.placeOrder(body))
+        return c.json({ order, created }, created ? 202 : 200, { location: `/orders/${order.id}` })
+      })
+    )
+  )
+  app.get(
+    "/orders",
+    rt.handler((c) =>
+      Effect.gen(function*() {
+        const { customer } = yield* Input.query(c, ListQuery)
+        return { orders: yield* orders.listOrders(customer) }
+      })
+    )
+  )
+  app.get(
+    "/orders/:id",
+    rt.handler((c) =>
+      Effect.gen(function*() {
+        const order = yield* orders.getOrder(yield* Input.param(c, "id", OrderId))
+        const saga = yield* Saga.get(order.saga_id)
+        return {
+          order,
+          saga: {
+            id: saga.id,
+            status: saga.status,
+            error: saga.error,
+            steps: saga.steps.map((s) => ({ name: s.name, status: s.status, error: s.error }))
+          }
+        }
+      })
+    )
+  )
   app.get("/stock", rt.handler(() => Effect.map(orders.stock, (stock) => ({ stock }))))
 
   const checks: Array<Health.Check<any>> = [
@@ -121,17 +143,29 @@ export const routes = (rt: Runtime.Runtime<Services>, options: { readonly schema
 
   const admin = new Hono()
   admin.use("*", Auth.bearer(auth))
-  admin.post("/faults/publish", rt.handler((c) =>
-    Effect.gen(function*() {
-      const request = yield* Input.json(c, Faults.FaultRequest)
-      return { armed: yield* Faults.PublishFaults.use((f) => f.arm(request)) }
-    }), { status: 201 }))
-  admin.get("/broker", rt.handler(() =>
-    Effect.gen(function*() {
-      const broker = yield* Transport.Broker
-      const faults = yield* Faults.PublishFaults
-      return { kind: broker.kind, description: broker.description, deadLetters: yield* broker.deadLetters, faults: { armed: yield* faults.rules, refused: yield* faults.refused } }
-    })))
+  admin.post(
+    "/faults/publish",
+    rt.handler((c) =>
+      Effect.gen(function*() {
+        const request = yield* Input.json(c, Faults.FaultRequest)
+        return { armed: yield* Faults.PublishFaults.use((f) => f.arm(request)) }
+      }), { status: 201 })
+  )
+  admin.get(
+    "/broker",
+    rt.handler(() =>
+      Effect.gen(function*() {
+        const broker = yield* Transport.Broker
+        const faults = yield* Faults.PublishFaults
+        return {
+          kind: broker.kind,
+          description: broker.description,
+          deadLetters: yield* broker.deadLetters,
+          faults: { armed: yield* faults.rules, refused: yield* faults.refused }
+        }
+      })
+    )
+  )
   app.route("/admin", admin)
   return app
 }

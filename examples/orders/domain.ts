@@ -42,7 +42,12 @@ export const OrderCancelled = Event.define("order.cancelled", {
 
 export const ReserveInventory = Event.define("inventory.reserve", {
   aggregateType: "order",
-  schema: Schema.Struct({ orderId: Schema.String, reservationId: Schema.String, sku: Schema.String, quantity: Schema.Int })
+  schema: Schema.Struct({
+    orderId: Schema.String,
+    reservationId: Schema.String,
+    sku: Schema.String,
+    quantity: Schema.Int
+  })
 })
 export const ReleaseInventory = Event.define("inventory.release", {
   aggregateType: "order",
@@ -50,7 +55,12 @@ export const ReleaseInventory = Event.define("inventory.release", {
 })
 export const ChargePayment = Event.define("payment.charge", {
   aggregateType: "order",
-  schema: Schema.Struct({ orderId: Schema.String, paymentId: Schema.String, customer: Schema.String, amountCents: Schema.Int })
+  schema: Schema.Struct({
+    orderId: Schema.String,
+    paymentId: Schema.String,
+    customer: Schema.String,
+    amountCents: Schema.Int
+  })
 })
 export const RefundPayment = Event.define("payment.refund", {
   aggregateType: "order",
@@ -107,9 +117,15 @@ export const PlaceOrder = Saga.make("place-order", { input: OrderInput })
     send: (ctx) =>
       ReserveInventory.make({
         aggregateId: ctx.input.orderId,
-        payload: { orderId: ctx.input.orderId, reservationId: ctx.idempotencyKey, sku: ctx.input.sku, quantity: ctx.input.quantity }
+        payload: {
+          orderId: ctx.input.orderId,
+          reservationId: ctx.idempotencyKey,
+          sku: ctx.input.sku,
+          quantity: ctx.input.quantity
+        }
       }),
-    compensate: (ctx, { reservationId }) => ReleaseInventory.make({ aggregateId: ctx.input.orderId, payload: { orderId: ctx.input.orderId, reservationId } }),
+    compensate: (ctx, { reservationId }) =>
+      ReleaseInventory.make({ aggregateId: ctx.input.orderId, payload: { orderId: ctx.input.orderId, reservationId } }),
     timeout: "30 seconds",
     compensation: { timeout: "30 seconds" }
   })
@@ -118,10 +134,16 @@ export const PlaceOrder = Saga.make("place-order", { input: OrderInput })
     send: (ctx) =>
       ChargePayment.make({
         aggregateId: ctx.input.orderId,
-        payload: { orderId: ctx.input.orderId, paymentId: ctx.idempotencyKey, customer: ctx.input.customer, amountCents: ctx.input.amountCents }
+        payload: {
+          orderId: ctx.input.orderId,
+          paymentId: ctx.idempotencyKey,
+          customer: ctx.input.customer,
+          amountCents: ctx.input.amountCents
+        }
       }),
     // The last step: it is compensated only if a step is added after it, but a refund must exist then.
-    compensate: (ctx, { paymentId }) => RefundPayment.make({ aggregateId: ctx.input.orderId, payload: { orderId: ctx.input.orderId, paymentId } }),
+    compensate: (ctx, { paymentId }) =>
+      RefundPayment.make({ aggregateId: ctx.input.orderId, payload: { orderId: ctx.input.orderId, paymentId } }),
     timeout: "30 seconds"
   })
 
@@ -131,7 +153,9 @@ export const sagas = Saga.registry(PlaceOrder)
 // ——— errors ——————————————————————————————————————————————————————————————————————————————
 
 /** The payment gateway did not answer: worth another delivery. */
-export class GatewayUnavailable extends Schema.TaggedError<GatewayUnavailable>()("GatewayUnavailable", { paymentId: Schema.String }) {
+export class GatewayUnavailable
+  extends Schema.TaggedError<GatewayUnavailable>()("GatewayUnavailable", { paymentId: Schema.String })
+{
   get isRetryable(): boolean {
     return true
   }
@@ -155,7 +179,9 @@ export class OrderNotFound extends Schema.TaggedError<OrderNotFound>()("OrderNot
 }
 
 /** An order id reused for a different order. */
-export class OrderIdConflict extends Schema.TaggedError<OrderIdConflict>()("OrderIdConflict", { orderId: Schema.String }) {
+export class OrderIdConflict
+  extends Schema.TaggedError<OrderIdConflict>()("OrderIdConflict", { orderId: Schema.String })
+{
   get httpStatus(): number {
     return 409
   }
@@ -225,7 +251,9 @@ export const make = (schema: string) => {
         id text PRIMARY KEY, customer text NOT NULL, sku text NOT NULL, quantity int NOT NULL, amount_cents int NOT NULL,
         status text NOT NULL, reason text, saga_id uuid NOT NULL, version int NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now())`
-      yield* sql`CREATE TABLE IF NOT EXISTS ${sql(table("stock"))} (sku text PRIMARY KEY, available int NOT NULL CHECK (available >= 0))`
+      yield* sql`CREATE TABLE IF NOT EXISTS ${
+        sql(table("stock"))
+      } (sku text PRIMARY KEY, available int NOT NULL CHECK (available >= 0))`
       yield* sql`CREATE TABLE IF NOT EXISTS ${sql(table("reservations"))} (
         id text PRIMARY KEY, order_id text NOT NULL, sku text NOT NULL, quantity int NOT NULL, released boolean NOT NULL DEFAULT false)`
       yield* sql`CREATE TABLE IF NOT EXISTS ${sql(table("payments"))} (
@@ -253,14 +281,23 @@ export const make = (schema: string) => {
     SqlClient.SqlClient.use((sql) =>
       sql.withTransaction(Effect.gen(function*() {
         const orderId = request.orderId ?? `ord-${crypto.randomUUID()}`
-        const input: OrderInput = { orderId, customer: request.customer, sku: request.sku, quantity: request.quantity, amountCents: request.amountCents }
+        const input: OrderInput = {
+          orderId,
+          customer: request.customer,
+          sku: request.sku,
+          quantity: request.quantity,
+          amountCents: request.amountCents
+        }
         // Taken first, so a concurrent duplicate waits here and then sees the row.
-        const inserted = yield* sql<{ id: string }>`INSERT INTO ${sql(table("orders"))} (id, customer, sku, quantity, amount_cents, status, saga_id, version)
+        const inserted = yield* sql<{ id: string }>`INSERT INTO ${
+          sql(table("orders"))
+        } (id, customer, sku, quantity, amount_cents, status, saga_id, version)
           VALUES (${orderId}, ${input.customer}, ${input.sku}, ${input.quantity}, ${input.amountCents}, 'pending', ${crypto.randomUUID()}, 1)
           ON CONFLICT (id) DO NOTHING RETURNING id`
         if (inserted.length === 0) {
           const existing = yield* getOrder(orderId)
-          const same = existing.customer === input.customer && existing.sku === input.sku && existing.quantity === input.quantity &&
+          const same = existing.customer === input.customer && existing.sku === input.sku &&
+            existing.quantity === input.quantity &&
             existing.amount_cents === input.amountCents
           if (!same) return yield* new OrderIdConflict({ orderId })
           return { order: existing, created: false }
@@ -276,9 +313,15 @@ export const make = (schema: string) => {
     SqlClient.SqlClient.use((sql) =>
       sql<OrderRow>`SELECT id, customer, sku, quantity, amount_cents, status, reason, saga_id::text AS saga_id, version
         FROM ${sql(table("orders"))} WHERE id = ${orderId}`
-    ).pipe(Effect.flatMap((rows) => rows[0] === undefined ? Effect.fail(new OrderNotFound({ orderId })) : Effect.succeed(rows[0])))
+    ).pipe(
+      Effect.flatMap((rows) =>
+        rows[0] === undefined ? Effect.fail(new OrderNotFound({ orderId })) : Effect.succeed(rows[0])
+      )
+    )
 
-  const stock = SqlClient.SqlClient.use((sql) => sql<{ sku: string; available: number }>`SELECT sku, available FROM ${sql(table("stock"))} ORDER BY sku`)
+  const stock = SqlClient.SqlClient.use((sql) =>
+    sql<{ sku: string; available: number }>`SELECT sku, available FROM ${sql(table("stock"))} ORDER BY sku`
+  )
 
   // ——— participants ———
 
@@ -291,7 +334,9 @@ export const make = (schema: string) => {
         const taken = yield* sql`UPDATE ${sql(table("stock"))} SET available = available - ${p.quantity}
           WHERE sku = ${p.sku} AND available >= ${p.quantity} RETURNING sku`
         if (taken.length === 0) return Saga.failed(`out of stock: ${p.quantity} × ${p.sku}`)
-        yield* sql`INSERT INTO ${sql(table("reservations"))} (id, order_id, sku, quantity) VALUES (${p.reservationId}, ${p.orderId}, ${p.sku}, ${p.quantity})`
+        yield* sql`INSERT INTO ${
+          sql(table("reservations"))
+        } (id, order_id, sku, quantity) VALUES (${p.reservationId}, ${p.orderId}, ${p.sku}, ${p.quantity})`
         return Saga.completed({ reservationId: p.reservationId })
       })
     )
@@ -299,35 +344,58 @@ export const make = (schema: string) => {
   /** Gives the stock back; only an unreleased reservation does, once. */
   const release = (p: typeof ReleaseInventory.schema.Type) =>
     SqlClient.SqlClient.use((sql) =>
-      sql`WITH r AS (UPDATE ${sql(table("reservations"))} SET released = true WHERE id = ${p.reservationId} AND NOT released RETURNING sku, quantity)
+      sql`WITH r AS (UPDATE ${
+        sql(table("reservations"))
+      } SET released = true WHERE id = ${p.reservationId} AND NOT released RETURNING sku, quantity)
         UPDATE ${sql(table("stock"))} s SET available = s.available + r.quantity FROM r WHERE s.sku = r.sku`
     ).pipe(Effect.as(Saga.completed()))
 
   /** Charges the card through the (fake) gateway; see {@link gateway} for its rules. */
   const charge = (p: typeof ChargePayment.schema.Type, attempt: number) =>
     Effect.gen(function*() {
-      if (p.customer === gateway.flakyCustomer && attempt === 1) return yield* new GatewayUnavailable({ paymentId: p.paymentId })
+      if (p.customer === gateway.flakyCustomer && attempt === 1) {
+        return yield* new GatewayUnavailable({ paymentId: p.paymentId })
+      }
       if (p.customer === gateway.declinedCustomer) return Saga.failed("payment declined: card refused by the issuer")
       if (p.amountCents > gateway.limitCents) return Saga.failed("payment declined: over the card's limit")
       yield* SqlClient.SqlClient.use((sql) =>
-        sql`INSERT INTO ${sql(table("payments"))} (id, order_id, customer, amount_cents) VALUES (${p.paymentId}, ${p.orderId}, ${p.customer}, ${p.amountCents})
+        sql`INSERT INTO ${
+          sql(table("payments"))
+        } (id, order_id, customer, amount_cents) VALUES (${p.paymentId}, ${p.orderId}, ${p.customer}, ${p.amountCents})
           ON CONFLICT (id) DO NOTHING`
       )
       return Saga.completed({ paymentId: p.paymentId })
     })
 
   const refund = (p: typeof RefundPayment.schema.Type) =>
-    SqlClient.SqlClient.use((sql) => sql`UPDATE ${sql(table("payments"))} SET refunded = true WHERE id = ${p.paymentId}`).pipe(Effect.as(Saga.completed()))
+    SqlClient.SqlClient.use((sql) =>
+      sql`UPDATE ${sql(table("payments"))} SET refunded = true WHERE id = ${p.paymentId}`
+    ).pipe(Effect.as(Saga.completed()))
 
-  const decode = <S extends Schema.Codec<any, any, never, never>>(schema: S, m: Incoming): Effect.Effect<S["Type"], UnprocessableMessage> =>
-    Schema.decodeUnknownEffect(schema)(m.payload).pipe(Effect.mapError((e) => new UnprocessableMessage({ messageId: m.id, reason: e.message })))
+  const decode = <S extends Schema.Codec<any, any, never, never>>(
+    schema: S,
+    m: Incoming
+  ): Effect.Effect<S["Type"], UnprocessableMessage> =>
+    Schema.decodeUnknownEffect(schema)(m.payload).pipe(
+      Effect.mapError((e) => new UnprocessableMessage({ messageId: m.id, reason: e.message }))
+    )
 
   /** Runs a participant's work and appends its reply in one transaction, once per message (the inbox). */
-  const participate = <E, R>(consumer: string, m: Incoming, work: (command: Saga.Command<Incoming>) => Effect.Effect<Saga.Outcome, E, R>) =>
+  const participate = <E, R>(
+    consumer: string,
+    m: Incoming,
+    work: (command: Saga.Command<Incoming>) => Effect.Effect<Saga.Outcome, E, R>
+  ) =>
     Effect.gen(function*() {
       const command = Saga.commandOf(m)
-      if (Option.isNone(command)) return yield* new UnprocessableMessage({ messageId: m.id, reason: `${m.type} carries no saga command headers` })
-      yield* Inbox.handle(consumer, m.id, Effect.flatMap(work(command.value), (outcome) => Saga.reply(command.value, outcome)))
+      if (Option.isNone(command)) {
+        return yield* new UnprocessableMessage({ messageId: m.id, reason: `${m.type} carries no saga command headers` })
+      }
+      yield* Inbox.handle(
+        consumer,
+        m.id,
+        Effect.flatMap(work(command.value), (outcome) => Saga.reply(command.value, outcome))
+      )
     })
 
   /** The inventory service's consumer: reserve and release. */
@@ -339,7 +407,9 @@ export const make = (schema: string) => {
         case ReleaseInventory.type:
           return Effect.flatMap(decode(ReleaseInventory.schema, m), release)
         default:
-          return Effect.fail(new UnprocessableMessage({ messageId: m.id, reason: `inventory does not handle ${m.type}` }))
+          return Effect.fail(
+            new UnprocessableMessage({ messageId: m.id, reason: `inventory does not handle ${m.type}` })
+          )
       }
     })
 
@@ -381,9 +451,15 @@ export const make = (schema: string) => {
         if (row === undefined) return outcome // already settled (cannot happen twice through the inbox; kept safe anyway)
         if (outcome === "completed") {
           const paymentId = (state.steps[1]?.result as { readonly paymentId?: string } | null)?.paymentId ?? ""
-          yield* Outbox.append(OrderConfirmed, { aggregateId: orderId, payload: { orderId, version: row.version, paymentId } })
+          yield* Outbox.append(OrderConfirmed, {
+            aggregateId: orderId,
+            payload: { orderId, version: row.version, paymentId }
+          })
         } else {
-          yield* Outbox.append(OrderCancelled, { aggregateId: orderId, payload: { orderId, version: row.version, reason: reason ?? outcome } })
+          yield* Outbox.append(OrderCancelled, {
+            aggregateId: orderId,
+            payload: { orderId, version: row.version, reason: reason ?? outcome }
+          })
         }
         return outcome
       })
@@ -418,7 +494,10 @@ export const make = (schema: string) => {
               return yield* sql`UPDATE ${t} SET status = 'cancelled', reason = ${p.reason}, version = ${p.version}, updated_at = now() WHERE order_id = ${p.orderId}`
             }
             default:
-              return yield* new UnprocessableMessage({ messageId: m.id, reason: `the order list does not handle ${m.type}` })
+              return yield* new UnprocessableMessage({
+                messageId: m.id,
+                reason: `the order list does not handle ${m.type}`
+              })
           }
         })
       ).pipe(Effect.asVoid)
@@ -429,13 +508,17 @@ export const make = (schema: string) => {
   /** The order list, optionally for one customer. */
   const listOrders = (customer?: string) =>
     SqlClient.SqlClient.use((sql) =>
-      sql<OrderListRow>`SELECT order_id, customer, sku, quantity, amount_cents, status, reason, version FROM ${sql(table("order_list"))}
+      sql<OrderListRow>`SELECT order_id, customer, sku, quantity, amount_cents, status, reason, version FROM ${
+        sql(table("order_list"))
+      }
         ${customer === undefined ? sql`` : sql`WHERE customer = ${customer}`} ORDER BY order_id`
     )
 
   /** Outbox events by type and status (for the demo's summary). */
   const eventCounts = SqlClient.SqlClient.use((sql) =>
-    sql<{ event_type: string; status: string; n: number }>`SELECT event_type, status, count(*)::int AS n FROM ${sql(table("outbox"))}
+    sql<{ event_type: string; status: string; n: number }>`SELECT event_type, status, count(*)::int AS n FROM ${
+      sql(table("outbox"))
+    }
       GROUP BY event_type, status ORDER BY event_type, status`
   )
 

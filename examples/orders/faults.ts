@@ -41,16 +41,27 @@ export const layer: Layer.Layer<Publisher.Publisher | PublishFaults, never, Brok
       Effect.suspend(() => {
         const refusedIds = new Map<string, Errors.PublishError>()
         for (const m of messages) {
-          const rule = rules.find((r) => r.remaining > 0 && r.type === m.type && (r.aggregateId === undefined || r.aggregateId === m.aggregateId))
+          const rule = rules.find((r) =>
+            r.remaining > 0 && r.type === m.type && (r.aggregateId === undefined || r.aggregateId === m.aggregateId)
+          )
           if (rule === undefined) continue
           rule.remaining--
           refused++
-          refusedIds.set(m.id, new Errors.PublishError({ message: "refused by the fault switch (POST /admin/faults/publish)", reason: new Errors.Refused({ retryable: false }) }))
+          refusedIds.set(
+            m.id,
+            new Errors.PublishError({
+              message: "refused by the fault switch (POST /admin/faults/publish)",
+              reason: new Errors.Refused({ retryable: false })
+            })
+          )
         }
         if (refusedIds.size === 0) return broker.publisher.publish(messages)
         const rest = messages.filter((m) => !refusedIds.has(m.id))
         const published = rest.length === 0 ? Effect.succeed([]) : broker.publisher.publish(rest)
-        return Effect.map(published, (results) => [...results, ...[...refusedIds].map(([id, error]) => Publisher.rejected(id, error))])
+        return Effect.map(published, (results) => [
+          ...results,
+          ...[...refusedIds].map(([id, error]) => Publisher.rejected(id, error))
+        ])
       })
     const faults = PublishFaults.of({
       arm: (request) =>
@@ -62,6 +73,14 @@ export const layer: Layer.Layer<Publisher.Publisher | PublishFaults, never, Brok
       rules: Effect.sync(() => rules.filter((r) => r.remaining > 0).map((r) => ({ ...r }))),
       refused: Effect.sync(() => refused)
     })
-    return Context.make(PublishFaults, faults).pipe(Context.add(Publisher.Publisher, Publisher.Publisher.of({ publish, ...(broker.publisher.destination === undefined ? {} : { destination: broker.publisher.destination }) })))
+    return Context.make(PublishFaults, faults).pipe(
+      Context.add(
+        Publisher.Publisher,
+        Publisher.Publisher.of({
+          publish,
+          ...(broker.publisher.destination === undefined ? {} : { destination: broker.publisher.destination })
+        })
+      )
+    )
   })
 )

@@ -41,7 +41,11 @@ const embeddedPostgres = Effect.acquireRelease(
 const main = Effect.gen(function*() {
   const loaded = yield* Settings.load(process.argv.slice(2)).pipe(
     Effect.catch((error) => {
-      console.error(`[orders] ${error._tag === "UsageError" ? `${error.setting} ${error.message}` : `invalid settings: ${error.message}`}`)
+      console.error(
+        `[orders] ${
+          error._tag === "UsageError" ? `${error.setting} ${error.message}` : `invalid settings: ${error.message}`
+        }`
+      )
       return Effect.die(new Exit(2))
     })
   )
@@ -67,11 +71,20 @@ const main = Effect.gen(function*() {
     Layer.provideMerge(Observability.layer),
     Layer.provide(Layer.succeed(References.MinimumLogLevel, settings.logLevel))
   )
-  const rt = yield* Effect.acquireRelease(Effect.promise(() => Runtime.make(layer)), (rt) => Effect.promise(() => rt.dispose()))
+  const rt = yield* Effect.acquireRelease(
+    Effect.promise(() => Runtime.make(layer)),
+    (rt) => Effect.promise(() => rt.dispose())
+  )
   const broker = yield* Effect.promise(() => rt.runPromise(Transport.Broker.use((b) => Effect.succeed(b.description))))
-  say(`broker: ${broker}${transport._tag === "memory" ? " (set TIDINGS_AMQP_URL=amqp://... for RabbitMQ)" : ""}; schema "${settings.schema}"`)
+  say(
+    `broker: ${broker}${
+      transport._tag === "memory" ? " (set TIDINGS_AMQP_URL=amqp://... for RabbitMQ)" : ""
+    }; schema "${settings.schema}"`
+  )
   const server = yield* Effect.acquireRelease(
-    Effect.promise(() => Serve.serve(App.routes(rt, { schema: settings.schema, adminToken: settings.adminToken }), settings.http)),
+    Effect.promise(() =>
+      Serve.serve(App.routes(rt, { schema: settings.schema, adminToken: settings.adminToken }), settings.http)
+    ),
     (server) => Effect.promise(() => server.close())
   )
   say(`listening on ${server.url} (ready in ${Date.now() - started} ms)`)
@@ -79,8 +92,12 @@ const main = Effect.gen(function*() {
   if (settings.serve) {
     say(`admin token: ${settings.tokenGenerated ? Redacted.value(settings.adminToken) : "(from TIDINGS_ADMIN_TOKEN)"}`)
     say(`console: ${server.url}/admin/console (asks for the admin token)`)
-    say(`try: curl -s -XPOST ${server.url}/orders -H 'content-type: application/json' -d '{"customer":"ada","sku":"book","quantity":1,"amountCents":1299}'`)
-    say(`     curl -s ${server.url}/orders   |   curl -s ${server.url}/metrics   |   curl -s -H 'authorization: Bearer <token>' ${server.url}/admin/outbox/stats`)
+    say(
+      `try: curl -s -XPOST ${server.url}/orders -H 'content-type: application/json' -d '{"customer":"ada","sku":"book","quantity":1,"amountCents":1299}'`
+    )
+    say(
+      `     curl -s ${server.url}/orders   |   curl -s ${server.url}/metrics   |   curl -s -H 'authorization: Bearer <token>' ${server.url}/admin/outbox/stats`
+    )
     say("serving; Ctrl-C stops")
     return yield* Effect.never.pipe(Effect.onInterrupt(() => Effect.sync(() => say("stopping"))))
   }

@@ -20,7 +20,12 @@ import { Otlp, OtlpSerialization } from "effect/observability"
 
 /** What the variables default to when they are not set. */
 const defaults = ConfigProvider.fromEnv({
-  env: { OTEL_SERVICE_NAME: "orders", OTEL_TRACES_EXPORTER: "otlp", OTEL_METRICS_EXPORTER: "otlp", OTEL_LOGS_EXPORTER: "otlp" }
+  env: {
+    OTEL_SERVICE_NAME: "orders",
+    OTEL_TRACES_EXPORTER: "otlp",
+    OTEL_METRICS_EXPORTER: "otlp",
+    OTEL_LOGS_EXPORTER: "otlp"
+  }
 })
 
 /** OTLP export of the app's traces, metrics and logs, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. */

@@ -31,7 +31,9 @@ export class UsageError extends Schema.TaggedError<UsageError>()("UsageError", {
 
 /** The example's own variable: `TIDINGS_LOG_LEVEL`. */
 export const LogSchema = Schema.Struct({
-  logLevel: Schema.Literals(["Debug", "Info", "Warn", "Error", "None"]).pipe(Schema.withDecodingDefault(Effect.succeed("Warn" as const)))
+  logLevel: Schema.Literals(["Debug", "Info", "Warn", "Error", "None"]).pipe(
+    Schema.withDecodingDefault(Effect.succeed("Warn" as const))
+  )
 })
 
 /** The parsed settings. */
@@ -83,8 +85,7 @@ const parseArgs = (args: ReadonlyArray<string>): Effect.Effect<Args, UsageError>
   Effect.suspend((): Effect.Effect<Args, UsageError> => {
     let serve = false
     let port: string | undefined
-    const checkPort = (value: string) =>
-      /^\d{1,5}$/.test(value) && Number(value) <= 65535 ? value : undefined
+    const checkPort = (value: string) => /^\d{1,5}$/.test(value) && Number(value) <= 65535 ? value : undefined
     for (let i = 0; i < args.length; i++) {
       const arg = args[i]!
       if (arg === "--serve") serve = true
@@ -92,13 +93,21 @@ const parseArgs = (args: ReadonlyArray<string>): Effect.Effect<Args, UsageError>
       else if (arg === "--port" || arg.startsWith("--port=")) {
         const value = arg === "--port" ? args[++i] : arg.slice("--port=".length)
         port = value === undefined ? undefined : checkPort(value)
-        if (port === undefined) return Effect.fail(new UsageError({ setting: "--port", message: `must be a port number from 0 to 65535, got ${JSON.stringify(value ?? "")}` }))
+        if (port === undefined) {
+          return Effect.fail(
+            new UsageError({
+              setting: "--port",
+              message: `must be a port number from 0 to 65535, got ${JSON.stringify(value ?? "")}`
+            })
+          )
+        }
       } else return Effect.fail(new UsageError({ setting: arg, message: "is not an option (see --help)" }))
     }
     return Effect.succeed({ serve, port })
   })
 
-const isSet = (name: string) => Effect.map(Effect.option(Config.option(Config.String(name))), (o) => Option.isSome(Option.flatten(o)))
+const isSet = (name: string) =>
+  Effect.map(Effect.option(Config.option(Config.String(name))), (o) => Option.isSome(Option.flatten(o)))
 
 /**
  * Reads the arguments (without the runtime and script) and the environment (the current
@@ -111,14 +120,20 @@ export const load = (args: ReadonlyArray<string>): Effect.Effect<Settings | "hel
     if (cli === "help") return cli
     const [pgSet, amqpSet] = [yield* isSet("TIDINGS_PG_URL"), yield* isSet("TIDINGS_AMQP_URL")]
     const s = yield* Settings.all({
-      pg: pgSet ? Settings.read(PgClient.environment, { defaults: { maxConnections: 12, applicationName: "tidings-orders" } }) : Effect.succeed(undefined),
+      pg: pgSet
+        ? Settings.read(PgClient.environment, { defaults: { maxConnections: 12, applicationName: "tidings-orders" } })
+        : Effect.succeed(undefined),
       amqp: amqpSet ? Settings.read(AmqpConnection.environment) : Effect.succeed(undefined),
       store: Settings.read(PgSagaStore.environment, { defaults: { schema: "orders" } }),
       relay: Relay.config({ defaults: relayDefaults }),
       // --port wins over TIDINGS_HTTP_PORT.
       http: cli.port === undefined
         ? Serve.config()
-        : Serve.config().pipe(Effect.provide(ConfigProvider.layerAdd(ConfigProvider.fromUnknown({ TIDINGS_HTTP_PORT: cli.port }), { asPrimary: true }))),
+        : Serve.config().pipe(
+          Effect.provide(
+            ConfigProvider.layerAdd(ConfigProvider.fromUnknown({ TIDINGS_HTTP_PORT: cli.port }), { asPrimary: true })
+          )
+        ),
       token: Auth.config(),
       log: Settings.fromConfig(LogSchema, "TIDINGS")
     })

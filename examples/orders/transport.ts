@@ -48,7 +48,9 @@ export interface Service {
   /** Connected (always, in memory): for the readiness check. */
   readonly isReady: Effect.Effect<boolean>
   /** Messages dead-lettered by the consumers (memory); RabbitMQ keeps them in each queue's `.dlq` instead. */
-  readonly deadLetters: Effect.Effect<ReadonlyArray<{ readonly queue: string; readonly type: string; readonly id: string; readonly reason: string }>>
+  readonly deadLetters: Effect.Effect<
+    ReadonlyArray<{ readonly queue: string; readonly type: string; readonly id: string; readonly reason: string }>
+  >
   /** RabbitMQ: the consumers' dead-letter queues (list, peek, replay), for the console. */
   readonly deadLetterQueues: DeadLetters.Service | undefined
 }
@@ -57,11 +59,24 @@ export interface Service {
 export class Broker extends Context.Service<Broker, Service>()("orders/Broker") {}
 
 // The same registry decoding as the RabbitMQ consumers (versions, upcasting), on the memory broker.
-const decodeMemory = (registry: EventRegistry.EventRegistry<EventRegistry.Decoded>, d: MemoryBroker.ConsumerDelivery): Effect.Effect<Incoming, UnprocessableMessage> => {
+const decodeMemory = (
+  registry: EventRegistry.EventRegistry<EventRegistry.Decoded>,
+  d: MemoryBroker.ConsumerDelivery
+): Effect.Effect<Incoming, UnprocessableMessage> => {
   const decoded = registry.decode(d.event.type, d.event.version, d.event.payload)
-  if (decoded._tag === "UnknownType") return Effect.fail(new UnprocessableMessage({ messageId: d.event.id, reason: `unexpected type ${decoded.type}` }))
-  if (decoded._tag === "Invalid") return Effect.fail(new UnprocessableMessage({ messageId: d.event.id, reason: decoded.error.message }))
-  return Effect.succeed({ id: d.event.id, type: decoded.event.type, payload: decoded.event.payload, headers: d.event.headers, attempt: d.attempt })
+  if (decoded._tag === "UnknownType") {
+    return Effect.fail(new UnprocessableMessage({ messageId: d.event.id, reason: `unexpected type ${decoded.type}` }))
+  }
+  if (decoded._tag === "Invalid") {
+    return Effect.fail(new UnprocessableMessage({ messageId: d.event.id, reason: decoded.error.message }))
+  }
+  return Effect.succeed({
+    id: d.event.id,
+    type: decoded.event.type,
+    payload: decoded.event.payload,
+    headers: d.event.headers,
+    attempt: d.attempt
+  })
 }
 
 const memory = <R>(specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<Broker, InvalidConfig, R> => {
@@ -90,7 +105,16 @@ const memory = <R>(specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<
         publisher,
         isReady: Effect.succeed(true),
         deadLetterQueues: undefined,
-        deadLetters: Effect.map(mb.deadLetters, (xs) => xs.map((l) => ({ queue: l.queue, type: l.message.type, id: l.message.id, reason: `${l.reason}: ${l.error}` })))
+        deadLetters: Effect.map(
+          mb.deadLetters,
+          (xs) =>
+            xs.map((l) => ({
+              queue: l.queue,
+              type: l.message.type,
+              id: l.message.id,
+              reason: `${l.reason}: ${l.error}`
+            }))
+        )
       })
     })
   )
@@ -100,7 +124,12 @@ const memory = <R>(specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<
 
 /** The queue of a consumer on RabbitMQ, with its dead-letter and retry queues. */
 const consumerQueue = (prefix: string, name: string, types: ReadonlyArray<Event.EventType<string, any>>) =>
-  Topology.consumerQueue({ queue: `${prefix}.${name}`, exchange: `${prefix}.events`, routingKeys: types.map((t) => t.type), retryDelays })
+  Topology.consumerQueue({
+    queue: `${prefix}.${name}`,
+    exchange: `${prefix}.events`,
+    routingKeys: types.map((t) => t.type),
+    retryDelays
+  })
 
 /** Every exchange and queue the service declares on RabbitMQ under `prefix` (for operators, and test clean-up). */
 export const rabbitmqNames = (prefix: string, consumers: ReadonlyArray<string>) => {
@@ -113,7 +142,10 @@ const rabbitmq = <R>(
   specs: ReadonlyArray<ConsumerSpec<unknown, R>>
 ) => {
   if (!/^[\w.-]{1,100}$/.test(transport.prefix)) {
-    return Layer.effect(Broker, Effect.fail(new InvalidConfig({ path: "prefix", message: "must be 1-100 characters of [A-Za-z0-9_.-]" })))
+    return Layer.effect(
+      Broker,
+      Effect.fail(new InvalidConfig({ path: "prefix", message: "must be 1-100 characters of [A-Za-z0-9_.-]" }))
+    )
   }
   const exchange = `${transport.prefix}.events`
   const queues = specs.map((spec) => ({
@@ -137,7 +169,13 @@ const rabbitmq = <R>(
         handler: (d) =>
           d.messageId === undefined
             ? Effect.fail(new UnprocessableMessage({ messageId: "", reason: "no message id" }))
-            : spec.handler({ id: d.messageId, type: d.event.type, payload: d.event.payload, headers: d.headers, attempt: d.attempt })
+            : spec.handler({
+              id: d.messageId,
+              type: d.event.type,
+              payload: d.event.payload,
+              headers: d.headers,
+              attempt: d.attempt
+            })
       })
     )
   ).pipe(Layer.provide(Consuming))
@@ -164,5 +202,7 @@ const rabbitmq = <R>(
 export type BrokerError = InvalidConfig | AmqpErrors.AmqpConnectionError | AmqpErrors.TopologyError
 
 /** The broker and the consumers of `specs`, running while the layer lives. */
-export const layer = <R>(transport: Transport, specs: ReadonlyArray<ConsumerSpec<unknown, R>>): Layer.Layer<Broker, BrokerError, R> =>
-  transport._tag === "memory" ? memory(specs) : rabbitmq(transport, specs)
+export const layer = <R>(
+  transport: Transport,
+  specs: ReadonlyArray<ConsumerSpec<unknown, R>>
+): Layer.Layer<Broker, BrokerError, R> => transport._tag === "memory" ? memory(specs) : rabbitmq(transport, specs)

@@ -73,16 +73,27 @@ const demo = Effect.gen(function*() {
     yield* say(`order ${runId}-${i + 1} by ${customer}: committed with event ${event.id.slice(-12)}`)
   }
   const stats = yield* store.stats.pipe(
-    Effect.repeat({ schedule: Schedule.spaced("20 millis"), until: (s) => s.published - before >= 3 && s.pending === 0 && s.processing === 0 })
+    Effect.repeat({
+      schedule: Schedule.spaced("20 millis"),
+      until: (s) => s.published - before >= 3 && s.pending === 0 && s.processing === 0
+    })
   )
   const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM producer.orders WHERE id LIKE ${`${runId}-%`}`
-  yield* say(`published ${stats.published - before} events for ${rows[0]?.n} orders; outbox: ${stats.pending} pending, ${stats.failed} failed`)
+  yield* say(
+    `published ${stats.published - before} events for ${
+      rows[0]?.n
+    } orders; outbox: ${stats.pending} pending, ${stats.failed} failed`
+  )
 })
 
 const main = Effect.gen(function*() {
   const pg = yield* scopedPostgres()
   const amqpUrl = process.env["TIDINGS_AMQP_URL"]
-  yield* say(`PostgreSQL ${pg.external ? "from TIDINGS_PG_URL" : "embedded"}; broker: ${amqpUrl ? "RabbitMQ" : "in memory (set TIDINGS_AMQP_URL for RabbitMQ)"}`)
+  yield* say(
+    `PostgreSQL ${pg.external ? "from TIDINGS_PG_URL" : "embedded"}; broker: ${
+      amqpUrl ? "RabbitMQ" : "in memory (set TIDINGS_AMQP_URL for RabbitMQ)"
+    }`
+  )
   // Migrations and the service's own table, before the relay starts.
   yield* Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient

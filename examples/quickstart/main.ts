@@ -14,7 +14,11 @@ const say = (line: string) => Effect.sync(() => console.log(`[demo] ${line}`))
 
 const OrderPlaced = Event.define("order.placed", {
   aggregateType: "order",
-  schema: Schema.Struct({ orderId: Schema.String, customer: Schema.String, totalCents: Schema.Int.check(Schema.isGreaterThan(0)) })
+  schema: Schema.Struct({
+    orderId: Schema.String,
+    customer: Schema.String,
+    totalCents: Schema.Int.check(Schema.isGreaterThan(0))
+  })
 })
 const PaymentRequested = Event.define("payment.requested", {
   aggregateType: "order",
@@ -41,7 +45,9 @@ const placeOrder = (orderId: string, customer: string, sku: string, totalCents: 
 const program = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const applied = yield* Migrator.run({ schema: "tidings" })
-  yield* say(`migrations: ${applied.length === 0 ? "up to date" : applied.map((m) => `${m.version}_${m.name}`).join(", ")}`)
+  yield* say(
+    `migrations: ${applied.length === 0 ? "up to date" : applied.map((m) => `${m.version}_${m.name}`).join(", ")}`
+  )
   yield* sql`CREATE TABLE IF NOT EXISTS demo_orders (id text PRIMARY KEY, customer text NOT NULL, sku text NOT NULL, total_cents int NOT NULL)`
 
   const broker = yield* MemoryBroker.MemoryBroker
@@ -49,7 +55,9 @@ const program = Effect.gen(function*() {
   // The broker refuses the first payment request once, to show a retry with backoff.
   let refusals = 1
   yield* broker.setFault((m) =>
-    m.type === "payment.requested" && refusals-- > 0 ? new Errors.PublishError({ message: "broker busy (injected)", reason: new Errors.Refused({ retryable: true }) }) : undefined
+    m.type === "payment.requested" && refusals-- > 0
+      ? new Errors.PublishError({ message: "broker busy (injected)", reason: new Errors.Refused({ retryable: true }) })
+      : undefined
   )
   yield* broker.subscribe.pipe(
     Stream.runForEach(({ message, receivedAt }) => {
@@ -73,23 +81,38 @@ const program = Effect.gen(function*() {
     if (result._tag === "Success") {
       const now = Date.now()
       for (const m of result.success) committedAt.set(m.id, now)
-      yield* say(`${o.id} placed by ${o.customer}: order row + ${result.success.length} events committed in one transaction`)
+      yield* say(
+        `${o.id} placed by ${o.customer}: order row + ${result.success.length} events committed in one transaction`
+      )
     } else {
-      yield* say(`${o.id} rejected (${result.failure._tag}): the transaction rolled back, so its events were never written`)
+      yield* say(
+        `${o.id} rejected (${result.failure._tag}): the transaction rolled back, so its events were never written`
+      )
     }
   }
-  const invalid = yield* Effect.flip(sql.withTransaction(Outbox.append(OrderPlaced, { aggregateId: "bad", payload: { orderId: "bad", customer: "x", totalCents: -1 } })))
-  yield* say(`an invalid event is refused before anything is written: ${invalid._tag}: ${invalid.message.split("\n")[0]}`)
+  const invalid = yield* Effect.flip(
+    sql.withTransaction(
+      Outbox.append(OrderPlaced, { aggregateId: "bad", payload: { orderId: "bad", customer: "x", totalCents: -1 } })
+    )
+  )
+  yield* say(
+    `an invalid event is refused before anything is written: ${invalid._tag}: ${invalid.message.split("\n")[0]}`
+  )
 
   const store = yield* OutboxStore.OutboxStore
   yield* store.stats.pipe(
     Effect.repeat({ schedule: Schedule.spaced("50 millis"), until: (s) => s.pending === 0 && s.processing === 0 }),
-    Effect.timeoutOrElse({ duration: Duration.seconds(20), orElse: () => Effect.die(new Error("events were not relayed within 20 s")) })
+    Effect.timeoutOrElse({
+      duration: Duration.seconds(20),
+      orElse: () => Effect.die(new Error("events were not relayed within 20 s"))
+    })
   )
   yield* Effect.sleep("50 millis")
   const stats = yield* store.stats
   const delivered = yield* broker.delivered
-  yield* say(`done: ${delivered.length} events delivered (2 orders × 2 events, one after a retry); outbox: ${stats.published} published, ${stats.pending} pending, ${stats.failed} failed`)
+  yield* say(
+    `done: ${delivered.length} events delivered (2 orders × 2 events, one after a retry); outbox: ${stats.published} published, ${stats.pending} pending, ${stats.failed} failed`
+  )
   const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM demo_orders WHERE id LIKE ${`ord-${suffix}-%`}`
   yield* say(`orders table: ${rows[0]?.n ?? 0} rows (the rejected order left no row and no event)`)
 })
@@ -98,9 +121,13 @@ const main = Effect.gen(function*() {
   const started = Date.now()
   yield* say("starting PostgreSQL (embedded unless TIDINGS_PG_URL is set) ...")
   const pg = yield* scopedPostgres()
-  yield* say(`PostgreSQL ready in ${Date.now() - started} ms${pg.external ? " (TIDINGS_PG_URL)" : " (embedded, 127.0.0.1)"}`)
+  yield* say(
+    `PostgreSQL ready in ${Date.now() - started} ms${pg.external ? " (TIDINGS_PG_URL)" : " (embedded, 127.0.0.1)"}`
+  )
   const Database = PgClient.layer({ url: pg.url })
-  const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema: "tidings" }), MemoryBroker.layer()).pipe(Layer.provideMerge(Database))
+  const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema: "tidings" }), MemoryBroker.layer()).pipe(
+    Layer.provideMerge(Database)
+  )
   yield* Effect.scoped(program).pipe(Effect.provide(AppLayer))
 })
 

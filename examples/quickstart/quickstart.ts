@@ -32,12 +32,18 @@ const program = Effect.gen(function*() {
     yield* placeOrder(`order-${id}-2`, 990)
     while ((yield* broker.delivered).length < 2) yield* Effect.sleep("10 millis")
   }))
-  for (const { message } of yield* broker.delivered) console.log(`delivered ${message.type} ${JSON.stringify(message.payload)}`)
+  for (const { message } of yield* broker.delivered) {
+    console.log(`delivered ${message.type} ${JSON.stringify(message.payload)}`)
+  }
 })
 
 // 4. Wire the layers: Postgres client → outbox store; the in-memory broker as the publisher.
-const Database = PgClient.layer({ url: process.env["DATABASE_URL"] ?? "postgres://postgres:postgres@127.0.0.1:5432/postgres" })
-const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema: "tidings" }), MemoryBroker.layer()).pipe(Layer.provideMerge(Database))
+const Database = PgClient.layer({
+  url: process.env["DATABASE_URL"] ?? "postgres://postgres:postgres@127.0.0.1:5432/postgres"
+})
+const AppLayer = Layer.mergeAll(PgOutboxStore.layer({ schema: "tidings" }), MemoryBroker.layer()).pipe(
+  Layer.provideMerge(Database)
+)
 
 // 5. Run it: Ctrl-C (SIGINT) or SIGTERM interrupts it and closes everything; a failure exits with 1.
 Main.runMain(program.pipe(Effect.provide(AppLayer)))

@@ -32,12 +32,13 @@ export const billingQueue = (prefix: string) =>
  * inbox row commit together. A typed error whose `isRetryable` is false is dead-lettered; others are
  * retried through the retry queues.
  */
-export const charge = (schema: string) => (delivery: AmqpConsumer.Delivery<EventRegistry.DecodedOf<typeof OrderPlaced>>) =>
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const { orderId, totalCents } = delivery.event.payload
-    yield* sql`INSERT INTO ${sql(schema)}.charges (order_id, cents) VALUES (${orderId}, ${totalCents})`
-  })
+export const charge =
+  (schema: string) => (delivery: AmqpConsumer.Delivery<EventRegistry.DecodedOf<typeof OrderPlaced>>) =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const { orderId, totalCents } = delivery.event.payload
+      yield* sql`INSERT INTO ${sql(schema)}.charges (order_id, cents) VALUES (${orderId}, ${totalCents})`
+    })
 
 /** Settings of {@link layer}. */
 export interface Settings {

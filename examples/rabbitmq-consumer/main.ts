@@ -34,16 +34,25 @@ const demo = (pgUrl: string, amqpUrl: string) =>
     const orders = ["o-1", "o-2", "o-3"].map((id) => `${runId}-${id}`)
     const messages = []
     for (const [i, orderId] of orders.entries()) {
-      messages.push(yield* sql.withTransaction(Outbox.append(Billing.OrderPlaced, { aggregateId: orderId, payload: { orderId, totalCents: 1000 + i } })))
+      messages.push(
+        yield* sql.withTransaction(
+          Outbox.append(Billing.OrderPlaced, { aggregateId: orderId, payload: { orderId, totalCents: 1000 + i } })
+        )
+      )
     }
     // The same message once more: the broker delivers it again, the inbox recognises it.
     const publisher = yield* Publisher.Publisher
     yield* publisher.publish([messages[0]!])
 
     const duplicates = Metric.value(Metric.withAttributes(Inbox.handled, { consumer: "billing", outcome: "duplicate" }))
-    const charges = sql<{ order_id: string; n: number }>`SELECT order_id, count(*)::int AS n FROM billing.charges WHERE order_id LIKE ${`${runId}-%`} GROUP BY order_id ORDER BY order_id`
+    const charges = sql<
+      { order_id: string; n: number }
+    >`SELECT order_id, count(*)::int AS n FROM billing.charges WHERE order_id LIKE ${`${runId}-%`} GROUP BY order_id ORDER BY order_id`
     yield* Effect.all([charges, duplicates]).pipe(
-      Effect.repeat({ schedule: Schedule.spaced("50 millis"), until: ([rows, dup]) => rows.length === orders.length && dup.count >= 1 })
+      Effect.repeat({
+        schedule: Schedule.spaced("50 millis"),
+        until: ([rows, dup]) => rows.length === orders.length && dup.count >= 1
+      })
     )
     for (const row of yield* charges) yield* say(`${row.order_id} charged ${row.n} time${row.n === 1 ? "" : "s"}`)
     yield* say(`${(yield* duplicates).count} duplicate delivery acked without charging again`)
@@ -52,13 +61,27 @@ const demo = (pgUrl: string, amqpUrl: string) =>
 const main = Effect.gen(function*() {
   const amqpUrl = process.env["TIDINGS_AMQP_URL"] ?? ""
   if (amqpUrl === "") {
-    console.error("[billing] this recipe needs RabbitMQ: TIDINGS_AMQP_URL=amqp://user:password@host:5672/ npm run example -- rabbitmq-consumer")
-    return yield* Effect.die(Object.assign(new Error("TIDINGS_AMQP_URL is not set"), { ["~effect/Runtime/errorReported"]: false }))
+    console.error(
+      "[billing] this recipe needs RabbitMQ: TIDINGS_AMQP_URL=amqp://user:password@host:5672/ npm run example -- rabbitmq-consumer"
+    )
+    return yield* Effect.die(
+      Object.assign(new Error("TIDINGS_AMQP_URL is not set"), { ["~effect/Runtime/errorReported"]: false })
+    )
   }
   const pg = yield* scopedPostgres()
   const Producer = Relay.layer().pipe(
     Layer.provideMerge(PgOutboxStore.layer({ schema })),
-    Layer.provideMerge(AmqpPublisher.layer({ exchange: `${prefix}.events` }).pipe(Layer.provide(AmqpConnection.layer({ url: amqpUrl, name: "orders-producer", topology: Topology.make({ exchanges: [{ name: `${prefix}.events` }] }) })))),
+    Layer.provideMerge(
+      AmqpPublisher.layer({ exchange: `${prefix}.events` }).pipe(
+        Layer.provide(
+          AmqpConnection.layer({
+            url: amqpUrl,
+            name: "orders-producer",
+            topology: Topology.make({ exchanges: [{ name: `${prefix}.events` }] })
+          })
+        )
+      )
+    ),
     Layer.provideMerge(PgClient.layer({ url: pg.url }))
   )
   yield* Effect.scoped(demo(pg.url, amqpUrl)).pipe(Effect.provide(Producer))

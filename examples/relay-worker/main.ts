@@ -40,12 +40,16 @@ const topology = Topology.make({
  * a wrong configuration stops the start with one error naming every wrong variable.
  */
 const workerSettings = Effect.gen(function*() {
-  const amqpSet = Option.isSome(yield* Config.option(Config.String("TIDINGS_AMQP_URL")).pipe(Effect.orElseSucceed(() => Option.none())))
+  const amqpSet = Option.isSome(
+    yield* Config.option(Config.String("TIDINGS_AMQP_URL")).pipe(Effect.orElseSucceed(() => Option.none()))
+  )
   return yield* Settings.all({
     pg: Settings.read(PgClient.environment, { defaults: { applicationName: "relay-worker" } }),
     store: Settings.read(PgOutboxStore.environment, { defaults: { schema } }),
     relay: Relay.config({ defaults: { concurrency: 2 } }),
-    amqp: amqpSet ? Settings.read(AmqpConnection.environment, { defaults: { name: "relay-worker" } }) : Effect.succeed(undefined)
+    amqp: amqpSet
+      ? Settings.read(AmqpConnection.environment, { defaults: { name: "relay-worker" } })
+      : Effect.succeed(undefined)
   })
 })
 
@@ -72,13 +76,17 @@ const Worker = (s: WorkerSettings) =>
     Layer.provideMerge(PgClient.layer(s.pg))
   )
 
-const OrderPlaced = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String }) })
+const OrderPlaced = Event.define("order.placed", {
+  aggregateType: "order",
+  schema: Schema.Struct({ orderId: Schema.String })
+})
 
 /**
  * A producer without a relay: its store sends NOTIFY after each commit (`notify: true`), which is
  * the other half of the worker's `PgWakeup.layer()`.
  */
-const Producer = (pgUrl: string) => PgOutboxStore.layer({ schema, notify: true }).pipe(Layer.provideMerge(PgClient.layer({ url: pgUrl })))
+const Producer = (pgUrl: string) =>
+  PgOutboxStore.layer({ schema, notify: true }).pipe(Layer.provideMerge(PgClient.layer({ url: pgUrl })))
 
 const say = (line: string) => Effect.sync(() => console.log(`[producer] ${line}`))
 
@@ -88,8 +96,13 @@ const startWorker = (pgUrl: string) =>
     Effect.callback<{ readonly stop: () => Promise<number | string> }>((resume) => {
       const deno = (globalThis as { Deno?: { execPath(): string } }).Deno
       const [cmd, args] = deno !== undefined ? [deno.execPath(), ["run", "-A"]] : [process.execPath, []]
-      const child = spawn(cmd, [...args, import.meta.filename, "--worker"], { env: { ...process.env, TIDINGS_PG_URL: pgUrl, TIDINGS_SCHEMA: schema }, stdio: ["ignore", "pipe", "inherit"] })
-      const exited = new Promise<number | string>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal ?? -1)))
+      const child = spawn(cmd, [...args, import.meta.filename, "--worker"], {
+        env: { ...process.env, TIDINGS_PG_URL: pgUrl, TIDINGS_SCHEMA: schema },
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      const exited = new Promise<number | string>((resolve) =>
+        child.once("exit", (code, signal) => resolve(code ?? signal ?? -1))
+      )
       const stop = () => {
         if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, "SIGTERM")
         return exited
@@ -113,12 +126,17 @@ const demo = Effect.gen(function*() {
     const before = (yield* store.stats).published
     const runId = Date.now().toString(36)
     for (let i = 1; i <= 3; i++) {
-      yield* sql.withTransaction(Outbox.append(OrderPlaced, { aggregateId: `${runId}-${i}`, payload: { orderId: `${runId}-${i}` } }))
+      yield* sql.withTransaction(
+        Outbox.append(OrderPlaced, { aggregateId: `${runId}-${i}`, payload: { orderId: `${runId}-${i}` } })
+      )
     }
     const committed = Date.now()
     yield* say("3 events committed; no relay in this process")
     const stats = yield* store.stats.pipe(
-      Effect.repeat({ schedule: Schedule.spaced("10 millis"), until: (s) => s.published - before >= 3 && s.pending === 0 && s.processing === 0 })
+      Effect.repeat({
+        schedule: Schedule.spaced("10 millis"),
+        until: (s) => s.published - before >= 3 && s.pending === 0 && s.processing === 0
+      })
     )
     yield* say(`the worker published all 3 within ${Date.now() - committed} ms of the last commit`)
     yield* say(`outbox: ${stats.pending} pending, ${stats.processing} processing, ${stats.failed} failed`)

@@ -27,14 +27,17 @@ export const createTables = SqlClient.SqlClient.use((sql) =>
     sql`CREATE TABLE IF NOT EXISTS shop.reservations (id text PRIMARY KEY, sku text NOT NULL, quantity int NOT NULL, released boolean NOT NULL DEFAULT false)`,
     sql`CREATE TABLE IF NOT EXISTS shop.payments (id text PRIMARY KEY, order_id text NOT NULL, cents int NOT NULL, refunded boolean NOT NULL DEFAULT false)`,
     sql`CREATE TABLE IF NOT EXISTS shop.orders (id text PRIMARY KEY, payment_id text NOT NULL, confirmed_at timestamptz NOT NULL DEFAULT now())`
-  ], { discard: true }))
+  ], { discard: true })
+)
 
 export class OutOfStock extends Schema.TaggedError<OutOfStock>()("OutOfStock", { sku: Schema.String }) {
   get isRetryable(): boolean {
     return false
   }
 }
-export class PaymentDeclined extends Schema.TaggedError<PaymentDeclined>()("PaymentDeclined", { reason: Schema.String }) {
+export class PaymentDeclined
+  extends Schema.TaggedError<PaymentDeclined>()("PaymentDeclined", { reason: Schema.String })
+{
   get isRetryable(): boolean {
     return false
   }
@@ -48,7 +51,8 @@ const reserve = (reservationId: string, sku: string, quantity: number) =>
     sql.withTransaction(Effect.gen(function*() {
       const existing = yield* sql`SELECT 1 FROM shop.reservations WHERE id = ${reservationId}`
       if (existing.length > 0) return
-      const taken = yield* sql`UPDATE shop.stock SET available = available - ${quantity} WHERE sku = ${sku} AND available >= ${quantity} RETURNING sku`
+      const taken =
+        yield* sql`UPDATE shop.stock SET available = available - ${quantity} WHERE sku = ${sku} AND available >= ${quantity} RETURNING sku`
       if (taken.length === 0) return yield* new OutOfStock({ sku })
       yield* sql`INSERT INTO shop.reservations (id, sku, quantity) VALUES (${reservationId}, ${sku}, ${quantity})`
     }))
@@ -73,20 +77,26 @@ const charge = (paymentId: string, orderId: string, cents: number) =>
 
 /** Refunds. Idempotent: refunding twice changes nothing. */
 const refund = (paymentId: string) =>
-  SqlClient.SqlClient.use((sql) => sql`UPDATE shop.payments SET refunded = true WHERE id = ${paymentId}`.pipe(Effect.asVoid))
+  SqlClient.SqlClient.use((sql) =>
+    sql`UPDATE shop.payments SET refunded = true WHERE id = ${paymentId}`.pipe(Effect.asVoid)
+  )
 
 // ---- the synchronous saga -------------------------------------------------------------------
 
 export const CreateOrder = Saga.make("create-order", { input: OrderInput })
   .step("reserve-inventory", {
     result: Schema.Struct({ reservationId: Schema.String }),
-    action: (ctx) => reserve(ctx.idempotencyKey, ctx.input.sku, ctx.input.quantity).pipe(Effect.as({ reservationId: ctx.idempotencyKey })),
+    action: (ctx) =>
+      reserve(ctx.idempotencyKey, ctx.input.sku, ctx.input.quantity).pipe(
+        Effect.as({ reservationId: ctx.idempotencyKey })
+      ),
     compensate: (_ctx, { reservationId }) => release(reservationId)
   })
   .step("charge-payment", {
     result: Schema.Struct({ paymentId: Schema.String }),
     // results of earlier steps are typed: ctx.results["reserve-inventory"].reservationId
-    action: (ctx) => charge(ctx.idempotencyKey, ctx.input.orderId, ctx.input.cents).pipe(Effect.as({ paymentId: ctx.idempotencyKey })),
+    action: (ctx) =>
+      charge(ctx.idempotencyKey, ctx.input.orderId, ctx.input.cents).pipe(Effect.as({ paymentId: ctx.idempotencyKey })),
     compensate: (_ctx, { paymentId }) => refund(paymentId),
     timeout: "500 millis",
     retry: Schedule.exponential("100 millis").pipe(Schedule.upTo({ times: 1 })),
@@ -95,7 +105,9 @@ export const CreateOrder = Saga.make("create-order", { input: OrderInput })
   .step("confirm-order", {
     action: (ctx) =>
       SqlClient.SqlClient.use((sql) =>
-        sql`INSERT INTO shop.orders (id, payment_id) VALUES (${ctx.input.orderId}, ${ctx.results["charge-payment"].paymentId}) ON CONFLICT DO NOTHING`
+        sql`INSERT INTO shop.orders (id, payment_id) VALUES (${ctx.input.orderId}, ${
+          ctx.results["charge-payment"].paymentId
+        }) ON CONFLICT DO NOTHING`
       )
   })
 
@@ -105,30 +117,51 @@ export const ReserveInventory = Event.define("inventory.reserve", {
   aggregateType: "order",
   schema: Schema.Struct({ reservationId: Schema.String, sku: Schema.String, quantity: Schema.Int })
 })
-export const ReleaseInventory = Event.define("inventory.release", { aggregateType: "order", schema: Schema.Struct({ reservationId: Schema.String }) })
+export const ReleaseInventory = Event.define("inventory.release", {
+  aggregateType: "order",
+  schema: Schema.Struct({ reservationId: Schema.String })
+})
 export const ChargePayment = Event.define("payment.charge", {
   aggregateType: "order",
   schema: Schema.Struct({ paymentId: Schema.String, orderId: Schema.String, cents: Schema.Int })
 })
-export const RefundPayment = Event.define("payment.refund", { aggregateType: "order", schema: Schema.Struct({ paymentId: Schema.String }) })
-export const ConfirmOrder = Event.define("order.confirm", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String, paymentId: Schema.String }) })
+export const RefundPayment = Event.define("payment.refund", {
+  aggregateType: "order",
+  schema: Schema.Struct({ paymentId: Schema.String })
+})
+export const ConfirmOrder = Event.define("order.confirm", {
+  aggregateType: "order",
+  schema: Schema.Struct({ orderId: Schema.String, paymentId: Schema.String })
+})
 
 export const CreateOrderAsync = Saga.make("create-order-async", { input: OrderInput })
   .command("reserve-inventory", {
     result: Schema.Struct({ reservationId: Schema.String }),
     send: (ctx) =>
-      ReserveInventory.make({ aggregateId: ctx.input.orderId, payload: { reservationId: ctx.idempotencyKey, sku: ctx.input.sku, quantity: ctx.input.quantity } }),
-    compensate: (ctx, { reservationId }) => ReleaseInventory.make({ aggregateId: ctx.input.orderId, payload: { reservationId } }),
+      ReserveInventory.make({
+        aggregateId: ctx.input.orderId,
+        payload: { reservationId: ctx.idempotencyKey, sku: ctx.input.sku, quantity: ctx.input.quantity }
+      }),
+    compensate: (ctx, { reservationId }) =>
+      ReleaseInventory.make({ aggregateId: ctx.input.orderId, payload: { reservationId } }),
     timeout: "30 seconds"
   })
   .command("charge-payment", {
     result: Schema.Struct({ paymentId: Schema.String }),
-    send: (ctx) => ChargePayment.make({ aggregateId: ctx.input.orderId, payload: { paymentId: ctx.idempotencyKey, orderId: ctx.input.orderId, cents: ctx.input.cents } }),
+    send: (ctx) =>
+      ChargePayment.make({
+        aggregateId: ctx.input.orderId,
+        payload: { paymentId: ctx.idempotencyKey, orderId: ctx.input.orderId, cents: ctx.input.cents }
+      }),
     compensate: (ctx, { paymentId }) => RefundPayment.make({ aggregateId: ctx.input.orderId, payload: { paymentId } }),
     timeout: "30 seconds"
   })
   .command("confirm-order", {
-    send: (ctx) => ConfirmOrder.make({ aggregateId: ctx.input.orderId, payload: { orderId: ctx.input.orderId, paymentId: ctx.results["charge-payment"].paymentId } })
+    send: (ctx) =>
+      ConfirmOrder.make({
+        aggregateId: ctx.input.orderId,
+        payload: { orderId: ctx.input.orderId, paymentId: ctx.results["charge-payment"].paymentId }
+      })
   })
 
 /**
@@ -156,7 +189,9 @@ export const participant = (command: Saga.Command) =>
         case RefundPayment.type:
           return Effect.as(refund(p["paymentId"]), Saga.completed())
         case ConfirmOrder.type:
-          return sql`INSERT INTO shop.orders (id, payment_id) VALUES (${p["orderId"]}, ${p["paymentId"]}) ON CONFLICT DO NOTHING`.pipe(Effect.as(Saga.completed()))
+          return sql`INSERT INTO shop.orders (id, payment_id) VALUES (${p["orderId"]}, ${
+            p["paymentId"]
+          }) ON CONFLICT DO NOTHING`.pipe(Effect.as(Saga.completed()))
         default:
           return Effect.succeed(Saga.failed(`no handler for ${command.message.type}`))
       }

@@ -14,9 +14,13 @@ import { CreateOrder, CreateOrderAsync, createTables, type OrderInput, participa
 const say = (line: string) => Effect.sync(() => console.log(`[sagas] ${line}`))
 
 const describe = (state: Saga.State) =>
-  `${state.status.padEnd(11)} steps: ${state.steps.map((s) => `${s.name}=${s.status}`).join(", ")}${state.error === null ? "" : `\n${" ".repeat(22)}error: ${state.error}`}`
+  `${state.status.padEnd(11)} steps: ${state.steps.map((s) => `${s.name}=${s.status}`).join(", ")}${
+    state.error === null ? "" : `\n${" ".repeat(22)}error: ${state.error}`
+  }`
 
-const stock = SqlClient.SqlClient.use((sql) => sql<{ available: number }>`SELECT available FROM shop.stock WHERE sku = 'book'`).pipe(
+const stock = SqlClient.SqlClient.use((sql) =>
+  sql<{ available: number }>`SELECT available FROM shop.stock WHERE sku = 'book'`
+).pipe(
   Effect.map((rows) => rows[0]?.available ?? 0)
 )
 
@@ -31,9 +35,17 @@ const synchronous = Effect.gen(function*() {
   for (const order of orders) {
     const started = Date.now()
     const result = yield* Effect.result(Saga.run(CreateOrder, order))
-    const id = result._tag === "Success" ? result.success.id : "sagaId" in result.failure ? String(result.failure.sagaId) : undefined
+    const id = result._tag === "Success"
+      ? result.success.id
+      : "sagaId" in result.failure
+      ? String(result.failure.sagaId)
+      : undefined
     const outcome = result._tag === "Success" ? "completed" : `${result.failure._tag}`
-    yield* say(`${order.orderId} (${order.quantity} × book, ${(order.cents / 100).toFixed(2)}): ${outcome} in ${Date.now() - started} ms`)
+    yield* say(
+      `${order.orderId} (${order.quantity} × book, ${(order.cents / 100).toFixed(2)}): ${outcome} in ${
+        Date.now() - started
+      } ms`
+    )
     if (id !== undefined) yield* say(`  Saga.get → ${describe(yield* Saga.get(id))}`)
     yield* say(`  stock of book: ${yield* stock}`)
   }
@@ -70,7 +82,10 @@ const asynchronous = Effect.gen(function*() {
   }
   // Polled every 20 ms until both sagas have finished (however long a loaded machine takes).
   const final = yield* Effect.forEach(ids, (id) => Saga.get(id)).pipe(
-    Effect.repeat({ until: (states) => states.every((s) => s.status !== "running" && s.status !== "compensating"), schedule: Schedule.spaced("20 millis") })
+    Effect.repeat({
+      until: (states) => states.every((s) => s.status !== "running" && s.status !== "compensating"),
+      schedule: Schedule.spaced("20 millis")
+    })
   )
   for (const [i, state] of final.entries()) yield* say(`${orders[i]!.orderId}: ${describe(state)}`)
   yield* say(`stock of book: ${yield* stock}`)
@@ -96,9 +111,10 @@ const main = Effect.gen(function*() {
   yield* Effect.sync(() => console.log("[sagas] starting PostgreSQL (embedded unless TIDINGS_PG_URL is set) ..."))
   const pg = yield* scopedPostgres()
   const Database = PgClient.layer({ url: pg.url })
-  const AppLayer = Layer.mergeAll(PgSagaStore.layer({ schema }), PgOutboxStore.layer({ schema }), MemoryBroker.layer()).pipe(
-    Layer.provideMerge(Database)
-  )
+  const AppLayer = Layer.mergeAll(PgSagaStore.layer({ schema }), PgOutboxStore.layer({ schema }), MemoryBroker.layer())
+    .pipe(
+      Layer.provideMerge(Database)
+    )
   yield* program.pipe(Effect.provide(AppLayer))
 })
 

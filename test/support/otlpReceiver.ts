@@ -29,13 +29,19 @@ interface AnyValue {
 }
 
 const valueOf = (v: AnyValue | undefined): unknown =>
-  v === undefined ? undefined
-  : v.stringValue !== undefined ? v.stringValue
-  : v.intValue !== undefined ? Number(v.intValue)
-  : v.doubleValue !== undefined ? v.doubleValue
-  : v.boolValue !== undefined ? v.boolValue
-  : v.arrayValue !== undefined ? (v.arrayValue.values ?? []).map(valueOf)
-  : undefined
+  v === undefined ?
+    undefined
+    : v.stringValue !== undefined ?
+    v.stringValue
+    : v.intValue !== undefined ?
+    Number(v.intValue)
+    : v.doubleValue !== undefined ?
+    v.doubleValue
+    : v.boolValue !== undefined ?
+    v.boolValue
+    : v.arrayValue !== undefined ?
+    (v.arrayValue.values ?? []).map(valueOf)
+    : undefined
 
 const attributesOf = (list: ReadonlyArray<{ readonly key: string; readonly value?: AnyValue }> | undefined) =>
   Object.fromEntries((list ?? []).map((a) => [a.key, valueOf(a.value)]))
@@ -71,7 +77,10 @@ export const startOtlpReceiver = async () => {
                   name: s.name,
                   kind: s.kind,
                   attributes: attributesOf(s.attributes),
-                  links: (s.links ?? []).map((l: { traceId: string; spanId: string }) => ({ traceId: hex(l.traceId), spanId: hex(l.spanId) })),
+                  links: (s.links ?? []).map((l: { traceId: string; spanId: string }) => ({
+                    traceId: hex(l.traceId),
+                    spanId: hex(l.spanId)
+                  })),
                   service,
                   status: s.status?.code ?? 0
                 })

@@ -17,7 +17,9 @@ import { inject } from "vitest"
  */
 export const pgUrl = (): string => {
   const url = inject("pgUrl") ?? process.env["TIDINGS_TEST_PG_URL"]
-  if (url === undefined) throw new Error("no test Postgres: run through vitest (global setup) or set TIDINGS_TEST_PG_URL")
+  if (url === undefined) {
+    throw new Error("no test Postgres: run through vitest (global setup) or set TIDINGS_TEST_PG_URL")
+  }
   const name = (globalThis as Record<symbol, unknown>)[Symbol.for("tidings/test/applicationName")]
   if (typeof name !== "string") return url
   const tagged = new URL(url)
@@ -32,7 +34,9 @@ export const sqlPgLayer = (url: string = pgUrl()): Layer.Layer<SqlClient.SqlClie
 let counter = 0
 /** A unique schema name for this process. */
 export const schemaName = (prefix = "t"): string =>
-  `${prefix}_${process.pid}_${Date.now().toString(36)}_${(counter++).toString(36)}_${Math.random().toString(36).slice(2, 6)}`
+  `${prefix}_${process.pid}_${Date.now().toString(36)}_${(counter++).toString(36)}_${
+    Math.random().toString(36).slice(2, 6)
+  }`
 
 /** Creates and migrates a fresh schema, dropped when the scope closes. */
 export const freshSchema = (prefix = "t") =>
@@ -49,7 +53,10 @@ export const freshSchema = (prefix = "t") =>
 export const pgClientLayer = (url: string = pgUrl(), maxConnections = 10) => PgClient.layer({ url, maxConnections })
 
 /** A fresh store on a fresh schema, over the given SqlClient layer, living as long as the scope. */
-export const makePgStore = (client: Layer.Layer<SqlClient.SqlClient, unknown>, options: Omit<PgOutboxStore.Options, "schema"> = {}) =>
+export const makePgStore = (
+  client: Layer.Layer<SqlClient.SqlClient, unknown>,
+  options: Omit<PgOutboxStore.Options, "schema"> = {}
+) =>
   Effect.gen(function*() {
     const context = yield* Layer.build(client)
     return yield* Effect.gen(function*() {

@@ -42,7 +42,10 @@ export const treeCpuTicks = (pid: number): number | undefined => {
       // pid (comm) state ppid ... utime stime cutime cstime: comm may hold spaces, so split after it.
       const text = fs.readFileSync(`/proc/${entry}/stat`, "utf8")
       const fields = text.slice(text.lastIndexOf(")") + 2).split(" ")
-      stats.set(Number(entry), { ppid: Number(fields[1]), ticks: Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]) })
+      stats.set(Number(entry), {
+        ppid: Number(fields[1]),
+        ticks: Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])
+      })
     } catch {
       // the process ended meanwhile
     }
@@ -69,7 +72,11 @@ export const defaultStallMs = 30_000
  * Calls `onStall` once the child has shown no progress (no new output, no CPU used by it or its
  * children) for `stallMs`; returns a function that stops watching.
  */
-export const watchProgress = (child: ChildProcess & { output: () => string }, stallMs: number, onStall: () => void): () => void => {
+export const watchProgress = (
+  child: ChildProcess & { output: () => string },
+  stallMs: number,
+  onStall: () => void
+): () => void => {
   let last = progressOf(child)
   let lastChange = Date.now()
   const timer = setInterval(() => {
@@ -90,7 +97,11 @@ export const watchProgress = (child: ChildProcess & { output: () => string }, st
  * progress for `stallMs` (see {@link watchProgress}). No fixed cap: a child that is slow because the
  * machine is loaded is waited for.
  */
-export const waitForOutput = (child: ChildProcess & { output: () => string }, text: string, stallMs = defaultStallMs): Promise<void> =>
+export const waitForOutput = (
+  child: ChildProcess & { output: () => string },
+  text: string,
+  stallMs = defaultStallMs
+): Promise<void> =>
   new Promise((resolve, reject) => {
     const done = (error?: Error) => {
       stopWatching()
@@ -108,7 +119,11 @@ export const waitForOutput = (child: ChildProcess & { output: () => string }, te
     }
     const stopWatching = watchProgress(child, stallMs, () => {
       if (child.output().includes(text)) done()
-      else done(new Error(`gave up waiting for "${text}": no output and no CPU used for ${stallMs} ms; output:\n${child.output()}`))
+      else {done(
+          new Error(
+            `gave up waiting for "${text}": no output and no CPU used for ${stallMs} ms; output:\n${child.output()}`
+          )
+        )}
     })
     child.stdout?.on("data", check)
     child.once("exit", onExit)
@@ -150,7 +165,10 @@ export const spawnOn = (
   const [cmd, runtimeArgs] = runtime === "deno"
     ? [typeof Deno !== "undefined" ? Deno.execPath() : "deno", ["run", "-A", script]]
     : [typeof Deno !== "undefined" ? "node" : process.execPath, [script]]
-  const child = spawn(cmd, [...runtimeArgs, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] })
+  const child = spawn(cmd, [...runtimeArgs, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
   let output = ""
   child.stdout?.on("data", (d: Buffer) => void (output += d.toString()))
   child.stderr?.on("data", (d: Buffer) => void (output += d.toString()))

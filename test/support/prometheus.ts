@@ -30,7 +30,9 @@ const parseValue = (raw: string, line: string): number => {
   if (raw === "+Inf") return Infinity
   if (raw === "-Inf") return -Infinity
   if (raw === "NaN") return NaN
-  if (!/^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/.test(raw)) throw new Error(`not a sample value: ${JSON.stringify(raw)} in ${JSON.stringify(line)}`)
+  if (!/^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/.test(raw)) {
+    throw new Error(`not a sample value: ${JSON.stringify(raw)} in ${JSON.stringify(line)}`)
+  }
   return Number(raw)
 }
 
@@ -101,7 +103,9 @@ export const parse = (text: string): Scrape => {
     let labels: Record<string, string> = {}
     if (rest.startsWith("{")) ({ labels, rest } = parseLabels(rest, line))
     const parts = rest.trim().split(/\s+/)
-    if (!rest.startsWith(" ") || parts.length < 1 || parts.length > 2) throw new Error(`bad sample line ${JSON.stringify(line)}`)
+    if (!rest.startsWith(" ") || parts.length < 1 || parts.length > 2) {
+      throw new Error(`bad sample line ${JSON.stringify(line)}`)
+    }
     const value = parseValue(parts[0]!, line)
     if (parts[1] !== undefined && !/^-?\d+$/.test(parts[1])) throw new Error(`bad timestamp in ${JSON.stringify(line)}`)
     seenSamples.add(familyOf(name, types))

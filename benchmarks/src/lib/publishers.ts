@@ -34,7 +34,9 @@ export class Tally {
    * process nothing, where polling every millisecond cost it tens of µs of CPU per event.
    */
   reached(n: number): Effect.Effect<void> {
-    return Effect.promise(() => this.#total >= n ? Promise.resolve() : new Promise<void>((resume) => this.#waiting.push({ n, resume })))
+    return Effect.promise(() =>
+      this.#total >= n ? Promise.resolve() : new Promise<void>((resume) => this.#waiting.push({ n, resume }))
+    )
   }
   /** Processed ids, duplicates included. */
   get total(): number {
@@ -58,7 +60,10 @@ export const counting = (inner: PublisherPort.Service, tally: Tally): PublisherP
  * Wraps `inner` and calls `onConfirmed(id, now)` for each message the broker confirmed, with
  * `now = performance.now()` taken when the broker's publish returned (the broker received it).
  */
-export const timing = (inner: PublisherPort.Service, onConfirmed: (id: string, at: number) => void): PublisherPort.Service =>
+export const timing = (
+  inner: PublisherPort.Service,
+  onConfirmed: (id: string, at: number) => void
+): PublisherPort.Service =>
   Publisher.of({
     publish: (messages) =>
       Effect.tap(inner.publish(messages), (results) =>

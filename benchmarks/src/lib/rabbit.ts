@@ -54,8 +54,14 @@ export const broker: Effect.Effect<BrokerInfo, never, Scope.Scope> = Effect.gen(
     Effect.promise(() => startRabbit({ name: "tidings-bench" })),
     (r) => Effect.promise(() => r.stop())
   )
-  const version = yield* Effect.scoped(Effect.map(rawConnection(rabbit.url), (m) => String(m.connection.serverProperties["version"] ?? "?")))
-  log(`rabbitmq ${version} (${rabbit.external ? "TIDINGS_AMQP_URL" : "private node"}), ready in ${((performance.now() - started) / 1000).toFixed(1)} s`)
+  const version = yield* Effect.scoped(
+    Effect.map(rawConnection(rabbit.url), (m) => String(m.connection.serverProperties["version"] ?? "?"))
+  )
+  log(
+    `rabbitmq ${version} (${rabbit.external ? "TIDINGS_AMQP_URL" : "private node"}), ready in ${
+      ((performance.now() - started) / 1000).toFixed(1)
+    } s`
+  )
   return { url: rabbit.url, external: rabbit.external, version }
 })
 
@@ -69,11 +75,20 @@ let queues = 0
  * topic exchange with `#`, declared now and deleted with the scope, so that runs never share
  * messages and an external broker is left as it was.
  */
-export const freshQueue = (url: string, prefix: string, type: QueueType): Effect.Effect<Topology.ConsumerQueue, never, Scope.Scope> =>
+export const freshQueue = (
+  url: string,
+  prefix: string,
+  type: QueueType
+): Effect.Effect<Topology.ConsumerQueue, never, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.scoped(Effect.gen(function*() {
       const name = `bench.${prefix}.${process.pid}.${(queues++).toString(36)}`
-      const queue = Topology.consumerQueue({ queue: name, exchange: { name: `${name}.x`, type: "topic" }, type, retryDelays: [] })
+      const queue = Topology.consumerQueue({
+        queue: name,
+        exchange: { name: `${name}.x`, type: "topic" },
+        type,
+        retryDelays: []
+      })
       const channel = yield* rawChannel(yield* rawConnection(url))
       yield* Topology.apply(channel, queue.topology).pipe(Effect.orDie)
       return queue
@@ -83,7 +98,9 @@ export const freshQueue = (url: string, prefix: string, type: QueueType): Effect
         const channel = yield* rawChannel(yield* rawConnection(url))
         yield* Effect.promise(async () => {
           for (const q of [queue.queue, queue.deadLetterQueue]) await channel.deleteQueue(q).catch(() => undefined)
-          for (const x of [queue.topology.exchanges[0]!.name, queue.deadLetterExchange]) await channel.deleteExchange(x).catch(() => undefined)
+          for (const x of [queue.topology.exchanges[0]!.name, queue.deadLetterExchange]) {
+            await channel.deleteExchange(x).catch(() => undefined)
+          }
         })
       })).pipe(Effect.timeoutOption("30 seconds"), Effect.ignore)
   )
@@ -93,7 +110,10 @@ export const exchangeOf = (queue: Topology.ConsumerQueue): string => queue.topol
 
 /** A Tidings connection for the scope (`name` shows in the broker's connection list). */
 export const connection = (url: string, name: string): Effect.Effect<AmqpConnection.Service, never, Scope.Scope> =>
-  Effect.map(Layer.build(AmqpConnection.layer({ url, name })), (context) => Context.get(context, AmqpConnection.AmqpConnection)).pipe(
+  Effect.map(
+    Layer.build(AmqpConnection.layer({ url, name })),
+    (context) => Context.get(context, AmqpConnection.AmqpConnection)
+  ).pipe(
     Effect.orDie
   )
 
@@ -103,7 +123,10 @@ export const publisher = (
   exchange: string,
   channels: number
 ): Effect.Effect<AmqpPublisher.Service, never, Scope.Scope> =>
-  AmqpPublisher.make({ exchange, channels }).pipe(Effect.provideService(AmqpConnection.AmqpConnection, connection), Effect.orDie)
+  AmqpPublisher.make({ exchange, channels }).pipe(
+    Effect.provideService(AmqpConnection.AmqpConnection, connection),
+    Effect.orDie
+  )
 
 /** Ready messages in `queue`. */
 export const depth = (url: string, queue: string): Effect.Effect<number> =>
@@ -127,7 +150,12 @@ export interface Collected {
  * that nothing was lost or published twice. Stops when the queue reported empty at the start is
  * drained, or after `timeoutMs`.
  */
-export const collect = (url: string, queue: string, expected: Iterable<string>, timeoutMs = 60_000): Effect.Effect<Collected> =>
+export const collect = (
+  url: string,
+  queue: string,
+  expected: Iterable<string>,
+  timeoutMs = 60_000
+): Effect.Effect<Collected> =>
   Effect.scoped(Effect.gen(function*() {
     const channel = yield* rawChannel(yield* rawConnection(url))
     const ready = (yield* Effect.promise(() => channel.checkQueue(queue))).messageCount
@@ -159,4 +187,6 @@ export const sampleTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0b
 
 /** The AMQP message `AmqpPublisher` would send for `message` (same body, properties and headers). */
 export const outgoing = (message: Message.Message, exchange: string): ReturnType<typeof AmqpPublisher.toOutgoing> =>
-  AmqpPublisher.toOutgoing({ ...message, headers: { ...message.headers, traceparent: sampleTraceparent } }, { exchange })
+  AmqpPublisher.toOutgoing({ ...message, headers: { ...message.headers, traceparent: sampleTraceparent } }, {
+    exchange
+  })

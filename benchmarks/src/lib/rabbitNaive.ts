@@ -50,7 +50,8 @@ export const start = (opts: Options): Effect.Effect<void, never, Scope.Scope> =>
             })
             opts.onConfirmed(c.message.id, performance.now())
           }
-          yield* opts.store.settle(relayId, { published: claimed.map((c) => c.message.id), retry: [], failed: [] }).pipe(Effect.orDie)
+          yield* opts.store.settle(relayId, { published: claimed.map((c) => c.message.id), retry: [], failed: [] })
+            .pipe(Effect.orDie)
         }
       })
       yield* Effect.forkScoped(loop)

@@ -31,12 +31,17 @@ export interface Options {
 const lease = Duration.seconds(30)
 const retryDelay = Duration.seconds(1)
 
-type Woken = { readonly _tag: "signal" } | { readonly _tag: "confirmed"; readonly results: ReadonlyArray<PublishResult> }
+type Woken = { readonly _tag: "signal" } | {
+  readonly _tag: "confirmed"
+  readonly results: ReadonlyArray<PublishResult>
+}
 type PublishResult = PublisherPort.PublishResult
 
 const settlementOf = (results: ReadonlyArray<PublishResult>): OutboxStorePort.Settlement => ({
   published: results.flatMap((r) => (r._tag === "Published" ? [r.id] : [])),
-  retry: results.flatMap((r) => (r._tag === "Rejected" ? [{ id: r.id, delay: retryDelay, error: r.error.message }] : [])),
+  retry: results.flatMap((
+    r
+  ) => (r._tag === "Rejected" ? [{ id: r.id, delay: retryDelay, error: r.error.message }] : [])),
   failed: []
 })
 
@@ -67,7 +72,9 @@ export const start = (opts: Options): Effect.Effect<void, never, Scope.Scope> =>
             if (claimed.length > 0) {
               inFlight++
               yield* opts.publisher.publish(claimed.map((c) => c.message)).pipe(
-                Effect.catch((error) => Effect.succeed(claimed.map((c): PublishResult => ({ _tag: "Rejected", id: c.message.id, error })))),
+                Effect.catch((error) =>
+                  Effect.succeed(claimed.map((c): PublishResult => ({ _tag: "Rejected", id: c.message.id, error })))
+                ),
                 Effect.flatMap((results) => Queue.offer(confirmed, results)),
                 Effect.forkChild
               )

@@ -73,7 +73,8 @@ export class Stages {
       settleAndClaim: (relayId, settlement, next) =>
         Effect.suspend(() => {
           const started = performance.now()
-          return Effect.tap(store.settleAndClaim(relayId, settlement, next), (rows) => claimed(rows, started, this.#settleSql))
+          return Effect.tap(store.settleAndClaim(relayId, settlement, next), (rows) =>
+            claimed(rows, started, this.#settleSql))
         }),
       settle: (relayId, settlement) =>
         Effect.suspend(() => {

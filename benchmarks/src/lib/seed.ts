@@ -72,7 +72,11 @@ export const insertPending = (store: OutboxStore.Service, msgs: ReadonlyArray<Me
  * vacuumed as autovacuum would have done. They are inserted by set-based statements, with UUIDv7 ids
  * built in SQL from timestamps a day ago, so they sort before every pending row.
  */
-export const insertHistory = (store: OutboxStore.Service, schema: string, count: number): Effect.Effect<void, never, SqlClient.SqlClient> =>
+export const insertHistory = (
+  store: OutboxStore.Service,
+  schema: string,
+  count: number
+): Effect.Effect<void, never, SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const key = sql.literal(`'order-' || (g % ${aggregates})`)
@@ -80,7 +84,9 @@ export const insertHistory = (store: OutboxStore.Service, schema: string, count:
     const slices = 4
     const per = Math.ceil(count / slices)
     yield* Effect.forEach(Array.from({ length: slices }, (_, i) => i), (i) =>
-      sql`INSERT INTO ${sql(`${schema}.outbox`)} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version,
+      sql`INSERT INTO ${
+        sql(`${schema}.outbox`)
+      } (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version,
           payload, occurred_at, available_at, created_at)
         SELECT
           -- UUIDv7: 48-bit ms timestamp, then version 7 (set_bit 52 and 53 turn the 4 into a 7), random rest
@@ -92,15 +98,31 @@ export const insertHistory = (store: OutboxStore.Service, schema: string, count:
                                        jsonb_build_object('sku', 'sku-' || (g % 17), 'quantity', 1, 'priceCents', 250))),
           t.at, t.at, t.at
         FROM generate_series(${i * per + 1}::int, ${Math.min(count, (i + 1) * per)}::int) AS g,
-          LATERAL (SELECT now() - interval '1 day' + g * interval '1 millisecond' AS at) AS t`, { concurrency: slices, discard: true })
+          LATERAL (SELECT now() - interval '1 day' + g * interval '1 millisecond' AS at) AS t`, {
+      concurrency: slices,
+      discard: true
+    })
     const lease = Duration.minutes(5)
-    yield* Effect.forEach(Array.from({ length: slices }, (_, i) => `history-${i}`), (relayId) =>
-      Effect.gen(function*() {
-        while (true) {
-          const claimed = yield* store.claim({ relayId, batchSize: 5_000, lease })
-          if (claimed.length === 0) return
-          yield* store.settle(relayId, { published: claimed.map((c) => c.message.id), retry: [], failed: [] })
-        }
-      }), { concurrency: slices, discard: true })
+    yield* Effect.forEach(
+      Array.from({ length: slices }, (_, i) =>
+        `history-${i}`),
+      (relayId) =>
+        Effect.gen(function*() {
+          while (true) {
+            const claimed = yield* store.claim({ relayId, batchSize: 5_000, lease })
+            if (claimed.length === 0) {
+              return
+            }
+            yield* store.settle(relayId, {
+              published: claimed.map((c) =>
+                c.message.id
+              ),
+              retry: [],
+              failed: []
+            })
+          }
+        }),
+      { concurrency: slices, discard: true }
+    )
     yield* sql`VACUUM (ANALYZE) ${sql(`${schema}.outbox`)}`
   }).pipe(Effect.orDie)

@@ -33,5 +33,10 @@ export const summarize = (samples: ReadonlyArray<number>, digits = 2): Summary =
   if (s.length === 0) return { median: Number.NaN, min: Number.NaN, max: Number.NaN, samples: [...samples] }
   const mid = s.length >> 1
   const median = s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2
-  return { median: round(median, digits), min: round(s[0]!, digits), max: round(s[s.length - 1]!, digits), samples: samples.map((n) => round(n, digits)) }
+  return {
+    median: round(median, digits),
+    min: round(s[0]!, digits),
+    max: round(s[s.length - 1]!, digits),
+    samples: samples.map((n) => round(n, digits))
+  }
 }

@@ -61,11 +61,23 @@ export interface BarChart {
 }
 
 /** Colours that stay apart in print and for most colour-blind readers. */
-export const palette = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1", "#edc948", "#9c755f", "#ff9da7", "#bab0ac"]
+export const palette = [
+  "#4e79a7",
+  "#f28e2b",
+  "#59a14f",
+  "#e15759",
+  "#76b7b2",
+  "#b07aa1",
+  "#edc948",
+  "#9c755f",
+  "#ff9da7",
+  "#bab0ac"
+]
 
 const font = `font-family="system-ui, -apple-system, 'Segoe UI', sans-serif"`
 
-export const escape = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;")
+export const escape = (s: string): string =>
+  s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;")
 
 /** A number for a tick label: `1.5k`, `20k`, `0.5`, `250`. */
 export const tickLabel = (n: number): string => {
@@ -148,14 +160,18 @@ export const lineChart = (c: LineChart): string => {
   const y = axis(ys, yScale, bottom, top, true)
   const xTicks = c.xTicks ?? [...new Set(xs)].sort((a, b) => a - b)
   const out: Array<string> = []
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" ${font} font-size="12">`)
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" ${font} font-size="12">`
+  )
   out.push(`<rect width="${width}" height="${height}" fill="#ffffff"/>`)
   out.push(`<text x="10" y="22" font-size="15" font-weight="600" fill="#222">${escape(c.title)}</text>`)
   if (c.subtitle !== undefined) out.push(`<text x="10" y="40" font-size="12" fill="#555">${escape(c.subtitle)}</text>`)
   for (const t of y.ticks) {
     const py = y.map(t).toFixed(1)
     out.push(`<line x1="${left}" x2="${right}" y1="${py}" y2="${py}" stroke="#e6e6e6"/>`)
-    out.push(`<text x="${left - 6}" y="${py}" text-anchor="end" dominant-baseline="middle" fill="#555">${tickLabel(t)}</text>`)
+    out.push(
+      `<text x="${left - 6}" y="${py}" text-anchor="end" dominant-baseline="middle" fill="#555">${tickLabel(t)}</text>`
+    )
   }
   for (const t of xTicks) {
     const px = x.map(t).toFixed(1)
@@ -164,12 +180,20 @@ export const lineChart = (c: LineChart): string => {
   }
   out.push(`<line x1="${left}" x2="${right}" y1="${bottom}" y2="${bottom}" stroke="#888"/>`)
   out.push(`<line x1="${left}" x2="${left}" y1="${top}" y2="${bottom}" stroke="#888"/>`)
-  out.push(`<text x="${(left + right) / 2}" y="${height - 12}" text-anchor="middle" fill="#333">${escape(c.xLabel)}</text>`)
-  out.push(`<text transform="translate(16 ${(top + bottom) / 2}) rotate(-90)" text-anchor="middle" fill="#333">${escape(c.yLabel)}</text>`)
+  out.push(
+    `<text x="${(left + right) / 2}" y="${height - 12}" text-anchor="middle" fill="#333">${escape(c.xLabel)}</text>`
+  )
+  out.push(
+    `<text transform="translate(16 ${(top + bottom) / 2}) rotate(-90)" text-anchor="middle" fill="#333">${
+      escape(c.yLabel)
+    }</text>`
+  )
   if (c.hline !== undefined) {
     const py = y.map(c.hline.y).toFixed(1)
     out.push(`<line x1="${left}" x2="${right}" y1="${py}" y2="${py}" stroke="#c0392b" stroke-dasharray="4 4"/>`)
-    out.push(`<text x="${right - 4}" y="${Number(py) - 5}" text-anchor="end" fill="#c0392b">${escape(c.hline.label)}</text>`)
+    out.push(
+      `<text x="${right - 4}" y="${Number(py) - 5}" text-anchor="end" fill="#c0392b">${escape(c.hline.label)}</text>`
+    )
   }
   c.series.forEach((s, i) => {
     const color = s.color ?? palette[i % palette.length]!
@@ -190,7 +214,9 @@ export const lineChart = (c: LineChart): string => {
       out.push(`<circle cx="${px}" cy="${y.map(p.y).toFixed(1)}" r="3" fill="${color}"/>`)
     }
     const ly = top + 8 + i * 20
-    out.push(`<line x1="${right + 18}" x2="${right + 42}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="2"${dash}/>`)
+    out.push(
+      `<line x1="${right + 18}" x2="${right + 42}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="2"${dash}/>`
+    )
     out.push(`<text x="${right + 48}" y="${ly}" dominant-baseline="middle" fill="#333">${escape(s.name)}</text>`)
   })
   out.push(`</svg>`)
@@ -201,7 +227,10 @@ export const lineChart = (c: LineChart): string => {
 export const barChart = (c: BarChart): string => {
   const width = c.width ?? 760
   const rowHeight = c.bars.some((b) => b.sublabel !== undefined) ? 36 : 26
-  const labelWidth = Math.min(360, 12 + Math.max(...c.bars.map((b) => Math.max(b.label.length * 7, (b.sublabel?.length ?? 0) * 5.9))))
+  const labelWidth = Math.min(
+    360,
+    12 + Math.max(...c.bars.map((b) => Math.max(b.label.length * 7, (b.sublabel?.length ?? 0) * 5.9)))
+  )
   const left = labelWidth + 10
   const right = width - 90
   const top = c.subtitle === undefined ? 40 : 56
@@ -212,7 +241,9 @@ export const barChart = (c: BarChart): string => {
   const end = Math.max(hi, ticks[ticks.length - 1]!)
   const map = (v: number) => left + (v / end) * (right - left)
   const out: Array<string> = []
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" ${font} font-size="12">`)
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" ${font} font-size="12">`
+  )
   out.push(`<rect width="${width}" height="${height}" fill="#ffffff"/>`)
   out.push(`<text x="10" y="22" font-size="15" font-weight="600" fill="#222">${escape(c.title)}</text>`)
   if (c.subtitle !== undefined) out.push(`<text x="10" y="40" font-size="12" fill="#555">${escape(c.subtitle)}</text>`)
@@ -221,18 +252,36 @@ export const barChart = (c: BarChart): string => {
     out.push(`<line x1="${px}" x2="${px}" y1="${top - 4}" y2="${bottom}" stroke="#e6e6e6"/>`)
     out.push(`<text x="${px}" y="${bottom + 16}" text-anchor="middle" fill="#555">${tickLabel(t)}</text>`)
   }
-  out.push(`<text x="${(left + right) / 2}" y="${height - 10}" text-anchor="middle" fill="#333">${escape(c.unit)}</text>`)
+  out.push(
+    `<text x="${(left + right) / 2}" y="${height - 10}" text-anchor="middle" fill="#333">${escape(c.unit)}</text>`
+  )
   c.bars.forEach((b, i) => {
     const color = b.color ?? palette[i % palette.length]!
     const cy = top + i * rowHeight + rowHeight / 2
     if (b.sublabel === undefined) {
-      out.push(`<text x="${left - 8}" y="${cy}" text-anchor="end" dominant-baseline="middle" fill="#333">${escape(b.label)}</text>`)
+      out.push(
+        `<text x="${left - 8}" y="${cy}" text-anchor="end" dominant-baseline="middle" fill="#333">${
+          escape(b.label)
+        }</text>`
+      )
     } else {
-      out.push(`<text x="${left - 8}" y="${cy - 7}" text-anchor="end" dominant-baseline="middle" fill="#222">${escape(b.label)}</text>`)
-      out.push(`<text x="${left - 8}" y="${cy + 8}" text-anchor="end" dominant-baseline="middle" font-size="10" fill="#777">${escape(b.sublabel)}</text>`)
+      out.push(
+        `<text x="${left - 8}" y="${cy - 7}" text-anchor="end" dominant-baseline="middle" fill="#222">${
+          escape(b.label)
+        }</text>`
+      )
+      out.push(
+        `<text x="${left - 8}" y="${cy + 8}" text-anchor="end" dominant-baseline="middle" font-size="10" fill="#777">${
+          escape(b.sublabel)
+        }</text>`
+      )
     }
     if (finite(b.value)) {
-      out.push(`<rect x="${left}" y="${cy - 8}" width="${Math.max(0, map(b.value) - left).toFixed(1)}" height="16" fill="${color}"/>`)
+      out.push(
+        `<rect x="${left}" y="${cy - 8}" width="${
+          Math.max(0, map(b.value) - left).toFixed(1)
+        }" height="16" fill="${color}"/>`
+      )
     }
     if (finite(b.min) && finite(b.max) && b.max > b.min) {
       const [x1, x2] = [map(b.min).toFixed(1), map(b.max).toFixed(1)]
@@ -241,7 +290,11 @@ export const barChart = (c: BarChart): string => {
       out.push(`<line x1="${x2}" x2="${x2}" y1="${cy - 4}" y2="${cy + 4}" stroke="#222"/>`)
     }
     const after = Math.max(map(finite(b.value) ? b.value : 0), finite(b.max) ? map(b.max) : 0) + 6
-    out.push(`<text x="${after.toFixed(1)}" y="${cy}" dominant-baseline="middle" fill="#333">${escape(b.note ?? (finite(b.value) ? tickLabel(b.value) : "n/a"))}</text>`)
+    out.push(
+      `<text x="${after.toFixed(1)}" y="${cy}" dominant-baseline="middle" fill="#333">${
+        escape(b.note ?? (finite(b.value) ? tickLabel(b.value) : "n/a"))
+      }</text>`
+    )
   })
   out.push(`</svg>`)
   return `${out.join("\n")}\n`

@@ -17,7 +17,10 @@ const packages = ["core", "postgres", "rabbitmq", "hono", "webhooks"]
 
 /** Versions pinned where the workspace pins them. */
 const versionOf = (name: string, manifest: string): string => {
-  const json = JSON.parse(fs.readFileSync(path.join(root, manifest), "utf8")) as Record<string, Record<string, string> | undefined>
+  const json = JSON.parse(fs.readFileSync(path.join(root, manifest), "utf8")) as Record<
+    string,
+    Record<string, string> | undefined
+  >
   const spec = json["devDependencies"]?.[name] ?? json["dependencies"]?.[name]
   if (spec === undefined) throw new Error(`${name} is not in ${manifest}`)
   return spec.replace(/^[\^~]/, "")

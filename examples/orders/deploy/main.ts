@@ -20,13 +20,17 @@ declare const Deno: DenoApi
 
 const say = (line: string) => console.log(`[orders] ${line}`)
 
-const settings = await Effect.runPromise(Settings.load([]).pipe(
-  Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: Deno.env.toObject() }))),
-  Effect.catch((error) => Effect.sync(() => {
-    console.error(`[orders] invalid settings: ${error.message}`)
-    return Deno.exit(2)
-  }))
-))
+const settings = await Effect.runPromise(
+  Settings.load([]).pipe(
+    Effect.provide(ConfigProvider.layer(ConfigProvider.fromEnv({ env: Deno.env.toObject() }))),
+    Effect.catch((error) =>
+      Effect.sync(() => {
+        console.error(`[orders] invalid settings: ${error.message}`)
+        return Deno.exit(2)
+      })
+    )
+  )
+)
 if (settings === "help" || settings.pg === undefined) {
   console.error("[orders] set TIDINGS_PG_URL=postgres://... (this entry starts no database of its own)")
   Deno.exit(2)
@@ -43,7 +47,10 @@ const app = App.routes(rt, { schema: settings.schema, adminToken: settings.admin
 const server = Deno.serve({
   port: Number(Deno.env.get("PORT") ?? "8000"),
   hostname: Deno.env.get("HOSTNAME") ?? "127.0.0.1",
-  onListen: ({ hostname, port }) => say(`listening on http://${hostname}:${port} (broker: ${transport._tag}, schema "${settings.schema}"); Ctrl-C stops`)
+  onListen: ({ hostname, port }) =>
+    say(
+      `listening on http://${hostname}:${port} (broker: ${transport._tag}, schema "${settings.schema}"); Ctrl-C stops`
+    )
 }, Serve.denoHandler(app))
 
 let stopping = false

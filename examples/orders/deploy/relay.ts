@@ -27,13 +27,21 @@ const say = (line: string) => console.log(`[relay] ${line}`)
 const settings = Settings.all({
   pg: Settings.read(PgClient.environment, { defaults: { maxConnections: 4, applicationName: "tidings-relay" } }),
   outbox: Settings.read(PgOutboxStore.environment, { defaults: { schema: "orders" } }),
-  relay: Relay.config({ defaults: { name: "relay-worker", concurrency: 2, pollInterval: { base: "50 millis", max: "1 second" } } })
+  relay: Relay.config({
+    defaults: { name: "relay-worker", concurrency: 2, pollInterval: { base: "50 millis", max: "1 second" } }
+  })
 })
 
 const Worker = (s: Effect.Success<typeof settings>) =>
   Relay.layer(s.relay).pipe(
     // LISTEN for the commits of producers whose store sends NOTIFY; the others are found by polling.
-    Layer.provideMerge(Layer.mergeAll(PgOutboxStore.layer(s.outbox), WebhookPublisher.layerConfig("WEBHOOK"), PgWakeup.layer({ schema: s.outbox.schema }))),
+    Layer.provideMerge(
+      Layer.mergeAll(
+        PgOutboxStore.layer(s.outbox),
+        WebhookPublisher.layerConfig("WEBHOOK"),
+        PgWakeup.layer({ schema: s.outbox.schema })
+      )
+    ),
     Layer.provide(PgClient.layer(s.pg))
   )
 

@@ -33,9 +33,18 @@ export const version = "0.1.0"
  * @since 0.1.0
  * @category commands
  */
-export const command: Command.Command<"tidings", SharedFlags, SharedFlags, CommandError | Doctor.ProblemsFound, never> = root.pipe(
-  Command.withSubcommands([Migrate.command, Outbox.command, Inbox.command, DeadLetters.command, Saga.command, Relay.command, Doctor.command])
-)
+export const command: Command.Command<"tidings", SharedFlags, SharedFlags, CommandError | Doctor.ProblemsFound, never> =
+  root.pipe(
+    Command.withSubcommands([
+      Migrate.command,
+      Outbox.command,
+      Inbox.command,
+      DeadLetters.command,
+      Saga.command,
+      Relay.command,
+      Doctor.command
+    ])
+  )
 
 const message = (error: unknown): string => {
   const e = error as { readonly message?: unknown; readonly _tag?: unknown }
@@ -64,7 +73,9 @@ export const run = (args: ReadonlyArray<string>): Effect.Effect<number> =>
       // The doctor printed its findings; help and parse errors were presented by the CLI module.
       if (error instanceof Doctor.ProblemsFound) return Effect.succeed(1)
       // A usage error (help shown with the errors) is 2; help asked for by calling a group without a subcommand is 0.
-      if (CliError.isCliError(error)) return Effect.succeed(error._tag === "ShowHelp" && error.errors.length === 0 ? 0 : 2)
+      if (CliError.isCliError(error)) {
+        return Effect.succeed(error._tag === "ShowHelp" && error.errors.length === 0 ? 0 : 2)
+      }
       return Effect.as(Out.warn(`tidings: ${error === undefined ? Cause.pretty(exit.cause) : message(error)}`), 1)
     })
   )

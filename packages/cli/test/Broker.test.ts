@@ -6,10 +6,10 @@
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import * as Topology from "@tidings/rabbitmq/Topology"
 import { Effect, Exit, Scope } from "effect"
-import { amqpUrl, rawChannel, unique } from "../../rabbitmq/test/helpers.ts"
 import { pgUrl, schemaName } from "../../../test/support/pg.ts"
 import { currentRuntime, exited, spawnOn, waitForOutput } from "../../../test/support/processes.ts"
 import { until } from "../../../test/support/progress.ts"
+import { amqpUrl, rawChannel, unique } from "../../rabbitmq/test/helpers.ts"
 import { appendEvents, bin, dropSchema, Shipped, stores, tidings } from "./support.ts"
 
 const broker = () => ["--amqp-url", amqpUrl()] as const
@@ -35,12 +35,26 @@ describe("tidings dlq and relay (RabbitMQ)", () => {
       for (const q of cq.topology.queues) await channel.deleteQueue(q.name)
       await channel.deleteExchange(cq.deadLetterExchange)
     })
-    for (let i = 0; i < 3; i++) channel.sendToQueue(cq.deadLetterQueue, Buffer.from(JSON.stringify({ n: i })), { messageId: `m-${i}`, type: "parcel.shipped", persistent: true, headers: { "tidings-attempt": 8 } })
+    for (let i = 0; i < 3; i++) {
+      channel.sendToQueue(cq.deadLetterQueue, Buffer.from(JSON.stringify({ n: i })), {
+        messageId: `m-${i}`,
+        type: "parcel.shipped",
+        persistent: true,
+        headers: { "tidings-attempt": 8 }
+      })
+    }
     await channel.checkQueue(cq.deadLetterQueue)
 
     const listed = await tidings("dlq", "list", "--queue", cq.queue, ...broker())
     assert.strictEqual(listed.code, 0, listed.err)
-    assert.match(listed.out, new RegExp(`^DEAD-LETTER QUEUE\\s+MESSAGES\\s+REPLAYS INTO\\s+CONSUMERS\\n${cq.deadLetterQueue.replaceAll(".", "\\.")}\\s+3\\s+${cq.queue.replaceAll(".", "\\.")}\\s+0`))
+    assert.match(
+      listed.out,
+      new RegExp(
+        `^DEAD-LETTER QUEUE\\s+MESSAGES\\s+REPLAYS INTO\\s+CONSUMERS\\n${
+          cq.deadLetterQueue.replaceAll(".", "\\.")
+        }\\s+3\\s+${cq.queue.replaceAll(".", "\\.")}\\s+0`
+      )
+    )
     const one = await tidings("dlq", "replay", cq.deadLetterQueue, "--limit", "1", ...broker())
     assert.strictEqual(one.code, 0, one.err)
     assert.include(one.out, `replayed 1 message into ${cq.queue}`)
@@ -48,9 +62,18 @@ describe("tidings dlq and relay (RabbitMQ)", () => {
     assert.deepStrictEqual(rest.json, { replayed: 2 })
     assert.include(rest.err, "replaying [##############################] 100% 2/2")
     const moved: Array<GetMessage> = []
-    for (let m = await channel.get(cq.queue, { noAck: true }); m !== false; m = await channel.get(cq.queue, { noAck: true })) moved.push(m)
+    for (
+      let m = await channel.get(cq.queue, { noAck: true });
+      m !== false;
+      m = await channel.get(cq.queue, { noAck: true })
+    ) moved.push(m)
     assert.deepStrictEqual(moved.map((m) => m.properties.messageId).sort(), ["m-0", "m-1", "m-2"])
-    assert.isTrue(moved.every((m) => m.properties.headers?.["tidings-attempt"] === undefined && m.properties.headers?.["tidings-replayed"] === 1), "a fresh attempt count")
+    assert.isTrue(
+      moved.every((m) =>
+        m.properties.headers?.["tidings-attempt"] === undefined && m.properties.headers?.["tidings-replayed"] === 1
+      ),
+      "a fresh attempt count"
+    )
     assert.strictEqual((await channel.checkQueue(cq.deadLetterQueue)).messageCount, 0)
 
     const unknown = await tidings("dlq", "replay", "no.such.queue", ...broker())
@@ -76,7 +99,9 @@ describe("tidings dlq and relay (RabbitMQ)", () => {
       assert.include(child.output(), `relay running: schema ${schema} → exchange ${exchange} (1 pollers, unordered)`)
       const queue = (await channel.assertQueue("", { exclusive: true })).queue
       await channel.bindQueue(queue, exchange, "#")
-      const appended = await rt.runPromise(appendEvents(Array.from({ length: 5 }, (_, n) => Shipped.make({ aggregateId: `r${n}`, payload: { n } })), false))
+      const appended = await rt.runPromise(
+        appendEvents(Array.from({ length: 5 }, (_, n) => Shipped.make({ aggregateId: `r${n}`, payload: { n } })), false)
+      )
       const received = new Set<string>()
       await channel.consume(queue, (m: { properties: { messageId?: unknown } } | null) => {
         if (m !== null) received.add(String(m.properties.messageId))

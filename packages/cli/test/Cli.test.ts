@@ -198,12 +198,15 @@ describe("tidings outbox, inbox and saga", () => {
     )
     await rt.runPromise(
       OutboxStore.use((s) =>
-        Effect.flatMap(s.claim({ relayId: "r", batchSize: 100, lease: "30 seconds" as never }), (claimed) =>
-          s.settle("r", {
-            published: claimed.map((c) => c.message.id),
-            retry: [],
-            failed: []
-          }))
+        Effect.flatMap(
+          s.claim({ relayId: "r", batchSize: 100, lease: "30 seconds" as never }),
+          (claimed) =>
+            s.settle("r", {
+              published: claimed.map((c) => c.message.id),
+              retry: [],
+              failed: []
+            })
+        )
       )
     )
     await rt.runPromise(

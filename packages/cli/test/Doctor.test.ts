@@ -17,16 +17,22 @@ const runtime = currentRuntime()
 
 /** Resolves once `query` (a count) finds a row: the thing it looks at has been there for more than a second. */
 const olderThanASecond = (query: string) =>
-  Effect.runPromise(SqlClient.SqlClient.use((sql) =>
-    sql.unsafe<{ n: number }>(query).pipe(
-      Effect.filterOrFail((rows) => rows[0]!.n > 0),
-      Effect.retry(Schedule.spaced("50 millis"))
-    )
-  ).pipe(Effect.provide(pgClientLayer(pgUrl(), 1))))
+  Effect.runPromise(
+    SqlClient.SqlClient.use((sql) =>
+      sql.unsafe<{ n: number }>(query).pipe(
+        Effect.filterOrFail((rows) => rows[0]!.n > 0),
+        Effect.retry(Schedule.spaced("50 millis"))
+      )
+    ).pipe(Effect.provide(pgClientLayer(pgUrl(), 1)))
+  )
 
 /** Runs the executable to its end; returns its code and output. */
 const doctor = async (schema: string, ...args: ReadonlyArray<string>) => {
-  const child = spawnOn(runtime, bin, ["doctor", ...args], { TIDINGS_PG_URL: pgUrl(), TIDINGS_SCHEMA: schema, TIDINGS_AMQP_URL: "" })
+  const child = spawnOn(runtime, bin, ["doctor", ...args], {
+    TIDINGS_PG_URL: pgUrl(),
+    TIDINGS_SCHEMA: schema,
+    TIDINGS_AMQP_URL: ""
+  })
   const code = await exited(child)
   return { code, output: child.output() }
 }
@@ -54,7 +60,11 @@ describe(`tidings doctor on the orders example (${runtime})`, () => {
 
   it("prints a clean report while the service runs", async () => {
     const orderId = `doc-${crypto.randomUUID().slice(0, 8)}`
-    const placed = await fetch(`${base}/orders`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ orderId, customer: "ada", sku: "book", quantity: 1, amountCents: 999 }) })
+    const placed = await fetch(`${base}/orders`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ orderId, customer: "ada", sku: "book", quantity: 1, amountCents: 999 })
+    })
     assert.strictEqual(placed.status, 202)
     for (let status = "pending"; status === "pending";) {
       status = ((await (await fetch(`${base}/orders/${orderId}`)).json()) as { order: { status: string } }).order.status
@@ -72,12 +82,15 @@ describe(`tidings doctor on the orders example (${runtime})`, () => {
   it("names a transaction left open: it holds back ordered publishing", async () => {
     const opened = await Effect.runPromise(Deferred.make<void>())
     const release = await Effect.runPromise(Deferred.make<void>())
-    const holder = Effect.runFork(SqlClient.SqlClient.use((sql) =>
-      sql.withTransaction(Effect.gen(function*() {
-        yield* sql`SELECT pg_current_xact_id()`
-        yield* Deferred.succeed(opened, undefined)
-        yield* Deferred.await(release)
-      }))).pipe(Effect.provide(pgClientLayer(pgUrl(), 1))))
+    const holder = Effect.runFork(
+      SqlClient.SqlClient.use((sql) =>
+        sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT pg_current_xact_id()`
+          yield* Deferred.succeed(opened, undefined)
+          yield* Deferred.await(release)
+        }))
+      ).pipe(Effect.provide(pgClientLayer(pgUrl(), 1)))
+    )
     try {
       await Effect.runPromise(Deferred.await(opened))
       // Older than the threshold given below, as the database sees it.
@@ -86,7 +99,10 @@ describe(`tidings doctor on the orders example (${runtime})`, () => {
       const { code, output } = await doctor(schema, "--max-transaction-age", "1")
       assert.strictEqual(code, 1, output)
       // The holder's application_name is the test file's (test/support/pg.ts).
-      assert.match(output, /^WARN {2}transactions {2}a transaction has been open for [\d.]+ s \(pid \d+, [\w-]+, idle in transaction; last query: SELECT pg_current_xact_id\(\)\): it holds back ordered \(per-key\) publishing until it ends$/m)
+      assert.match(
+        output,
+        /^WARN {2}transactions {2}a transaction has been open for [\d.]+ s \(pid \d+, [\w-]+, idle in transaction; last query: SELECT pg_current_xact_id\(\)\): it holds back ordered \(per-key\) publishing until it ends$/m
+      )
       assert.include(output, "1 problem found")
     } finally {
       await Effect.runPromise(Deferred.succeed(release, undefined))
@@ -108,7 +124,10 @@ describe(`tidings doctor on the orders example (${runtime})`, () => {
       WHERE status = 'pending' AND clock_timestamp() - created_at > interval '1.1 seconds'`)
     const { code, output } = await doctor(schema, "--max-lag", "1")
     assert.strictEqual(code, 1, output)
-    assert.match(output, /^FAIL {2}relay {9}1 event pending, the oldest for [\d.]+ s \(more than 1 s\): no relay holds a claim: is a relay running against this schema \(tidings relay\)\?$/m)
+    assert.match(
+      output,
+      /^FAIL {2}relay {9}1 event pending, the oldest for [\d.]+ s \(more than 1 s\): no relay holds a claim: is a relay running against this schema \(tidings relay\)\?$/m
+    )
   })
 })
 
@@ -117,13 +136,25 @@ describe("tidings doctor without Tidings' tables, and with a broker that is down
     const schema = schemaName("clidocempty")
     const ran = await tidings("doctor", "--json", "--amqp-url", "amqp://guest:guest@127.0.0.1:1", ...target(schema))
     assert.strictEqual(ran.code, 1)
-    const byName = Object.fromEntries((ran.json.checks as Array<{ name: string; status: string; message: string }>).map((c) => [c.name, c]))
+    const byName = Object.fromEntries(
+      (ran.json.checks as Array<{ name: string; status: string; message: string }>).map((c) => [c.name, c])
+    )
     assert.strictEqual(ran.json.ok, false)
     assert.strictEqual(byName["database"]!.status, "ok")
-    assert.deepStrictEqual(byName["migrations"], { name: "migrations", status: "fail", message: `schema ${schema} has no Tidings tables: run tidings migrate` })
+    assert.deepStrictEqual(byName["migrations"], {
+      name: "migrations",
+      status: "fail",
+      message: `schema ${schema} has no Tidings tables: run tidings migrate`
+    })
     assert.strictEqual(byName["broker"]!.status, "fail")
     assert.notInclude(byName["broker"]!.message, "guest:guest")
-    const unreachable = await tidings("doctor", "--database-url", "postgres://postgres:secret@127.0.0.1:1/postgres", "--schema", schema)
+    const unreachable = await tidings(
+      "doctor",
+      "--database-url",
+      "postgres://postgres:secret@127.0.0.1:1/postgres",
+      "--schema",
+      schema
+    )
     assert.strictEqual(unreachable.code, 1)
     assert.match(unreachable.out, /^FAIL {2}database {2}cannot connect: /m)
     assert.notInclude(unreachable.out, "secret")

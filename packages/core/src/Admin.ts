@@ -9,13 +9,25 @@ import { type Cause, Clock, Duration, Effect, Option, Schema } from "effect"
 import type { StoreError } from "./Errors.ts"
 import { InboxStore } from "./InboxStore.ts"
 import { OutboxStore } from "./OutboxStore.ts"
-import { type Execution, type SagaConflict, SagaNotFound, type SagaRecord, SagaStore, type StepStatus, type StepUpdate } from "./SagaStore.ts"
+import {
+  type Execution,
+  type SagaConflict,
+  SagaNotFound,
+  type SagaRecord,
+  SagaStore,
+  type StepStatus,
+  type StepUpdate
+} from "./SagaStore.ts"
 import { Wakeups } from "./Wakeup.ts"
 
-const SagaActionConflictBase: Schema.Class<SagaActionConflict, Schema.TaggedStruct<"SagaActionConflict", {
-  readonly sagaId: Schema.String
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<SagaActionConflict>()("SagaActionConflict", {
+const SagaActionConflictBase: Schema.Class<
+  SagaActionConflict,
+  Schema.TaggedStruct<"SagaActionConflict", {
+    readonly sagaId: Schema.String
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<SagaActionConflict>()("SagaActionConflict", {
   sagaId: Schema.String,
   message: Schema.String
 })
@@ -56,7 +68,10 @@ const batchSize = 500
  * @since 0.1.0
  * @category combinators
  */
-export const retryFailed = (selection: Selection, options: { readonly onProgress?: Progress; readonly batch?: number } = {}): Effect.Effect<number, StoreError, OutboxStore> =>
+export const retryFailed = (
+  selection: Selection,
+  options: { readonly onProgress?: Progress; readonly batch?: number } = {}
+): Effect.Effect<number, StoreError, OutboxStore> =>
   Effect.gen(function*() {
     const store = yield* OutboxStore
     const batch = Math.max(1, Math.min(options.batch ?? batchSize, 1000))
@@ -111,7 +126,10 @@ export interface Replayed {
  * @since 0.1.0
  * @category combinators
  */
-export const replayDeadLetter = (messageId: string, consumer: string): Effect.Effect<Replayed, StoreError, InboxStore> =>
+export const replayDeadLetter = (
+  messageId: string,
+  consumer: string
+): Effect.Effect<Replayed, StoreError, InboxStore> =>
   Effect.gen(function*() {
     const inbox = yield* InboxStore
     const reset = yield* inbox.resetFailed(messageId, consumer)
@@ -155,7 +173,13 @@ export interface TimelineEntry {
 export const timeline = (execution: Execution, now: number): ReadonlyArray<TimelineEntry> =>
   execution.steps.map((step) => {
     const active = execution.saga.currentStep === step.index
-    const current = !active ? null : execution.saga.status === "running" ? "action" : execution.saga.status === "compensating" ? "compensation" : null
+    const current = !active
+      ? null
+      : execution.saga.status === "running"
+      ? "action"
+      : execution.saga.status === "compensating"
+      ? "compensation"
+      : null
     const end = step.finishedAt?.getTime() ?? (current === null ? null : now)
     return {
       index: step.index,
@@ -179,7 +203,8 @@ const load = (id: string) =>
     return { store, execution }
   })
 
-const liveClaim = (saga: SagaRecord, now: number) => saga.claimedBy !== null && saga.claimedUntil !== null && saga.claimedUntil.getTime() >= now
+const liveClaim = (saga: SagaRecord, now: number) =>
+  saga.claimedBy !== null && saga.claimedUntil !== null && saga.claimedUntil.getTime() >= now
 
 /**
  * What the saga actions fail with.
@@ -200,7 +225,10 @@ export const retrySaga = (id: string): Effect.Effect<SagaRecord, SagaActionError
     const { execution, store } = yield* load(id)
     const saga = execution.saga
     if (saga.status !== "failed") {
-      return yield* new SagaActionConflict({ sagaId: id, message: `saga ${id} is ${saga.status}: only a failed saga's compensation can be retried` })
+      return yield* new SagaActionConflict({
+        sagaId: id,
+        message: `saga ${id} is ${saga.status}: only a failed saga's compensation can be retried`
+      })
     }
     const steps: Array<StepUpdate> = execution.steps
       .filter((s) => s.status === "compensation_failed")
@@ -224,18 +252,26 @@ export const retrySaga = (id: string): Effect.Effect<SagaRecord, SagaActionError
  * @since 0.1.0
  * @category combinators
  */
-export const compensateSaga = (id: string, reason = "compensation requested by an operator"): Effect.Effect<SagaRecord, SagaActionError, SagaStore> =>
+export const compensateSaga = (
+  id: string,
+  reason = "compensation requested by an operator"
+): Effect.Effect<SagaRecord, SagaActionError, SagaStore> =>
   Effect.gen(function*() {
     const { execution, store } = yield* load(id)
     const saga = execution.saga
     if (saga.status !== "running") {
-      return yield* new SagaActionConflict({ sagaId: id, message: `saga ${id} is ${saga.status}: only a running saga can be compensated` })
+      return yield* new SagaActionConflict({
+        sagaId: id,
+        message: `saga ${id} is ${saga.status}: only a running saga can be compensated`
+      })
     }
     const now = yield* Clock.currentTimeMillis
     if (liveClaim(saga, now)) {
       return yield* new SagaActionConflict({
         sagaId: id,
-        message: `saga ${id} is being executed by ${saga.claimedBy} (claim until ${saga.claimedUntil!.toISOString()}): compensate it once the claim has expired`
+        message: `saga ${id} is being executed by ${saga.claimedBy} (claim until ${
+          saga.claimedUntil!.toISOString()
+        }): compensate it once the claim has expired`
       })
     }
     const step = execution.steps[saga.currentStep]
@@ -244,6 +280,8 @@ export const compensateSaga = (id: string, reason = "compensation requested by a
       deadline: Duration.zero,
       claim: null,
       error: reason,
-      steps: step === undefined || step.status !== "pending" ? [] : [{ index: step.index, status: "failed", error: reason, finished: true }]
+      steps: step === undefined || step.status !== "pending"
+        ? []
+        : [{ index: step.index, status: "failed", error: reason, finished: true }]
     })
   })

@@ -75,11 +75,20 @@ export type Decision = "ack" | "retry" | "requeue" | "dead-letter"
  * @since 0.1.0
  * @category models
  */
-export const Decision: Schema.Literals<readonly ["ack", "retry", "requeue", "dead-letter"]> = Schema.Literals(["ack", "retry", "requeue", "dead-letter"])
+export const Decision: Schema.Literals<readonly ["ack", "retry", "requeue", "dead-letter"]> = Schema.Literals([
+  "ack",
+  "retry",
+  "requeue",
+  "dead-letter"
+])
 
-const HandlerTimeoutBase: Schema.Class<HandlerTimeout, Schema.TaggedStruct<"HandlerTimeout", {
-  readonly timeoutMs: Schema.Number
-}>, Cause.YieldableError> = Schema.TaggedError<HandlerTimeout>()("HandlerTimeout", {
+const HandlerTimeoutBase: Schema.Class<
+  HandlerTimeout,
+  Schema.TaggedStruct<"HandlerTimeout", {
+    readonly timeoutMs: Schema.Number
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<HandlerTimeout>()("HandlerTimeout", {
   timeoutMs: Schema.Number
 })
 
@@ -239,8 +248,12 @@ export const settingsFields: {
 } = {
   maxAttempts: Settings.int(1, 1000).pipe(Schema.withDecodingDefault(Effect.succeed(5))),
   timeout: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))),
-  shutdownTimeout: Settings.duration({ allowZero: true }).pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))),
+  shutdownTimeout: Settings.duration({ allowZero: true }).pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))
+  ),
   unknownType: Decision.pipe(Schema.withDecodingDefault(Effect.succeed("ack" as const))),
   unavailableDelay: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("500 millis"))),
-  unavailableMaxDelay: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds")))
+  unavailableMaxDelay: Settings.duration().pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))
+  )
 }

@@ -22,8 +22,8 @@ import {
   type Outcome
 } from "./Consumer.ts"
 import * as Errors from "./Errors.ts"
-import * as Metrics from "./Metrics.ts"
 import type { DecodeError, Note } from "./EventRegistry.ts"
+import * as Metrics from "./Metrics.ts"
 import * as Tracing from "./Tracing.ts"
 
 /**
@@ -79,7 +79,10 @@ export interface Runner<E> {
    * Handles one delivery to its settlement. Interrupted, or called after `stop`, it settles the
    * delivery as `Shutdown` (requeue by default).
    */
-  readonly process: <A>(incoming: Incoming<A, E>, handler: (delivery: Delivery<A>) => Effect.Effect<void, E>) => Effect.Effect<void>
+  readonly process: <A>(
+    incoming: Incoming<A, E>,
+    handler: (delivery: Delivery<A>) => Effect.Effect<void, E>
+  ) => Effect.Effect<void>
   /** Completes at once, or when a paused consumer may start deliveries again. */
   readonly ready: Effect.Effect<void>
   /** Paused: a handler found a dependency unavailable and its delivery is being held. */
@@ -104,7 +107,8 @@ export const makeRunner = <E>(options: {
   Effect.gen(function*() {
     const { name, settings: s } = options
     const attrs = { consumer: name }
-    const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) => Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
+    const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) =>
+      Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
     const timeoutMs = Duration.toMillis(s.timeout)
     yield* Metrics.initializeConsumer(name)
     const gate = yield* Latch.make(true)
@@ -138,7 +142,10 @@ export const makeRunner = <E>(options: {
           }
         }
         const elapsed = Math.max(0, (yield* Clock.currentTimeMillis) - started) / 1000
-        yield* Metric.update(Metric.withAttributes(metrics.handleDuration, { ...attrs, outcome: label(outcome) }), elapsed)
+        yield* Metric.update(
+          Metric.withAttributes(metrics.handleDuration, { ...attrs, outcome: label(outcome) }),
+          elapsed
+        )
         return outcome
       })
 
@@ -149,7 +156,11 @@ export const makeRunner = <E>(options: {
      * delivery stays with us (no ack, no requeue: a requeue would count a delivery on a quorum queue)
      * and the gate stays closed, so that no other delivery starts against a database that is down.
      */
-    const runHolding = <A>(incoming: Incoming<A, E>, handler: (delivery: Delivery<A>) => Effect.Effect<void, E>, delivery: Delivery<A>) =>
+    const runHolding = <A>(
+      incoming: Incoming<A, E>,
+      handler: (delivery: Delivery<A>) => Effect.Effect<void, E>,
+      delivery: Delivery<A>
+    ) =>
       Effect.gen(function*() {
         let delay = Duration.toMillis(s.unavailableDelay)
         const maxDelay = Duration.toMillis(s.unavailableMaxDelay)
@@ -164,7 +175,11 @@ export const makeRunner = <E>(options: {
               held = true
               holders++
               yield* gate.close
-              yield* Effect.logWarning(`handler found a dependency unavailable (${Errors.describe(outcome.error)}); holding the delivery, pausing the consumer`)
+              yield* Effect.logWarning(
+                `handler found a dependency unavailable (${
+                  Errors.describe(outcome.error)
+                }); holding the delivery, pausing the consumer`
+              )
             }
             yield* Effect.raceFirst(Effect.sleep(Duration.millis(delay)), Deferred.await(stopped))
             delay = Math.min(delay * 2, maxDelay)
@@ -172,18 +187,34 @@ export const makeRunner = <E>(options: {
         }).pipe(Effect.ensuring(Effect.suspend(() => held ? release : Effect.void)))
       })
 
-    const process = <A>(incoming: Incoming<A, E>, handler: (delivery: Delivery<A>) => Effect.Effect<void, E>): Effect.Effect<void> => {
+    const process = <A>(
+      incoming: Incoming<A, E>,
+      handler: (delivery: Delivery<A>) => Effect.Effect<void, E>
+    ): Effect.Effect<void> => {
       const { attempt, messageId, eventType } = incoming
       const parent = Tracing.parentFromHeaders(incoming.headers)
       const settleAs = (outcome: Outcome<E>) => {
-        const decision = decide(outcome, { attempt, maxAttempts: s.maxAttempts, unknownType: s.unknownType }, options.decide)
+        const decision = decide(
+          outcome,
+          { attempt, maxAttempts: s.maxAttempts, unknownType: s.unknownType },
+          options.decide
+        )
         return Effect.gen(function*() {
-          yield* Effect.annotateCurrentSpan({ "tidings.consumer.outcome": label(outcome), "tidings.consumer.decision": decision })
+          yield* Effect.annotateCurrentSpan({
+            "tidings.consumer.outcome": label(outcome),
+            "tidings.consumer.decision": decision
+          })
           if (outcome._tag === "UnknownType") yield* Effect.logInfo(`unknown event type ${outcome.type}: ${decision}`)
-          else if (outcome._tag === "DecodeFailure") yield* Effect.logWarning(`undecodable delivery (${outcome.error.reason}): ${outcome.error.message}; ${decision}`)
-          else if (outcome._tag === "DeliveryLimit") yield* Effect.logWarning(`delivered ${attempt} times (limit ${s.maxAttempts}); ${decision}`)
-          else if (decision === "dead-letter" && outcome._tag !== "Success") {
-            yield* Effect.logWarning(`dead-lettering after ${attempt} deliveries (${label(outcome)}): ${describeOutcome(outcome)}`)
+          else if (outcome._tag === "DecodeFailure") {
+            yield* Effect.logWarning(
+              `undecodable delivery (${outcome.error.reason}): ${outcome.error.message}; ${decision}`
+            )
+          } else if (outcome._tag === "DeliveryLimit") {
+            yield* Effect.logWarning(`delivered ${attempt} times (limit ${s.maxAttempts}); ${decision}`)
+          } else if (decision === "dead-letter" && outcome._tag !== "Success") {
+            yield* Effect.logWarning(
+              `dead-lettering after ${attempt} deliveries (${label(outcome)}): ${describeOutcome(outcome)}`
+            )
           }
           yield* incoming.settle(decision, outcome)
         }).pipe(Effect.uninterruptible)
@@ -196,8 +227,12 @@ export const makeRunner = <E>(options: {
         const prepared = incoming.prepare()
         if (prepared._tag !== "Decoded") return yield* settleAs(prepared)
         if (prepared.note !== undefined) {
-          const why = prepared.note === "newer-version" ? "newer than the registered version" : "no upcaster for this version"
-          yield* Effect.logWarning(`${eventType} v${prepared.delivery.version}: ${why}; decoded best-effort with the current schema`)
+          const why = prepared.note === "newer-version"
+            ? "newer than the registered version"
+            : "no upcaster for this version"
+          yield* Effect.logWarning(
+            `${eventType} v${prepared.delivery.version}: ${why}; decoded best-effort with the current schema`
+          )
         }
         return yield* settleAs(yield* runHolding(incoming, handler, prepared.delivery))
       }).pipe(
@@ -206,7 +241,10 @@ export const makeRunner = <E>(options: {
           // A child of the producer's span (the message's traceparent), and linked to it.
           ...(parent === undefined ? {} : { parent, links: [{ span: parent, attributes: {} }] }),
           attributes: {
-            ...Tracing.messagingAttributes({ type: "process", name: "process" }, { system: options.system, name: options.queue }),
+            ...Tracing.messagingAttributes({ type: "process", name: "process" }, {
+              system: options.system,
+              name: options.queue
+            }),
             "messaging.consumer.group.name": name,
             "tidings.consumer.attempt": attempt,
             ...(messageId === undefined ? {} : { "messaging.message.id": messageId }),
@@ -214,7 +252,12 @@ export const makeRunner = <E>(options: {
           }
         }, Tracing.noStack),
         Effect.onInterrupt(() => settleAs({ _tag: "Shutdown" })),
-        Effect.annotateLogs({ consumer: name, queue: options.queue, messageId: messageId ?? "", eventType: eventType ?? "" })
+        Effect.annotateLogs({
+          consumer: name,
+          queue: options.queue,
+          messageId: messageId ?? "",
+          eventType: eventType ?? ""
+        })
       )
     }
 

@@ -87,7 +87,9 @@ export const disabled: Registry = { enabled: false, register: () => () => {}, lo
  * @since 0.1.0
  * @category services
  */
-export const Lanes: Context.Reference<Registry> = Context.Reference<Registry>("@tidings/core/EagerDispatch", { defaultValue: () => disabled })
+export const Lanes: Context.Reference<Registry> = Context.Reference<Registry>("@tidings/core/EagerDispatch", {
+  defaultValue: () => disabled
+})
 
 /**
  * A fresh registry, for a store provided as a value (store layers include one).

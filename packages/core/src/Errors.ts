@@ -25,12 +25,16 @@ export const Issue: Schema.Struct<{
  */
 export type Issue = typeof Issue.Type
 
-const InvalidEventBase: Schema.Class<InvalidEvent, Schema.TaggedStruct<"InvalidEvent", {
-  readonly eventType: Schema.String
-  readonly version: Schema.Int
-  readonly message: Schema.String
-  readonly issues: Schema.$Array<typeof Issue>
-}>, Cause.YieldableError> = Schema.TaggedError<InvalidEvent>()("InvalidEvent", {
+const InvalidEventBase: Schema.Class<
+  InvalidEvent,
+  Schema.TaggedStruct<"InvalidEvent", {
+    readonly eventType: Schema.String
+    readonly version: Schema.Int
+    readonly message: Schema.String
+    readonly issues: Schema.$Array<typeof Issue>
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<InvalidEvent>()("InvalidEvent", {
   eventType: Schema.String,
   version: Schema.Int,
   message: Schema.String,
@@ -49,9 +53,13 @@ export class InvalidEvent extends InvalidEventBase {
   }
 }
 
-const NotInTransactionBase: Schema.Class<NotInTransaction, Schema.TaggedStruct<"NotInTransaction", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<NotInTransaction>()("NotInTransaction", {
+const NotInTransactionBase: Schema.Class<
+  NotInTransaction,
+  Schema.TaggedStruct<"NotInTransaction", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<NotInTransaction>()("NotInTransaction", {
   message: Schema.String
 })
 
@@ -70,7 +78,9 @@ export class NotInTransaction extends NotInTransactionBase {
 // Reasons shared by store and publish errors
 // ---------------------------------------------------------------------------------------------
 
-const UnavailableBase: Schema.Class<Unavailable, Schema.TaggedStruct<"Unavailable", {}>, {}> = Schema.TaggedClass<Unavailable>()("Unavailable", {})
+const UnavailableBase: Schema.Class<Unavailable, Schema.TaggedStruct<"Unavailable", {}>, {}> = Schema.TaggedClass<
+  Unavailable
+>()("Unavailable", {})
 
 /**
  * The database or broker cannot be reached: refused, lost, closed, terminated, blocked, shutting
@@ -84,7 +94,10 @@ export class Unavailable extends UnavailableBase {
   }
 }
 
-const TimeoutBase: Schema.Class<Timeout, Schema.TaggedStruct<"Timeout", {}>, {}> = Schema.TaggedClass<Timeout>()("Timeout", {})
+const TimeoutBase: Schema.Class<Timeout, Schema.TaggedStruct<"Timeout", {}>, {}> = Schema.TaggedClass<Timeout>()(
+  "Timeout",
+  {}
+)
 
 /**
  * The operation did not finish in time (a statement timeout, a confirm or response that did not
@@ -98,7 +111,9 @@ export class Timeout extends TimeoutBase {
   }
 }
 
-const ContentionBase: Schema.Class<Contention, Schema.TaggedStruct<"Contention", {}>, {}> = Schema.TaggedClass<Contention>()("Contention", {})
+const ContentionBase: Schema.Class<Contention, Schema.TaggedStruct<"Contention", {}>, {}> = Schema.TaggedClass<
+  Contention
+>()("Contention", {})
 
 /**
  * Concurrent work got in the way: a deadlock, a serialization failure, a lock timeout, a lost
@@ -112,7 +127,10 @@ export class Contention extends ContentionBase {
   }
 }
 
-const RejectedBase: Schema.Class<Rejected, Schema.TaggedStruct<"Rejected", {}>, {}> = Schema.TaggedClass<Rejected>()("Rejected", {})
+const RejectedBase: Schema.Class<Rejected, Schema.TaggedStruct<"Rejected", {}>, {}> = Schema.TaggedClass<Rejected>()(
+  "Rejected",
+  {}
+)
 
 /**
  * The store refused the data: a constraint or unique violation, a value it cannot hold. Trying the
@@ -126,11 +144,15 @@ export class Rejected extends RejectedBase {
   }
 }
 
-const RefusedBase: Schema.Class<Refused, Schema.TaggedStruct<"Refused", {
-  readonly retryable: Schema.Boolean
-  readonly status: Schema.optional<Schema.Number>
-  readonly retryAfterMs: Schema.optional<Schema.Number>
-}>, {}> = Schema.TaggedClass<Refused>()("Refused", {
+const RefusedBase: Schema.Class<
+  Refused,
+  Schema.TaggedStruct<"Refused", {
+    readonly retryable: Schema.Boolean
+    readonly status: Schema.optional<Schema.Number>
+    readonly retryAfterMs: Schema.optional<Schema.Number>
+  }>,
+  {}
+> = Schema.TaggedClass<Refused>()("Refused", {
   retryable: Schema.Boolean,
   status: Schema.optional(Schema.Number),
   retryAfterMs: Schema.optional(Schema.Number)
@@ -149,7 +171,10 @@ export class Refused extends RefusedBase {
   }
 }
 
-const InvalidBase: Schema.Class<Invalid, Schema.TaggedStruct<"Invalid", {}>, {}> = Schema.TaggedClass<Invalid>()("Invalid", {})
+const InvalidBase: Schema.Class<Invalid, Schema.TaggedStruct<"Invalid", {}>, {}> = Schema.TaggedClass<Invalid>()(
+  "Invalid",
+  {}
+)
 
 /**
  * The message cannot be sent as it is (it does not encode, it is too large). Never retried.
@@ -162,9 +187,13 @@ export class Invalid extends InvalidBase {
   }
 }
 
-const UnknownBase: Schema.Class<Unknown, Schema.TaggedStruct<"Unknown", {
-  readonly retryable: Schema.Boolean
-}>, {}> = Schema.TaggedClass<Unknown>()("Unknown", { retryable: Schema.Boolean })
+const UnknownBase: Schema.Class<
+  Unknown,
+  Schema.TaggedStruct<"Unknown", {
+    readonly retryable: Schema.Boolean
+  }>,
+  {}
+> = Schema.TaggedClass<Unknown>()("Unknown", { retryable: Schema.Boolean })
 
 /**
  * Something the driver could not classify. `retryable` carries the driver's own judgement.
@@ -182,7 +211,9 @@ export class Unknown extends UnknownBase {
  * @since 0.1.0
  * @category reasons
  */
-export const StoreErrorReason: Schema.Union<readonly [typeof Unavailable, typeof Timeout, typeof Contention, typeof Rejected, typeof Unknown]> = Schema.Union([Unavailable, Timeout, Contention, Rejected, Unknown])
+export const StoreErrorReason: Schema.Union<
+  readonly [typeof Unavailable, typeof Timeout, typeof Contention, typeof Rejected, typeof Unknown]
+> = Schema.Union([Unavailable, Timeout, Contention, Rejected, Unknown])
 /**
  * @since 0.1.0
  * @category reasons
@@ -194,19 +225,27 @@ export type StoreErrorReason = typeof StoreErrorReason.Type
  * @since 0.1.0
  * @category reasons
  */
-export const PublishErrorReason: Schema.Union<readonly [typeof Unavailable, typeof Timeout, typeof Refused, typeof Invalid, typeof Unknown]> = Schema.Union([Unavailable, Timeout, Refused, Invalid, Unknown])
+export const PublishErrorReason: Schema.Union<
+  readonly [typeof Unavailable, typeof Timeout, typeof Refused, typeof Invalid, typeof Unknown]
+> = Schema.Union([Unavailable, Timeout, Refused, Invalid, Unknown])
 /**
  * @since 0.1.0
  * @category reasons
  */
 export type PublishErrorReason = typeof PublishErrorReason.Type
 
-const StoreErrorBase: Schema.Class<StoreError, Schema.TaggedStruct<"StoreError", {
-  readonly operation: Schema.String
-  readonly message: Schema.String
-  readonly reason: Schema.Union<readonly [typeof Unavailable, typeof Timeout, typeof Contention, typeof Rejected, typeof Unknown]>
-  readonly cause: Schema.optional<Schema.Defect>
-}>, Cause.YieldableError> = Schema.TaggedError<StoreError>()("StoreError", {
+const StoreErrorBase: Schema.Class<
+  StoreError,
+  Schema.TaggedStruct<"StoreError", {
+    readonly operation: Schema.String
+    readonly message: Schema.String
+    readonly reason: Schema.Union<
+      readonly [typeof Unavailable, typeof Timeout, typeof Contention, typeof Rejected, typeof Unknown]
+    >
+    readonly cause: Schema.optional<Schema.Defect>
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<StoreError>()("StoreError", {
   operation: Schema.String,
   message: Schema.String,
   reason: StoreErrorReason,
@@ -229,11 +268,17 @@ export class StoreError extends StoreErrorBase {
   }
 }
 
-const PublishErrorBase: Schema.Class<PublishError, Schema.TaggedStruct<"PublishError", {
-  readonly message: Schema.String
-  readonly reason: Schema.Union<readonly [typeof Unavailable, typeof Timeout, typeof Refused, typeof Invalid, typeof Unknown]>
-  readonly cause: Schema.optional<Schema.Defect>
-}>, Cause.YieldableError> = Schema.TaggedError<PublishError>()("PublishError", {
+const PublishErrorBase: Schema.Class<
+  PublishError,
+  Schema.TaggedStruct<"PublishError", {
+    readonly message: Schema.String
+    readonly reason: Schema.Union<
+      readonly [typeof Unavailable, typeof Timeout, typeof Refused, typeof Invalid, typeof Unknown]
+    >
+    readonly cause: Schema.optional<Schema.Defect>
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<PublishError>()("PublishError", {
   message: Schema.String,
   reason: PublishErrorReason,
   cause: Schema.optional(Schema.Defect())
@@ -260,14 +305,22 @@ export class PublishError extends PublishErrorBase {
   }
 }
 
-const InvalidConfigBase: Schema.Class<InvalidConfig, Schema.TaggedStruct<"InvalidConfig", {
-  readonly path: Schema.String
-  readonly message: Schema.String
-  readonly issues: Schema.optional<Schema.$Array<Schema.Struct<{
+const InvalidConfigBase: Schema.Class<
+  InvalidConfig,
+  Schema.TaggedStruct<"InvalidConfig", {
     readonly path: Schema.String
     readonly message: Schema.String
-  }>>>
-}>, Cause.YieldableError> = Schema.TaggedError<InvalidConfig>()("InvalidConfig", {
+    readonly issues: Schema.optional<
+      Schema.$Array<
+        Schema.Struct<{
+          readonly path: Schema.String
+          readonly message: Schema.String
+        }>
+      >
+    >
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<InvalidConfig>()("InvalidConfig", {
   path: Schema.String,
   message: Schema.String,
   issues: Schema.optional(Schema.Array(Schema.Struct({ path: Schema.String, message: Schema.String })))

@@ -41,7 +41,9 @@ export interface EventInput<Payload> {
  * @since 0.1.0
  * @category models
  */
-export interface EventDraft<E extends EventType<string, any> = EventType<string, any>> extends EventInput<E["schema"]["Type"]> {
+export interface EventDraft<E extends EventType<string, any> = EventType<string, any>>
+  extends EventInput<E["schema"]["Type"]>
+{
   readonly eventType: E
 }
 

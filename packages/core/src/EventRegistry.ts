@@ -16,8 +16,8 @@
  * @module
  */
 import { type Cause, Exit, Schema } from "effect"
-import type { EventType } from "./Event.ts"
 import * as Errors from "./Errors.ts"
+import type { EventType } from "./Event.ts"
 import * as Settings from "./Settings.ts"
 
 /**
@@ -26,7 +26,9 @@ import * as Settings from "./Settings.ts"
  * @since 0.1.0
  * @category errors
  */
-export const DecodeFailure: Schema.Literals<readonly ["TooLarge", "InvalidJson", "SchemaMismatch", "MissingType", "UnsupportedContentType", "InvalidVersion"]> = Schema.Literals([
+export const DecodeFailure: Schema.Literals<
+  readonly ["TooLarge", "InvalidJson", "SchemaMismatch", "MissingType", "UnsupportedContentType", "InvalidVersion"]
+> = Schema.Literals([
   "TooLarge",
   "InvalidJson",
   "SchemaMismatch",
@@ -40,12 +42,16 @@ export const DecodeFailure: Schema.Literals<readonly ["TooLarge", "InvalidJson",
  */
 export type DecodeFailure = typeof DecodeFailure.Type
 
-const DecodeErrorBase: Schema.Class<DecodeError, Schema.TaggedStruct<"DecodeError", {
-  readonly reason: typeof DecodeFailure
-  readonly eventType: Schema.optional<Schema.String>
-  readonly version: Schema.optional<Schema.Number>
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<DecodeError>()("DecodeError", {
+const DecodeErrorBase: Schema.Class<
+  DecodeError,
+  Schema.TaggedStruct<"DecodeError", {
+    readonly reason: typeof DecodeFailure
+    readonly eventType: Schema.optional<Schema.String>
+    readonly version: Schema.optional<Schema.Number>
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<DecodeError>()("DecodeError", {
   reason: DecodeFailure,
   eventType: Schema.optional(Schema.String),
   version: Schema.optional(Schema.Number),
@@ -105,7 +111,12 @@ export interface Entry<T extends string = string, P = unknown> {
 export const entry = <E extends EventType<string, any>>(
   current: E,
   ...upcasters: ReadonlyArray<Upcaster<E["schema"]["Type"]>>
-): Entry<E["type"], E["schema"]["Type"]> => ({ type: current.type, version: current.version, schema: current.schema, upcasters })
+): Entry<E["type"], E["schema"]["Type"]> => ({
+  type: current.type,
+  version: current.version,
+  schema: current.schema,
+  upcasters
+})
 
 /**
  * A decoded event, always in the current version's shape.
@@ -197,7 +208,13 @@ const describe = (error: Schema.SchemaError) => {
 interface Compiled {
   readonly entry: Entry<string, unknown>
   readonly decodeCurrent: (u: unknown) => Exit.Exit<unknown, Schema.SchemaError>
-  readonly older: ReadonlyMap<number, { readonly decode: (u: unknown) => Exit.Exit<unknown, Schema.SchemaError>; readonly upcast: (p: unknown) => unknown }>
+  readonly older: ReadonlyMap<
+    number,
+    {
+      readonly decode: (u: unknown) => Exit.Exit<unknown, Schema.SchemaError>
+      readonly upcast: (p: unknown) => unknown
+    }
+  >
 }
 
 /**
@@ -216,12 +233,19 @@ export const make = <const Entries extends ReadonlyArray<Entry<any, any> | Event
       problems.push({ path: `registry.${e.type}`, message: "event type registered twice" })
       continue
     }
-    const older = new Map<number, { readonly decode: (u: unknown) => Exit.Exit<unknown, Schema.SchemaError>; readonly upcast: (p: unknown) => unknown }>()
+    const older = new Map<
+      number,
+      {
+        readonly decode: (u: unknown) => Exit.Exit<unknown, Schema.SchemaError>
+        readonly upcast: (p: unknown) => unknown
+      }
+    >()
     for (const u of e.upcasters) {
       if (u.type !== e.type || u.version >= e.version || older.has(u.version)) {
         problems.push({
           path: `registry.${e.type}`,
-          message: `upcaster from ${u.type} v${u.version} does not fit ${e.type} v${e.version} (same type, older version, one per version)`
+          message:
+            `upcaster from ${u.type} v${u.version} does not fit ${e.type} v${e.version} (same type, older version, one per version)`
         })
         continue
       }
@@ -232,7 +256,10 @@ export const make = <const Entries extends ReadonlyArray<Entry<any, any> | Event
   if (problems.length > 0) throw Settings.invalid(problems)
 
   const invalid = (type: string, version: number, message: string) =>
-    ({ _tag: "Invalid", error: new DecodeError({ reason: "SchemaMismatch", eventType: type, version, message }) }) as const
+    ({
+      _tag: "Invalid",
+      error: new DecodeError({ reason: "SchemaMismatch", eventType: type, version, message })
+    }) as const
 
   const decode = (type: string, version: number | undefined, json: unknown): DecodeResult<any> => {
     const found = byType.get(type)
@@ -244,10 +271,17 @@ export const make = <const Entries extends ReadonlyArray<Entry<any, any> | Event
       const exit = older.decode(json)
       if (Exit.isFailure(exit)) {
         const error = exit.cause.reasons.find((r) => r._tag === "Fail")
-        return invalid(type, received, `${type} v${received}: ${error?._tag === "Fail" ? describe(error.error) : "decode failed"}`)
+        return invalid(
+          type,
+          received,
+          `${type} v${received}: ${error?._tag === "Fail" ? describe(error.error) : "decode failed"}`
+        )
       }
       try {
-        return { _tag: "Decoded", event: { type, version: current, receivedVersion: received, payload: older.upcast(exit.value) } }
+        return {
+          _tag: "Decoded",
+          event: { type, version: current, receivedVersion: received, payload: older.upcast(exit.value) }
+        }
       } catch (cause) {
         return invalid(type, received, `${type} v${received}: upcaster to v${current} threw: ${Errors.describe(cause)}`)
       }
@@ -256,7 +290,11 @@ export const make = <const Entries extends ReadonlyArray<Entry<any, any> | Event
     if (Exit.isFailure(exit)) {
       const error = exit.cause.reasons.find((r) => r._tag === "Fail")
       const as = received === current ? "" : ` (decoded as v${current})`
-      return invalid(type, received, `${type} v${received}${as}: ${error?._tag === "Fail" ? describe(error.error) : "decode failed"}`)
+      return invalid(
+        type,
+        received,
+        `${type} v${received}${as}: ${error?._tag === "Fail" ? describe(error.error) : "decode failed"}`
+      )
     }
     const event = { type, version: current, receivedVersion: received, payload: exit.value }
     if (received > current) return { _tag: "Decoded", event, note: "newer-version" }

@@ -11,10 +11,14 @@ import { Cause, Clock, Duration, Effect, Exit, Option, Schema } from "effect"
 import * as Errors from "./Errors.ts"
 import { Relay } from "./Relay.ts"
 
-const CheckFailedBase: Schema.Class<CheckFailed, Schema.TaggedStruct<"CheckFailed", {
-  readonly check: Schema.String
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<CheckFailed>()("CheckFailed", {
+const CheckFailedBase: Schema.Class<
+  CheckFailed,
+  Schema.TaggedStruct<"CheckFailed", {
+    readonly check: Schema.String
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<CheckFailed>()("CheckFailed", {
   check: Schema.String,
   message: Schema.String
 })
@@ -41,20 +45,31 @@ export interface Check<R = never> {
   readonly run: Effect.Effect<void, CheckFailed, R>
 }
 
-
 /**
  * A check from an effect: ready when it succeeds with `true` or nothing; not ready when it returns
  * `false` (with `notReady` as the message), fails or dies (with the error's tag and message).
  * @since 0.1.0
  * @category constructors
  */
-export const make = <E, R>(name: string, check: Effect.Effect<boolean | void, E, R>, notReady = "not ready"): Check<R> => ({
+export const make = <E, R>(
+  name: string,
+  check: Effect.Effect<boolean | void, E, R>,
+  notReady = "not ready"
+): Check<R> => ({
   name,
   run: Effect.exit(check).pipe(
     Effect.flatMap((exit) => {
-      if (Exit.isSuccess(exit)) return exit.value === false ? Effect.fail(new CheckFailed({ check: name, message: notReady })) : Effect.void
+      if (Exit.isSuccess(exit)) {
+        return exit.value === false
+          ? Effect.fail(new CheckFailed({ check: name, message: notReady }))
+          : Effect.void
+      }
       const error = Cause.findErrorOption(exit.cause)
-      const message = Option.isSome(error) ? Errors.describe(error.value) : Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : `defect: ${Errors.describe(Cause.squash(exit.cause))}`
+      const message = Option.isSome(error)
+        ? Errors.describe(error.value)
+        : Cause.hasInterruptsOnly(exit.cause)
+        ? "interrupted"
+        : `defect: ${Errors.describe(Cause.squash(exit.cause))}`
       return Effect.fail(new CheckFailed({ check: name, message }))
     })
   )
@@ -130,16 +145,22 @@ export const run = <const C extends ReadonlyArray<Check<any>>>(
       const exit = yield* check.run.pipe(
         Effect.timeoutOrElse({
           duration: timeout,
-          orElse: () => Effect.fail(new CheckFailed({ check: check.name, message: `timed out after ${Duration.format(timeout)}` }))
+          orElse: () =>
+            Effect.fail(new CheckFailed({ check: check.name, message: `timed out after ${Duration.format(timeout)}` }))
         }),
         Effect.exit
       )
       const durationMs = (yield* Clock.currentTimeMillis) - start
       if (Exit.isSuccess(exit)) return { name: check.name, status: "up", durationMs } satisfies CheckResult
       const error = Cause.findErrorOption(exit.cause)
-      const message = Option.isSome(error) ? error.value.message : `defect: ${Errors.describe(Cause.squash(exit.cause))}`
+      const message = Option.isSome(error)
+        ? error.value.message
+        : `defect: ${Errors.describe(Cause.squash(exit.cause))}`
       return { name: check.name, status: "down", durationMs, message } satisfies CheckResult
     }), { concurrency: "unbounded" }).pipe(
-      Effect.map((results): Report => ({ status: results.every((r) => r.status === "up") ? "up" : "down", checks: results }))
+      Effect.map((results): Report => ({
+        status: results.every((r) => r.status === "up") ? "up" : "down",
+        checks: results
+      }))
     )
 }

@@ -40,11 +40,15 @@ import { OutboxStore } from "./OutboxStore.ts"
 import * as Settings from "./Settings.ts"
 import { noStack } from "./Tracing.ts"
 
-const InboxCrashLoopBase: Schema.Class<InboxCrashLoop, Schema.TaggedStruct<"InboxCrashLoop", {
-  readonly messageId: Schema.String
-  readonly consumer: Schema.String
-  readonly reason: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<InboxCrashLoop>()("InboxCrashLoop", {
+const InboxCrashLoopBase: Schema.Class<
+  InboxCrashLoop,
+  Schema.TaggedStruct<"InboxCrashLoop", {
+    readonly messageId: Schema.String
+    readonly consumer: Schema.String
+    readonly reason: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<InboxCrashLoop>()("InboxCrashLoop", {
   messageId: Schema.String,
   consumer: Schema.String,
   reason: Schema.String
@@ -61,9 +65,13 @@ export class InboxCrashLoop extends InboxCrashLoopBase {
   }
 }
 
-const MissingMessageIdBase: Schema.Class<MissingMessageId, Schema.TaggedStruct<"MissingMessageId", {
-  readonly consumer: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<MissingMessageId>()("MissingMessageId", {
+const MissingMessageIdBase: Schema.Class<
+  MissingMessageId,
+  Schema.TaggedStruct<"MissingMessageId", {
+    readonly consumer: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<MissingMessageId>()("MissingMessageId", {
   consumer: Schema.String
 })
 
@@ -121,7 +129,8 @@ export type HandleError = StoreError | NotInTransaction | InboxCrashLoop
  */
 export const handled = Metrics.inbox.handled
 
-const count = (consumer: string, outcome: string) => Metric.update(Metric.withAttributes(handled, { consumer, outcome }), 1)
+const count = (consumer: string, outcome: string) =>
+  Metric.update(Metric.withAttributes(handled, { consumer, outcome }), 1)
 
 /**
  * Runs `handler` for `messageId` at most once per `consumer` (see the module docs). Returns
@@ -142,7 +151,9 @@ export const handle = <A, E, R>(
     const outbox = yield* OutboxStore
     return yield* handleIn(store, consumer, messageId, outbox.withTransaction(handler), options)
   }).pipe(
-    Effect.withSpan("tidings.inbox.handle", { attributes: { "tidings.inbox.consumer": consumer, "messaging.message.id": messageId } }, noStack)
+    Effect.withSpan("tidings.inbox.handle", {
+      attributes: { "tidings.inbox.consumer": consumer, "messaging.message.id": messageId }
+    }, noStack)
   )
 
 /**
@@ -187,7 +198,10 @@ export const handleIn = <A, E, R>(
       Effect.onExit((exit) =>
         Exit.isSuccess(exit)
           ? count(consumer, exit.value._tag === "Processed" ? "processed" : "duplicate")
-          : store.recordFailure(messageId, consumer, describeCause(exit.cause)).pipe(Effect.ignore({ log: true }), Effect.andThen(count(consumer, "failed")))
+          : store.recordFailure(messageId, consumer, describeCause(exit.cause)).pipe(
+            Effect.ignore({ log: true }),
+            Effect.andThen(count(consumer, "failed"))
+          )
       )
     )
     return result as Result<A>
@@ -274,5 +288,9 @@ const prune = (s: typeof RetentionSchema.Type): Effect.Effect<number, StoreError
  * @category layers
  */
 export const layerRetention = (options: RetentionOptions): Layer.Layer<never, InvalidConfig, InboxStore> =>
-  Layer.effectDiscard(Effect.flatMap(Settings.decode(RetentionSchema, options, "retention"), (s) =>
-    Effect.forkScoped(every(s.interval, "inbox retention", prune(s)))))
+  Layer.effectDiscard(
+    Effect.flatMap(
+      Settings.decode(RetentionSchema, options, "retention"),
+      (s) => Effect.forkScoped(every(s.interval, "inbox retention", prune(s)))
+    )
+  )

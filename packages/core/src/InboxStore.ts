@@ -100,19 +100,31 @@ export interface Service {
    * Deletes up to `limit` rows received more than `olderThan` ago. One instance prunes at a time:
    * returns `undefined` when another holds the retention lock.
    */
-  readonly prune: (options: { readonly olderThan: Duration.Duration; readonly limit: number }) => Effect.Effect<number | undefined, StoreError>
+  readonly prune: (
+    options: { readonly olderThan: Duration.Duration; readonly limit: number }
+  ) => Effect.Effect<number | undefined, StoreError>
   /**
    * In the caller's transaction: the last position (version) applied by `projection` to
    * `aggregateId` (0 when none), locking it until the transaction ends.
    */
-  readonly lockPosition: (projection: string, aggregateId: string) => Effect.Effect<number, StoreError | NotInTransaction>
+  readonly lockPosition: (
+    projection: string,
+    aggregateId: string
+  ) => Effect.Effect<number, StoreError | NotInTransaction>
   /** In the caller's transaction: sets the position (after `lockPosition`). */
-  readonly setPosition: (projection: string, aggregateId: string, position: number) => Effect.Effect<void, StoreError | NotInTransaction>
+  readonly setPosition: (
+    projection: string,
+    aggregateId: string,
+    position: number
+  ) => Effect.Effect<void, StoreError | NotInTransaction>
   /** Reads a position without locking (0 when none). */
   readonly position: (projection: string, aggregateId: string) => Effect.Effect<number, StoreError>
 }
 
-const InboxStoreBase: Context.ServiceClass<InboxStore, "@tidings/core/InboxStore", Service> = Context.Service<InboxStore, Service>()("@tidings/core/InboxStore")
+const InboxStoreBase: Context.ServiceClass<InboxStore, "@tidings/core/InboxStore", Service> = Context.Service<
+  InboxStore,
+  Service
+>()("@tidings/core/InboxStore")
 
 /**
  * The inbox storage service.

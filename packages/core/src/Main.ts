@@ -57,7 +57,10 @@ interface ProcessLike {
 const currentHost = (): Host | undefined => {
   const g = globalThis as { readonly Deno?: DenoLike; readonly process?: ProcessLike }
   const proc = g.process
-  if (proc !== undefined && typeof proc.on === "function" && typeof proc.off === "function" && typeof proc.exit === "function") {
+  if (
+    proc !== undefined && typeof proc.on === "function" && typeof proc.off === "function" &&
+    typeof proc.exit === "function"
+  ) {
     return {
       onSignal: (signal, handler) => {
         proc.on(signal, handler)
@@ -108,7 +111,9 @@ const exitCode = (exit: Exit.Exit<unknown, unknown>, signalled: boolean, signalE
  * @category running
  */
 export function runMain<A, E>(main: Effect.Effect<A, E> | Layer.Layer<A, E>, options?: RunMainOptions): void {
-  const program: Effect.Effect<unknown, E> = Layer.isLayer(main) ? Layer.launch(main as Layer.Layer<A, E>) : main as Effect.Effect<A, E>
+  const program: Effect.Effect<unknown, E> = Layer.isLayer(main)
+    ? Layer.launch(main as Layer.Layer<A, E>)
+    : main as Effect.Effect<A, E>
   const signalExitCode = options?.signalExitCode ?? 0
   const exitOnCompletion = options?.exitOnCompletion ?? true
   const run = Runtime.makeRunMain(({ fiber, teardown }) => {

@@ -13,16 +13,31 @@
  * {@link Service.deadLetters}). Nothing survives the process: it is a broker for tests and demos.
  * @module
  */
-import { Clock, Context, Deferred, Duration, Effect, Exit, Layer, Metric, PubSub, Queue, Ref, Schema, type Scope, Stream } from "effect"
+import {
+  Clock,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Metric,
+  PubSub,
+  Queue,
+  Ref,
+  Schema,
+  type Scope,
+  Stream
+} from "effect"
 import * as Consumers from "./Consumer.ts"
 import * as ConsumerRunner from "./ConsumerRunner.ts"
 import * as Errors from "./Errors.ts"
 import { type InvalidConfig, PublishError } from "./Errors.ts"
 import * as EventRegistry from "./EventRegistry.ts"
+import { type Item, matches, prepare } from "./internal/memoryDelivery.ts"
 import type { Message } from "./Message.ts"
 import * as Publisher from "./Publisher.ts"
 import * as Settings from "./Settings.ts"
-import { type Item, matches, prepare } from "./internal/memoryDelivery.ts"
 
 /** `messaging.system` of the in-memory broker, on its publisher's and consumers' spans. */
 const memorySystem = "tidings-memory"
@@ -88,7 +103,10 @@ export interface Service {
   readonly clear: Effect.Effect<void>
 }
 
-const MemoryBrokerBase: Context.ServiceClass<MemoryBroker, "@tidings/core/MemoryBroker", Service> = Context.Service<MemoryBroker, Service>()("@tidings/core/MemoryBroker")
+const MemoryBrokerBase: Context.ServiceClass<MemoryBroker, "@tidings/core/MemoryBroker", Service> = Context.Service<
+  MemoryBroker,
+  Service
+>()("@tidings/core/MemoryBroker")
 
 /** The in-memory broker service. */
 export class MemoryBroker extends MemoryBrokerBase {}
@@ -113,7 +131,12 @@ export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publish
     const awaitAvailable = Effect.suspend(() => back === undefined ? Effect.void : Deferred.await(back))
     const publish = (messages: ReadonlyArray<Message>) =>
       Effect.gen(function*() {
-        if (back !== undefined) return yield* new PublishError({ message: "the memory broker is unavailable", reason: new Errors.Unavailable() })
+        if (back !== undefined) {
+          return yield* new PublishError({
+            message: "the memory broker is unavailable",
+            reason: new Errors.Unavailable()
+          })
+        }
         const now = yield* Clock.currentTimeMillis
         const results: Array<Publisher.PublishResult> = []
         const accepted: Array<Delivery> = []
@@ -122,7 +145,11 @@ export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publish
           try {
             error = fault?.(message)
           } catch (cause) {
-            error = new PublishError({ message: "fault injector threw", reason: new Errors.Unknown({ retryable: true }), cause })
+            error = new PublishError({
+              message: "fault injector threw",
+              reason: new Errors.Unknown({ retryable: true }),
+              cause
+            })
           }
           if (error !== undefined) {
             results.push(Publisher.rejected(message.id, error))
@@ -153,7 +180,12 @@ export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publish
       deadLetter: (letter) => Ref.update(dead, (xs) => (xs.push(letter), xs)),
       clear: Effect.andThen(Ref.set(log, []), Ref.set(dead, []))
     })
-    return Context.make(MemoryBroker, broker).pipe(Context.add(Publisher.Publisher, Publisher.Publisher.of({ publish, awaitAvailable, destination: { system: memorySystem, name: "memory" } })))
+    return Context.make(MemoryBroker, broker).pipe(
+      Context.add(
+        Publisher.Publisher,
+        Publisher.Publisher.of({ publish, awaitAvailable, destination: { system: memorySystem, name: "memory" } })
+      )
+    )
   }))
 
 // ---------------------------------------------------------------------------------------------
@@ -242,22 +274,28 @@ export {
   matches
 } from "./internal/memoryDelivery.ts"
 
-const check = <T>(ok: (value: T) => boolean, message: string) => Schema.makeFilter((value: T) => ok(value) ? undefined : message)
+const check = <T>(ok: (value: T) => boolean, message: string) =>
+  Schema.makeFilter((value: T) => ok(value) ? undefined : message)
 
-const topicPattern = (t: string) => /^[\w:#*-]+(\.[\w:#*-]+)*$/.test(t) && !t.split(".").some((w) => /[#*]/.test(w) && w.length > 1)
+const topicPattern = (t: string) =>
+  /^[\w:#*-]+(\.[\w:#*-]+)*$/.test(t) && !t.split(".").some((w) => /[#*]/.test(w) && w.length > 1)
 
 /**
  * The settings of {@link consume} that are data (the handler, registry and override are not).
  * @since 0.1.0
  * @category settings
  */
-export const ConsumerConfigSchema: Schema.Struct<typeof Consumers.settingsFields & {
-  readonly queue: Schema.String
-  readonly types: Schema.optional<Schema.$Array<Schema.String>>
-  readonly concurrency: Settings.Defaulted<Settings.IntSetting>
-  readonly retryDelays: Settings.Defaulted<Schema.$Array<Settings.DurationSetting>>
-}> = Schema.Struct({
-  queue: Schema.String.check(check((q: string) => /^[\w.:-]{1,100}$/.test(q), "must be 1-100 characters of [A-Za-z0-9_.:-]")),
+export const ConsumerConfigSchema: Schema.Struct<
+  typeof Consumers.settingsFields & {
+    readonly queue: Schema.String
+    readonly types: Schema.optional<Schema.$Array<Schema.String>>
+    readonly concurrency: Settings.Defaulted<Settings.IntSetting>
+    readonly retryDelays: Settings.Defaulted<Schema.$Array<Settings.DurationSetting>>
+  }
+> = Schema.Struct({
+  queue: Schema.String.check(
+    check((q: string) => /^[\w.:-]{1,100}$/.test(q), "must be 1-100 characters of [A-Za-z0-9_.:-]")
+  ),
   types: Schema.optional(
     Schema.Array(Schema.String.check(check(topicPattern, "is not an event type or topic pattern")))
       .check(check((ts: ReadonlyArray<string>) => ts.length > 0, "bind at least one event type (or \"#\" for all)"))
@@ -265,7 +303,9 @@ export const ConsumerConfigSchema: Schema.Struct<typeof Consumers.settingsFields
   concurrency: Settings.int(1, 1000).pipe(Schema.withDecodingDefault(Effect.succeed(1))),
   retryDelays: Schema.Array(Settings.duration())
     .check(check((ds: ReadonlyArray<unknown>) => ds.length > 0, "needs at least one delay"))
-    .pipe(Schema.withDecodingDefault(Effect.succeed<ReadonlyArray<Duration.Input>>(["1 second", "10 seconds", "1 minute"]))),
+    .pipe(
+      Schema.withDecodingDefault(Effect.succeed<ReadonlyArray<Duration.Input>>(["1 second", "10 seconds", "1 minute"]))
+    ),
   ...Consumers.settingsFields
 })
 
@@ -276,11 +316,19 @@ export const ConsumerConfigSchema: Schema.Struct<typeof Consumers.settingsFields
  */
 export const consumerSettings = <A, E, R>(
   config: ConsumerConfig<A, E, R>
-): Effect.Effect<Omit<typeof ConsumerConfigSchema.Type, "types"> & { readonly types: ReadonlyArray<string> }, InvalidConfig> =>
+): Effect.Effect<
+  Omit<typeof ConsumerConfigSchema.Type, "types"> & { readonly types: ReadonlyArray<string> },
+  InvalidConfig
+> =>
   Effect.flatMap(Settings.decode(ConsumerConfigSchema, config), (s) => {
     const types = s.types ?? config.registry?.types
     return types === undefined || types.length === 0
-      ? Effect.fail(Settings.invalid([{ path: "types", message: "bind at least one event type (or \"#\" for all), or give a registry" }]))
+      ? Effect.fail(
+        Settings.invalid([{
+          path: "types",
+          message: "bind at least one event type (or \"#\" for all), or give a registry"
+        }])
+      )
       : Effect.succeed({ ...s, types })
   })
 
@@ -297,17 +345,26 @@ export function consume<A, E, R>(
 export function consume<E, R>(
   config: ConsumerConfig<Message, E, R> & { readonly registry?: undefined }
 ): Effect.Effect<Consumer, InvalidConfig, MemoryBroker | Scope.Scope | R>
-export function consume<A, E, R>(config: ConsumerConfig<A, E, R>): Effect.Effect<Consumer, InvalidConfig, MemoryBroker | Scope.Scope | R> {
+export function consume<A, E, R>(
+  config: ConsumerConfig<A, E, R>
+): Effect.Effect<Consumer, InvalidConfig, MemoryBroker | Scope.Scope | R> {
   return Effect.gen(function*() {
     const s = yield* consumerSettings(config)
     const broker = yield* MemoryBroker
     const context = yield* Effect.context<R>()
     const handler = (delivery: Consumers.Delivery<A>) => Effect.provideContext(config.handler(delivery), context)
     const attrs = { consumer: s.queue }
-    const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) => Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
+    const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) =>
+      Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Item>(), Queue.shutdown)
     const mine = yield* Ref.make<Array<DeadLetter>>([])
-    const runner = yield* ConsumerRunner.makeRunner<E>({ name: s.queue, system: memorySystem, queue: s.queue, settings: s, decide: config.decide })
+    const runner = yield* ConsumerRunner.makeRunner<E>({
+      name: s.queue,
+      system: memorySystem,
+      queue: s.queue,
+      settings: s,
+      decide: config.decide
+    })
     yield* Effect.addFinalizer(() => runner.stop)
     let waiting = 0 // redeliveries sleeping
     let inFlight = 0
@@ -317,7 +374,9 @@ export function consume<A, E, R>(config: ConsumerConfig<A, E, R>): Effect.Effect
     // Bound now, before `consume` returns: a message published right after is delivered.
     const subscription = yield* broker.subscription
     yield* PubSub.take(subscription).pipe(
-      Effect.flatMap(({ message }) => s.types.some((t) => matches(t, message.type)) ? offer({ message, attempt: 1 }) : Effect.void),
+      Effect.flatMap(({ message }) =>
+        s.types.some((t) => matches(t, message.type)) ? offer({ message, attempt: 1 }) : Effect.void
+      ),
       Effect.forever,
       Effect.forkScoped
     )
@@ -400,6 +459,10 @@ export function consumerLayer<A, E, R>(
 export function consumerLayer<E, R>(
   config: ConsumerConfig<Message, E, R> & { readonly registry?: undefined }
 ): Layer.Layer<never, InvalidConfig, MemoryBroker | R>
-export function consumerLayer<A, E, R>(config: ConsumerConfig<A, E, R>): Layer.Layer<never, InvalidConfig, MemoryBroker | R> {
-  return Layer.effectDiscard(consume(config as ConsumerConfig<A, E, R> & { readonly registry: EventRegistry.EventRegistry<A> }))
+export function consumerLayer<A, E, R>(
+  config: ConsumerConfig<A, E, R>
+): Layer.Layer<never, InvalidConfig, MemoryBroker | R> {
+  return Layer.effectDiscard(
+    consume(config as ConsumerConfig<A, E, R> & { readonly registry: EventRegistry.EventRegistry<A> })
+  )
 }

@@ -43,9 +43,12 @@ export const make: Effect.Effect<InboxStore.Service> = Effect.gen(function*() {
 
   /** Runs `f` with the open transaction, or alone under the lock as its own short transaction. */
   const write = <A>(f: (tx: Transaction, now: number) => A): Effect.Effect<A> =>
-    withTransaction(Effect.flatMap(currentTx, (open) => Effect.map(Clock.currentTimeMillis, (now) => f(Option.getOrThrow(open), now))))
+    withTransaction(
+      Effect.flatMap(currentTx, (open) => Effect.map(Clock.currentTimeMillis, (now) => f(Option.getOrThrow(open), now)))
+    )
 
-  const readRow = (tx: Transaction | undefined, k: string) => tx?.rows.get(k) ?? (tx?.deleted.has(k) === true ? undefined : rows.get(k))
+  const readRow = (tx: Transaction | undefined, k: string) =>
+    tx?.rows.get(k) ?? (tx?.deleted.has(k) === true ? undefined : rows.get(k))
 
   /** The committed rows, overlaid with the open transaction's writes. */
   const visible = (tx: Transaction | undefined): Array<Row> => {
@@ -76,7 +79,10 @@ export const make: Effect.Effect<InboxStore.Service> = Effect.gen(function*() {
 
   const requireTx = Effect.flatMap(currentTx, (open) =>
     Option.match(open, {
-      onNone: () => Effect.fail(new NotInTransaction({ message: "this inbox operation must run inside a transaction (withTransaction)" })),
+      onNone: () =>
+        Effect.fail(
+          new NotInTransaction({ message: "this inbox operation must run inside a transaction (withTransaction)" })
+        ),
       onSome: (tx) => Effect.succeed(tx)
     }))
 
@@ -104,7 +110,12 @@ export const make: Effect.Effect<InboxStore.Service> = Effect.gen(function*() {
         }
         if (row.status !== "processing") return toRecord(row)
         const crashed = row.attempts > row.finishedAttempts + row.crashes && row.startedBy !== instance
-        const next = { ...row, attempts: row.attempts + 1, crashes: row.crashes + (crashed ? 1 : 0), startedBy: instance }
+        const next = {
+          ...row,
+          attempts: row.attempts + 1,
+          crashes: row.crashes + (crashed ? 1 : 0),
+          startedBy: instance
+        }
         tx.rows.set(k, next)
         return toRecord(next)
       }),
@@ -168,9 +179,12 @@ export const make: Effect.Effect<InboxStore.Service> = Effect.gen(function*() {
     list: ({ consumer, limit, status }) =>
       Effect.map(currentTx, (open) =>
         visible(Option.getOrUndefined(open))
-          .filter((row) => (status === undefined || row.status === status) && (consumer === undefined || row.consumer === consumer))
+          .filter((row) =>
+            (status === undefined || row.status === status) && (consumer === undefined || row.consumer === consumer)
+          )
           .sort((a, b) =>
-            b.receivedAt.getTime() - a.receivedAt.getTime() || compare(a.messageId, b.messageId) || compare(a.consumer, b.consumer)
+            b.receivedAt.getTime() - a.receivedAt.getTime() || compare(a.messageId, b.messageId) ||
+            compare(a.consumer, b.consumer)
           )
           .slice(0, Math.max(0, limit))
           .map(toRecord)),

@@ -29,7 +29,9 @@ interface Row {
 }
 
 interface Transaction {
-  readonly appends: Array<{ readonly messages: ReadonlyArray<Message>; readonly claim: OutboxStore.AppendClaim | undefined }>
+  readonly appends: Array<
+    { readonly messages: ReadonlyArray<Message>; readonly claim: OutboxStore.AppendClaim | undefined }
+  >
   readonly afterCommit: Array<Effect.Effect<void>>
 }
 
@@ -170,13 +172,22 @@ export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
     append: (messages, claim) =>
       Effect.flatMap(Effect.serviceOption(Tx), (open) =>
         Option.match(open, {
-          onNone: () => Effect.fail(new NotInTransaction({ message: "Outbox.append must run inside a transaction (withTransaction)" })),
+          onNone: () =>
+            Effect.fail(
+              new NotInTransaction({ message: "Outbox.append must run inside a transaction (withTransaction)" })
+            ),
           onSome: (tx) => Effect.sync(() => void tx.appends.push({ messages, claim }))
         })),
     withTransaction,
     afterCommit: (effect) =>
-      Effect.flatMap(Effect.serviceOption(Tx), (open) =>
-        Option.match(open, { onNone: () => effect, onSome: (tx) => Effect.sync(() => void tx.afterCommit.push(effect)) })),
+      Effect.flatMap(
+        Effect.serviceOption(Tx),
+        (open) =>
+          Option.match(open, {
+            onNone: () => effect,
+            onSome: (tx) => Effect.sync(() => void tx.afterCommit.push(effect))
+          })
+      ),
     inTransaction,
     // Every transaction of this store defers its after-commit work.
     defersAfterCommit: inTransaction,
@@ -187,7 +198,8 @@ export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
         settleNow(relayId, settlement, now)
         return claimNow(next, now)
       }),
-    release: (relayId, ids) => Effect.sync(() => settleNow(relayId, { published: [], retry: [], failed: [], released: ids }, 0)),
+    release: (relayId, ids) =>
+      Effect.sync(() => settleNow(relayId, { published: [], retry: [], failed: [], released: ids }, 0)),
     reclaimExpired: ({ maxCrashes }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
         const result = { suspect: 0, failed: 0 }
@@ -203,7 +215,12 @@ export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
             })
             result.failed++
           } else {
-            Object.assign(row, { status: "suspect", lastError: "lease expired: the relay holding it stopped", claimedBy: null, claimedUntil: 0 })
+            Object.assign(row, {
+              status: "suspect",
+              lastError: "lease expired: the relay holding it stopped",
+              claimedBy: null,
+              claimedUntil: 0
+            })
             result.suspect++
           }
         }
@@ -234,10 +251,18 @@ export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
     prune: ({ limit, olderThan }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
         const cutoff = now - Duration.toMillis(olderThan)
-        return pruneRows(rows, limit, (row) => row.status === "published" && row.publishedAt !== null && row.publishedAt < cutoff)
+        return pruneRows(rows, limit, (row) =>
+          row.status === "published" && row.publishedAt !== null && row.publishedAt < cutoff)
       }),
     stats: Effect.map(Clock.currentTimeMillis, (now) => {
-      const stats = { pending: 0, processing: 0, published: 0, failed: 0, suspect: 0, oldestPendingAgeMs: null as number | null }
+      const stats = {
+        pending: 0,
+        processing: 0,
+        published: 0,
+        failed: 0,
+        suspect: 0,
+        oldestPendingAgeMs: null as number | null
+      }
       let oldest = Infinity
       for (const row of rows.values()) {
         stats[row.status]++
@@ -252,7 +277,12 @@ export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
         for (const row of rows.values()) {
           if (out.length >= limit) break
           if (row.status === "failed") {
-            out.push({ message: row.message, attempts: row.attempts, lastError: row.lastError, createdAt: new Date(row.createdAt) })
+            out.push({
+              message: row.message,
+              attempts: row.attempts,
+              lastError: row.lastError,
+              createdAt: new Date(row.createdAt)
+            })
           }
         }
         return out
@@ -271,20 +301,27 @@ export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
     list: ({ limit, status, type }) =>
       Effect.sync(() =>
         [...rows.values()]
-          .filter((row) => (status === undefined || row.status === status) && (type === undefined || row.message.type === type))
+          .filter((row) =>
+            (status === undefined || row.status === status) && (type === undefined || row.message.type === type)
+          )
           .sort((a, b) => b.seq - a.seq)
           .slice(0, Math.max(0, limit))
           .map(stored)
       ),
-    get: (id) => Effect.sync(() => {
-      const row = rows.get(id)
-      return row === undefined ? undefined : stored(row)
-    }),
+    get: (id) =>
+      Effect.sync(() => {
+        const row = rows.get(id)
+        return row === undefined ? undefined : stored(row)
+      }),
     countByType: ({ status }) =>
       Effect.sync(() => {
         const counts = new Map<string, number>()
-        for (const row of rows.values()) if (row.status === status) counts.set(row.message.type, (counts.get(row.message.type) ?? 0) + 1)
-        return [...counts].map(([type, count]) => ({ type, count })).sort((a, b) => b.count - a.count || (a.type < b.type ? -1 : 1))
+        for (const row of rows.values()) {
+          if (row.status === status) counts.set(row.message.type, (counts.get(row.message.type) ?? 0) + 1)
+        }
+        return [...counts].map(([type, count]) => ({ type, count })).sort((a, b) =>
+          b.count - a.count || (a.type < b.type ? -1 : 1)
+        )
       }),
     throughput: ({ minutes }) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
@@ -307,7 +344,10 @@ export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
         const h = byHolder.get(row.claimedBy) ?? { events: 0, until: 0 }
         byHolder.set(row.claimedBy, { events: h.events + 1, until: Math.max(h.until, row.claimedUntil) })
       }
-      return [...byHolder].map(([holder, h]) => ({ holder, events: h.events, claimedUntil: new Date(h.until) })).sort((a, b) => a.holder < b.holder ? -1 : 1)
+      return [...byHolder].map(([holder, h]) => ({ holder, events: h.events, claimedUntil: new Date(h.until) })).sort((
+        a,
+        b
+      ) => a.holder < b.holder ? -1 : 1)
     }),
     requeue: (ids) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
@@ -315,7 +355,13 @@ export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
         for (const id of ids) {
           const row = rows.get(id)
           if (row === undefined || (row.status !== "published" && row.status !== "failed")) continue
-          Object.assign(row, { status: "pending", attempts: 0, finishedAttempts: 0, availableAt: now, publishedAt: null })
+          Object.assign(row, {
+            status: "pending",
+            attempts: 0,
+            finishedAttempts: 0,
+            availableAt: now,
+            publishedAt: null
+          })
           n++
         }
         return n
@@ -342,5 +388,8 @@ export const make: Effect.Effect<OutboxStore.Service> = Effect.sync(() => {
  * @category layers
  */
 export const layer: Layer.Layer<OutboxStore.OutboxStore> = Layer.effectContext(
-  Effect.map(make, (store) => Context.make(OutboxStore.OutboxStore, store).pipe(Context.add(EagerDispatch.Lanes, EagerDispatch.make())))
+  Effect.map(
+    make,
+    (store) => Context.make(OutboxStore.OutboxStore, store).pipe(Context.add(EagerDispatch.Lanes, EagerDispatch.make()))
+  )
 )

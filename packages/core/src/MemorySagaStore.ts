@@ -143,7 +143,11 @@ export const make: Effect.Effect<SagaStore.Service> = Effect.sync(() => {
               operation: "commit",
               message: `saga ${id} was changed by another transaction (serialization failure)`,
               reason: new Contention(),
-              cause: new SagaConflict({ sagaId: id, expectedVersion: baseVersion ?? -1, ...(stored ? { actualVersion: stored.saga.version } : {}) })
+              cause: new SagaConflict({
+                sagaId: id,
+                expectedVersion: baseVersion ?? -1,
+                ...(stored ? { actualVersion: stored.saga.version } : {})
+              })
             })
           )
         }
@@ -165,7 +169,11 @@ export const make: Effect.Effect<SagaStore.Service> = Effect.sync(() => {
         const tx = yield* current
         const now = yield* Clock.currentTimeMillis
         if (read(tx, saga.id) !== undefined) {
-          return yield* new StoreError({ operation: "create", message: `saga ${saga.id} already exists`, reason: new Rejected() })
+          return yield* new StoreError({
+            operation: "create",
+            message: `saga ${saga.id} already exists`,
+            reason: new Rejected()
+          })
         }
         const row: Row = {
           saga: {
@@ -209,7 +217,11 @@ export const make: Effect.Effect<SagaStore.Service> = Effect.sync(() => {
         const s = row.saga
         if (update.status !== undefined) s.status = update.status
         if (update.currentStep !== undefined) s.currentStep = update.currentStep
-        if (update.deadline !== undefined) s.deadline = update.deadline === null ? null : now + Duration.toMillis(update.deadline)
+        if (update.deadline !== undefined) {
+          s.deadline = update.deadline === null
+            ? null
+            : now + Duration.toMillis(update.deadline)
+        }
         if (update.error !== undefined) s.error = update.error
         if (update.claim !== undefined) {
           s.claimedBy = update.claim?.owner ?? null
@@ -273,7 +285,9 @@ export const make: Effect.Effect<SagaStore.Service> = Effect.sync(() => {
         const out: Array<SagaRow> = []
         for (const id of ids) {
           const s = read(tx, id)?.saga
-          if (s !== undefined && (status === undefined || s.status === status) && (type === undefined || s.type === type)) out.push(s)
+          if (
+            s !== undefined && (status === undefined || s.status === status) && (type === undefined || s.type === type)
+          ) out.push(s)
         }
         out.sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : -1))
         return out.slice(0, Math.max(0, limit)).map(toSaga)

@@ -9,14 +9,14 @@
  * @module
  */
 import { Clock, Effect, Option, Schema, SchemaIssue } from "effect"
+import * as EagerDispatch from "./EagerDispatch.ts"
 import { InvalidEvent, type NotInTransaction, type StoreError } from "./Errors.ts"
 import type { EventDraft, EventInput, EventType } from "./Event.ts"
-import * as EagerDispatch from "./EagerDispatch.ts"
 import * as MessagingSpans from "./internal/messagingSpans.ts"
-import * as Tracing from "./Tracing.ts"
 import { uuidv7 } from "./internal/uuid.ts"
 import { HeaderNames, Message } from "./Message.ts"
 import { OutboxStore } from "./OutboxStore.ts"
+import * as Tracing from "./Tracing.ts"
 import { Wakeups } from "./Wakeup.ts"
 
 /**
@@ -37,14 +37,25 @@ const invalid = (draft: EventDraft, message: string, issues: InvalidEvent["issue
  * @since 0.1.0
  * @category encoding
  */
-export const encode = (draft: EventDraft, now: number, traceparent: Option.Option<string>): Effect.Effect<Message, InvalidEvent> =>
+export const encode = (
+  draft: EventDraft,
+  now: number,
+  traceparent: Option.Option<string>
+): Effect.Effect<Message, InvalidEvent> =>
   Effect.gen(function*() {
     const { eventType } = draft
-    const encoded = Schema.encodeUnknownEffect(eventType.schema)(draft.payload) as Effect.Effect<unknown, Schema.SchemaError>
+    const encoded = Schema.encodeUnknownEffect(eventType.schema)(draft.payload) as Effect.Effect<
+      unknown,
+      Schema.SchemaError
+    >
     const payload = yield* encoded.pipe(
       Effect.mapError((e) => {
         const { issues } = formatIssues(e.issue)
-        return invalid(draft, `${eventType.type} v${eventType.version}: ${e.message}`, issues.map((i) => ({ path: [...(i.path ?? [])], message: i.message })))
+        return invalid(
+          draft,
+          `${eventType.type} v${eventType.version}: ${e.message}`,
+          issues.map((i) => ({ path: [...(i.path ?? [])], message: i.message }))
+        )
       })
     )
     // The payload is stored as jsonb and sent as JSON: it must survive a round trip unchanged.
@@ -52,11 +63,18 @@ export const encode = (draft: EventDraft, now: number, traceparent: Option.Optio
     try {
       json = JSON.stringify(payload)
     } catch (cause) {
-      return yield* invalid(draft, `${eventType.type} v${eventType.version}: payload is not JSON-serializable (${String(cause)})`)
+      return yield* invalid(
+        draft,
+        `${eventType.type} v${eventType.version}: payload is not JSON-serializable (${String(cause)})`
+      )
     }
-    if (json === undefined) return yield* invalid(draft, `${eventType.type} v${eventType.version}: payload encodes to nothing`)
+    if (json === undefined) {
+      return yield* invalid(draft, `${eventType.type} v${eventType.version}: payload encodes to nothing`)
+    }
     const headers: Record<string, string> = { ...draft.headers }
-    if (Option.isSome(traceparent) && headers[HeaderNames.traceparent] === undefined) headers[HeaderNames.traceparent] = traceparent.value
+    if (Option.isSome(traceparent) && headers[HeaderNames.traceparent] === undefined) {
+      headers[HeaderNames.traceparent] = traceparent.value
+    }
     const candidate = {
       id: uuidv7(now),
       type: eventType.type,
@@ -70,7 +88,10 @@ export const encode = (draft: EventDraft, now: number, traceparent: Option.Optio
     }
     const checked = validateMessage(candidate)
     if (checked._tag === "Failure") {
-      return yield* invalid(draft, `${eventType.type} v${eventType.version}: invalid envelope (type, version, aggregate id, ordering key or headers)`)
+      return yield* invalid(
+        draft,
+        `${eventType.type} v${eventType.version}: invalid envelope (type, version, aggregate id, ordering key or headers)`
+      )
     }
     return candidate
   })
@@ -94,7 +115,9 @@ const eagerLane = (store: OutboxStore["Service"], n: number) =>
  * @since 0.1.0
  * @category appending
  */
-export const appendAll = (drafts: ReadonlyArray<EventDraft>): Effect.Effect<ReadonlyArray<Message>, AppendError, OutboxStore> =>
+export const appendAll = (
+  drafts: ReadonlyArray<EventDraft>
+): Effect.Effect<ReadonlyArray<Message>, AppendError, OutboxStore> =>
   Effect.gen(function*() {
     const store = yield* OutboxStore
     const now = yield* Clock.currentTimeMillis
@@ -119,7 +142,10 @@ export const appendAll = (drafts: ReadonlyArray<EventDraft>): Effect.Effect<Read
  * @since 0.1.0
  * @category appending
  */
-export const append = <E extends EventType<string, any>>(eventType: E, input: EventInput<E["schema"]["Type"]>): Effect.Effect<Message, AppendError, OutboxStore> =>
+export const append = <E extends EventType<string, any>>(
+  eventType: E,
+  input: EventInput<E["schema"]["Type"]>
+): Effect.Effect<Message, AppendError, OutboxStore> =>
   Effect.map(appendAll([eventType.make(input)]), (messages) => messages[0]!)
 
 /**
@@ -127,5 +153,6 @@ export const append = <E extends EventType<string, any>>(eventType: E, input: Ev
  * @since 0.1.0
  * @category appending
  */
-export const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | StoreError, R | OutboxStore> =>
-  OutboxStore.use((store) => store.withTransaction(effect))
+export const transaction = <A, E, R>(
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, E | StoreError, R | OutboxStore> => OutboxStore.use((store) => store.withTransaction(effect))

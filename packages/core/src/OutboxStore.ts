@@ -206,7 +206,10 @@ export interface Service {
    * Writes messages in the caller's current transaction, pending or (with `claim`) already claimed;
    * fails with `NotInTransaction` outside one.
    */
-  readonly append: (messages: ReadonlyArray<Message>, claim?: AppendClaim) => Effect.Effect<void, StoreError | NotInTransaction>
+  readonly append: (
+    messages: ReadonlyArray<Message>,
+    claim?: AppendClaim
+  ) => Effect.Effect<void, StoreError | NotInTransaction>
   /** Runs an effect in a transaction of this store (joining an open one). */
   readonly withTransaction: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | StoreError, R>
   /** Runs `effect` after the current transaction commits (at once outside a transaction). */
@@ -228,7 +231,11 @@ export interface Service {
    * Settles one batch and claims the next in a single transaction (one commit per batch instead of
    * two). Returns the new claim.
    */
-  readonly settleAndClaim: (relayId: string, settlement: Settlement, next: ClaimOptions) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
+  readonly settleAndClaim: (
+    relayId: string,
+    settlement: Settlement,
+    next: ClaimOptions
+  ) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
   /**
    * Gives claimed rows back without counting the attempt (shutdown, an unavailable publisher, the
    * eager lane's overflow): the claim counted it as started, release takes that back, so the
@@ -256,7 +263,9 @@ export interface Service {
    * Deletes up to `limit` published rows older than `olderThan`. Only one instance prunes at a time:
    * returns `undefined` when another holds the retention lock.
    */
-  readonly prune: (options: { readonly olderThan: Duration.Duration; readonly limit: number }) => Effect.Effect<number | undefined, StoreError>
+  readonly prune: (
+    options: { readonly olderThan: Duration.Duration; readonly limit: number }
+  ) => Effect.Effect<number | undefined, StoreError>
   readonly stats: Effect.Effect<Stats, StoreError>
   readonly listFailed: (options: { readonly limit: number }) => Effect.Effect<ReadonlyArray<FailedEvent>, StoreError>
   /** Puts failed events (all when `ids` is omitted) back to pending with their attempts reset. */
@@ -268,7 +277,9 @@ export interface Service {
   /** One row by event id; `undefined` when there is none (or it was pruned). */
   readonly get: (id: string) => Effect.Effect<StoredEvent | undefined, StoreError>
   /** How many rows of `status` each event type has, most first. */
-  readonly countByType: (options: { readonly status: Status }) => Effect.Effect<ReadonlyArray<{ readonly type: string; readonly count: number }>, StoreError>
+  readonly countByType: (
+    options: { readonly status: Status }
+  ) => Effect.Effect<ReadonlyArray<{ readonly type: string; readonly count: number }>, StoreError>
   /** Events published per minute over the last `minutes` minutes (this one included), oldest first, zeros included. */
   readonly throughput: (options: { readonly minutes: number }) => Effect.Effect<ReadonlyArray<MinuteCount>, StoreError>
   /** The relays holding claims now, with how many events each. */
@@ -280,7 +291,10 @@ export interface Service {
   readonly requeue: (ids: ReadonlyArray<string>) => Effect.Effect<number, StoreError>
 }
 
-const OutboxStoreBase: Context.ServiceClass<OutboxStore, "@tidings/core/OutboxStore", Service> = Context.Service<OutboxStore, Service>()("@tidings/core/OutboxStore")
+const OutboxStoreBase: Context.ServiceClass<OutboxStore, "@tidings/core/OutboxStore", Service> = Context.Service<
+  OutboxStore,
+  Service
+>()("@tidings/core/OutboxStore")
 
 /**
  * The outbox storage service.

@@ -23,12 +23,16 @@ import * as Inbox from "./Inbox.ts"
 import { InboxStore } from "./InboxStore.ts"
 import { noStack } from "./Tracing.ts"
 
-const ProjectionGapBase: Schema.Class<ProjectionGap, Schema.TaggedStruct<"ProjectionGap", {
-  readonly projection: Schema.String
-  readonly aggregateId: Schema.String
-  readonly applied: Schema.Int
-  readonly version: Schema.Int
-}>, Cause.YieldableError> = Schema.TaggedError<ProjectionGap>()("ProjectionGap", {
+const ProjectionGapBase: Schema.Class<
+  ProjectionGap,
+  Schema.TaggedStruct<"ProjectionGap", {
+    readonly projection: Schema.String
+    readonly aggregateId: Schema.String
+    readonly applied: Schema.Int
+    readonly version: Schema.Int
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<ProjectionGap>()("ProjectionGap", {
   projection: Schema.String,
   aggregateId: Schema.String,
   applied: Schema.Int,
@@ -46,11 +50,15 @@ export class ProjectionGap extends ProjectionGapBase {
   }
 }
 
-const ProjectionLagBase: Schema.Class<ProjectionLag, Schema.TaggedStruct<"ProjectionLag", {
-  readonly projection: Schema.String
-  readonly eventId: Schema.String
-  readonly timeoutMs: Schema.Finite
-}>, Cause.YieldableError> = Schema.TaggedError<ProjectionLag>()("ProjectionLag", {
+const ProjectionLagBase: Schema.Class<
+  ProjectionLag,
+  Schema.TaggedStruct<"ProjectionLag", {
+    readonly projection: Schema.String
+    readonly eventId: Schema.String
+    readonly timeoutMs: Schema.Finite
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<ProjectionLag>()("ProjectionLag", {
   projection: Schema.String,
   eventId: Schema.String,
   timeoutMs: Schema.Finite
@@ -133,15 +141,21 @@ export const handle = <A, E, R>(
     // Cheap pre-check without a transaction: a gap fails at once (nothing to count or roll back).
     const { aggregateId, version } = projection.position(event)
     const seen = yield* store.position(projection.name, aggregateId)
-    if (version > seen + 1) return yield* new ProjectionGap({ projection: projection.name, aggregateId, applied: seen, version })
+    if (version > seen + 1) {
+      return yield* new ProjectionGap({ projection: projection.name, aggregateId, applied: seen, version })
+    }
     const result = yield* Inbox.handleIn(
       store,
       projection.name,
       messageId,
       Effect.gen(function*() {
         const applied = yield* store.lockPosition(projection.name, aggregateId)
-        if (version <= applied) return "skipped" as const
-        if (version > applied + 1) return yield* new ProjectionGap({ projection: projection.name, aggregateId, applied, version })
+        if (version <= applied) {
+          return "skipped" as const
+        }
+        if (version > applied + 1) {
+          return yield* new ProjectionGap({ projection: projection.name, aggregateId, applied, version })
+        }
         yield* projection.apply(event, { table: projection.table })
         yield* store.setPosition(projection.name, aggregateId, version)
         return "applied" as const
@@ -149,7 +163,11 @@ export const handle = <A, E, R>(
       options
     )
     return result._tag === "Duplicate" ? "duplicate" : result.value
-  }).pipe(Effect.withSpan("tidings.projection.handle", { attributes: { "tidings.projection": projection.name, "messaging.message.id": messageId } }, noStack))
+  }).pipe(
+    Effect.withSpan("tidings.projection.handle", {
+      attributes: { "tidings.projection": projection.name, "messaging.message.id": messageId }
+    }, noStack)
+  )
 
 /**
  * A consumer handler for a projection (any consumer's `Consumer.Delivery`, whose `event` is the
@@ -158,7 +176,9 @@ export const handle = <A, E, R>(
  * @category combinators
  */
 export const handler = <A, E, R>(projection: Definition<A, E, R>, options: Inbox.Options = {}) =>
-(delivery: Delivery<A>): Effect.Effect<void, E | ProjectionGap | Inbox.HandleError | Inbox.MissingMessageId, R | InboxStore> =>
+(
+  delivery: Delivery<A>
+): Effect.Effect<void, E | ProjectionGap | Inbox.HandleError | Inbox.MissingMessageId, R | InboxStore> =>
   delivery.messageId === undefined || delivery.messageId === ""
     ? Effect.fail(new Inbox.MissingMessageId({ consumer: projection.name }))
     : Effect.asVoid(handle(projection, delivery.messageId, delivery.event, options))
@@ -168,7 +188,10 @@ export const handler = <A, E, R>(projection: Definition<A, E, R>, options: Inbox
  * @since 0.1.0
  * @category combinators
  */
-export const appliedVersion = (projection: { readonly name: string }, aggregateId: string): Effect.Effect<number, StoreError, InboxStore> =>
+export const appliedVersion = (
+  projection: { readonly name: string },
+  aggregateId: string
+): Effect.Effect<number, StoreError, InboxStore> =>
   InboxStore.use((store) => store.position(projection.name, aggregateId))
 
 /**
@@ -195,6 +218,9 @@ export const awaitApplied = (
       }
     })
     yield* poll.pipe(
-      Effect.timeoutOrElse({ duration: timeoutMs, orElse: () => Effect.fail(new ProjectionLag({ projection: projection.name, eventId, timeoutMs })) })
+      Effect.timeoutOrElse({
+        duration: timeoutMs,
+        orElse: () => Effect.fail(new ProjectionLag({ projection: projection.name, eventId, timeoutMs }))
+      })
     )
   })

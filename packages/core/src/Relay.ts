@@ -19,8 +19,10 @@ import * as EagerDispatch from "./EagerDispatch.ts"
 import * as Errors from "./Errors.ts"
 import type { InvalidConfig, StoreError } from "./Errors.ts"
 import * as ClaimCoalescer from "./internal/claimCoalescer.ts"
+import * as MessagingSpans from "./internal/messagingSpans.ts"
 import { every } from "./internal/periodic.ts"
 import * as EagerLane from "./internal/relay/eagerLane.ts"
+import { config } from "./internal/relay/fromEnvironment.ts"
 import { claimOptions, type Counters, ownClaims, pollerLoop } from "./internal/relay/poller.ts"
 import { publishHeld, settle } from "./internal/relay/publish.ts"
 import { recoverCrashed } from "./internal/relay/recovery.ts"
@@ -29,16 +31,14 @@ import * as Workers from "./internal/relay/workers.ts"
 import * as Metrics from "./Metrics.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import { Publisher } from "./Publisher.ts"
-import { Wakeups } from "./Wakeup.ts"
-import * as MessagingSpans from "./internal/messagingSpans.ts"
-import { config } from "./internal/relay/fromEnvironment.ts"
 import type * as Settings_ from "./Settings.ts"
+import { Wakeups } from "./Wakeup.ts"
 
 // Settings and the bounded run live in their own modules (documented there); they are part of
 // this module's API.
-export { type Config, ConfigSchema, type Settings, settings } from "./internal/relay/settings.ts"
-export { type DrainConfig, type DrainReport, drain } from "./internal/relay/drain.ts"
+export { drain, type DrainConfig, type DrainReport } from "./internal/relay/drain.ts"
 export { config, environment } from "./internal/relay/fromEnvironment.ts"
+export { type Config, ConfigSchema, type Settings, settings } from "./internal/relay/settings.ts"
 
 /**
  * What a relay group's pollers are doing.
@@ -73,7 +73,9 @@ export interface Service {
   readonly wake: Effect.Effect<void>
 }
 
-const RelayBase: Context.ServiceClass<Relay, "@tidings/core/Relay", Service> = Context.Service<Relay, Service>()("@tidings/core/Relay")
+const RelayBase: Context.ServiceClass<Relay, "@tidings/core/Relay", Service> = Context.Service<Relay, Service>()(
+  "@tidings/core/Relay"
+)
 
 /**
  * The relay service; present while its layer is alive.
@@ -88,12 +90,17 @@ export class Relay extends RelayBase {}
  * @since 0.1.0
  * @category constructors
  */
-export const processBatch = (s: Settings, relayId: string): Effect.Effect<number, StoreError, OutboxStore | Publisher> =>
+export const processBatch = (
+  s: Settings,
+  relayId: string
+): Effect.Effect<number, StoreError, OutboxStore | Publisher> =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const store = yield* OutboxStore
       const publisher = yield* Publisher
-      const claimed = yield* store.claim(claimOptions(s, relayId, undefined)).pipe(MessagingSpans.claim(relayId, s.batchSize))
+      const claimed = yield* store.claim(claimOptions(s, relayId, undefined)).pipe(
+        MessagingSpans.claim(relayId, s.batchSize)
+      )
       if (claimed.length === 0) return 0
       const outcome = yield* publishHeld(restore, store, publisher, claimed, s, relayId)
       yield* settle(s, relayId, outcome.settlement, store.settle(relayId, outcome.settlement))
@@ -118,7 +125,10 @@ const inFlightDeadline = (shutdownTimeout: Duration.Duration): Duration.Duration
  * A background round whose store is unavailable fails every time until it is back: say so once,
  * then quietly, and once more when it works again.
  */
-const quietWhileUnavailable = <A, E, R>(label: string, round: Effect.Effect<A, E, R>): Effect.Effect<A | void, E, R> => {
+const quietWhileUnavailable = <A, E, R>(
+  label: string,
+  round: Effect.Effect<A, E, R>
+): Effect.Effect<A | void, E, R> => {
   let unavailable = false
   return round.pipe(
     Effect.tap(() => {
@@ -135,9 +145,26 @@ const quietWhileUnavailable = <A, E, R>(label: string, round: Effect.Effect<A, E
 }
 
 /** The retention, stats and lease-recovery loops of a group. */
-const background = (s: Settings, group: string, store: OutboxStore["Service"], publisher: Publisher["Service"], stop: Deferred.Deferred<void>, workers: Workers.Workers) =>
+const background = (
+  s: Settings,
+  group: string,
+  store: OutboxStore["Service"],
+  publisher: Publisher["Service"],
+  stop: Deferred.Deferred<void>,
+  workers: Workers.Workers
+) =>
   Effect.gen(function*() {
-    yield* workers.fork(every(s.reclaimInterval, "lease reclaim", quietWhileUnavailable("lease reclaim", recoverCrashed({ settings: s, relayId: `${group}-recovery`, store, publisher, stop }))), "loop")
+    yield* workers.fork(
+      every(
+        s.reclaimInterval,
+        "lease reclaim",
+        quietWhileUnavailable(
+          "lease reclaim",
+          recoverCrashed({ settings: s, relayId: `${group}-recovery`, store, publisher, stop })
+        )
+      ),
+      "loop"
+    )
     if (s.retention !== false) {
       const r = s.retention
       // Bounded: at most 100 batches per round, so one round never runs unbounded.
@@ -149,15 +176,28 @@ const background = (s: Settings, group: string, store: OutboxStore["Service"], p
           if (n < r.batchSize) return
         }
       })
-      yield* workers.fork(every(r.interval, "outbox retention", quietWhileUnavailable("outbox retention", round)), "loop")
+      yield* workers.fork(
+        every(r.interval, "outbox retention", quietWhileUnavailable("outbox retention", round)),
+        "loop"
+      )
     }
     if (s.statsInterval !== false) {
-      yield* workers.fork(every(s.statsInterval, "outbox stats", quietWhileUnavailable("outbox stats", Effect.gen(function*() {
-        const stats = yield* store.stats
-        yield* Metric.update(Metrics.outboxPending, stats.pending)
-        yield* Metric.update(Metrics.outboxFailed, stats.failed)
-        yield* Metric.update(Metrics.outboxOldestPendingAge, (stats.oldestPendingAgeMs ?? 0) / 1000)
-      }))), "loop")
+      yield* workers.fork(
+        every(
+          s.statsInterval,
+          "outbox stats",
+          quietWhileUnavailable(
+            "outbox stats",
+            Effect.gen(function*() {
+              const stats = yield* store.stats
+              yield* Metric.update(Metrics.outboxPending, stats.pending)
+              yield* Metric.update(Metrics.outboxFailed, stats.failed)
+              yield* Metric.update(Metrics.outboxOldestPendingAge, (stats.oldestPendingAgeMs ?? 0) / 1000)
+            })
+          )
+        ),
+        "loop"
+      )
     }
   })
 
@@ -172,96 +212,121 @@ const background = (s: Settings, group: string, store: OutboxStore["Service"], p
  * @category layers
  */
 export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> =>
-  Layer.effect(Relay, Effect.gen(function*() {
-    const s = yield* settings(config)
-    yield* Metrics.initializeRelay
-    const store = yield* OutboxStore
-    const publisher = yield* Publisher
-    const wakeups = yield* Wakeups
-    const registry = yield* EagerDispatch.Lanes
-    const stop = yield* Deferred.make<void>()
-    const workers = Workers.make()
-    const counters: Counters = { running: 0, idle: 0, paused: 0, claims: 0 }
-    const group = `${s.name}-${randomId()}`
-    const relayIds = Array.from({ length: s.concurrency }, (_, i) => `${group}-${i}`)
-    let pollers: ReadonlyArray<Fiber.Fiber<unknown, unknown>> = []
-    let lane: EagerLane.EagerLane | undefined
+  Layer.effect(
+    Relay,
+    Effect.gen(function*() {
+      const s = yield* settings(config)
+      yield* Metrics.initializeRelay
+      const store = yield* OutboxStore
+      const publisher = yield* Publisher
+      const wakeups = yield* Wakeups
+      const registry = yield* EagerDispatch.Lanes
+      const stop = yield* Deferred.make<void>()
+      const workers = Workers.make()
+      const counters: Counters = { running: 0, idle: 0, paused: 0, claims: 0 }
+      const group = `${s.name}-${randomId()}`
+      const relayIds = Array.from({ length: s.concurrency }, (_, i) => `${group}-${i}`)
+      let pollers: ReadonlyArray<Fiber.Fiber<unknown, unknown>> = []
+      let lane: EagerLane.EagerLane | undefined
 
-    // Added before anything starts, so that it also runs when starting fails half way.
-    yield* Effect.addFinalizer(() =>
-      Effect.gen(function*() {
-        if (lane !== undefined) yield* lane.close
-        yield* Deferred.succeed(stop, undefined)
-        yield* Workers.interruptNow(workers.running("loop"))
-        const inFlight = [...pollers, ...(lane?.workers ?? [])]
-        const deadline = inFlightDeadline(s.shutdownTimeout)
-        const finished = yield* Effect.raceFirst(Effect.as(Fiber.awaitAll(inFlight), true), Effect.as(Effect.sleep(deadline), false))
-        if (!finished) {
-          yield* Effect.logWarning(`relay shutdown: in-flight batches did not finish within ${Duration.format(deadline)}; releasing their claims`)
-          yield* Workers.interruptNow(inFlight)
-        }
-        const ended = yield* Effect.raceFirst(
-          Effect.gen(function*() {
-            // Interrupted publishes release their claims; then the lane writes its last settlements.
-            yield* Fiber.awaitAll(inFlight)
-            if (lane !== undefined) yield* lane.finish
-            const rest = workers.running()
-            yield* Workers.interruptNow(rest)
-            yield* Fiber.awaitAll(rest)
-            return true
-          }),
-          Effect.as(Effect.sleep(shutdownGrace), false)
-        )
-        if (!ended) {
-          const left = workers.running()
-          yield* Workers.interruptNow(left)
-          yield* Effect.logWarning(`relay shutdown: ${left.length} fibers did not end in time (store or publisher not answering); left to end on their own`)
-        }
-      })
-    )
+      // Added before anything starts, so that it also runs when starting fails half way.
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function*() {
+          if (lane !== undefined) yield* lane.close
+          yield* Deferred.succeed(stop, undefined)
+          yield* Workers.interruptNow(workers.running("loop"))
+          const inFlight = [...pollers, ...(lane?.workers ?? [])]
+          const deadline = inFlightDeadline(s.shutdownTimeout)
+          const finished = yield* Effect.raceFirst(
+            Effect.as(Fiber.awaitAll(inFlight), true),
+            Effect.as(Effect.sleep(deadline), false)
+          )
+          if (!finished) {
+            yield* Effect.logWarning(
+              `relay shutdown: in-flight batches did not finish within ${
+                Duration.format(deadline)
+              }; releasing their claims`
+            )
+            yield* Workers.interruptNow(inFlight)
+          }
+          const ended = yield* Effect.raceFirst(
+            Effect.gen(function*() {
+              // Interrupted publishes release their claims; then the lane writes its last settlements.
+              yield* Fiber.awaitAll(inFlight)
+              if (lane !== undefined) yield* lane.finish
+              const rest = workers.running()
+              yield* Workers.interruptNow(rest)
+              yield* Fiber.awaitAll(rest)
+              return true
+            }),
+            Effect.as(Effect.sleep(shutdownGrace), false)
+          )
+          if (!ended) {
+            const left = workers.running()
+            yield* Workers.interruptNow(left)
+            yield* Effect.logWarning(
+              `relay shutdown: ${left.length} fibers did not end in time (store or publisher not answering); left to end on their own`
+            )
+          }
+        })
+      )
 
-    const claims = yield* Semaphore.make(s.claimConcurrency)
-    // Unordered pollers share one claimer, which merges the claims that wait for a statement.
-    const coalescer = s.coalesceClaims
-      ? yield* ClaimCoalescer.make({
-        store,
-        holder: `${group}-claims`,
-        batchSize: s.batchSize,
-        lease: s.lease,
-        statements: s.claimConcurrency,
-        pollers: s.concurrency,
-        fork: workers.fork
-      })
-      : undefined
-    const poller = (relayId: string) =>
-      Effect.gen(function*() {
-        const mailbox = yield* wakeups.subscribe
-        counters.running++
-        yield* pollerLoop({
+      const claims = yield* Semaphore.make(s.claimConcurrency)
+      // Unordered pollers share one claimer, which merges the claims that wait for a statement.
+      const coalescer = s.coalesceClaims
+        ? yield* ClaimCoalescer.make({
+          store,
+          holder: `${group}-claims`,
+          batchSize: s.batchSize,
+          lease: s.lease,
+          statements: s.claimConcurrency,
+          pollers: s.concurrency,
+          fork: workers.fork
+        })
+        : undefined
+      const poller = (relayId: string) =>
+        Effect.gen(function*() {
+          const mailbox = yield* wakeups.subscribe
+          counters.running++
+          yield* pollerLoop({
+            settings: s,
+            relayId,
+            store,
+            publisher,
+            stop,
+            mailbox,
+            claimer: coalescer ?? ownClaims(s, store, relayId, claims),
+            counters
+          })
+        }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => void counters.running--)))
+      pollers = yield* Effect.forEach(relayIds, (id) => workers.fork(poller(id)))
+      if (s.dispatch === "eager" && registry.enabled) {
+        lane = yield* EagerLane.make({
           settings: s,
-          relayId,
+          relayId: `${group}-eager`,
           store,
           publisher,
+          registry,
           stop,
-          mailbox,
-          claimer: coalescer ?? ownClaims(s, store, relayId, claims),
-          counters
+          workers
         })
-      }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => void counters.running--)))
-    pollers = yield* Effect.forEach(relayIds, (id) => workers.fork(poller(id)))
-    if (s.dispatch === "eager" && registry.enabled) {
-      lane = yield* EagerLane.make({ settings: s, relayId: `${group}-eager`, store, publisher, registry, stop, workers })
-    }
-    yield* background(s, group, store, publisher, stop, workers)
+      }
+      yield* background(s, group, store, publisher, stop, workers)
 
-    return Relay.of({
-      settings: s,
-      relayIds,
-      isRunning: Effect.sync(() => counters.running > 0),
-      status: Effect.sync(() => ({ pollers: counters.running, idle: counters.idle, paused: counters.paused, claims: counters.claims })),
-      wake: wakeups.signal("local")
+      return Relay.of({
+        settings: s,
+        relayIds,
+        isRunning: Effect.sync(() => counters.running > 0),
+        status: Effect.sync(() => ({
+          pollers: counters.running,
+          idle: counters.idle,
+          paused: counters.paused,
+          claims: counters.claims
+        })),
+        wake: wakeups.signal("local")
+      })
     })
-  }))
+  )
 
 /**
  * {@link layer} with its options read from the environment ({@link config}: `TIDINGS_RELAY_*`, on
@@ -270,5 +335,6 @@ export const layer = (config: Config = {}): Layer.Layer<Relay, InvalidConfig, Ou
  * @since 0.1.0
  * @category layers
  */
-export const layerConfig = (options: Settings_.EnvironmentOptions<Config> = {}): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> =>
-  Layer.unwrap(Effect.map(config(options), layer))
+export const layerConfig = (
+  options: Settings_.EnvironmentOptions<Config> = {}
+): Layer.Layer<Relay, InvalidConfig, OutboxStore | Publisher> => Layer.unwrap(Effect.map(config(options), layer))

@@ -39,7 +39,11 @@ export const exponentialBackoff = (options: BackoffOptions = {}): Schedule.Sched
  * @since 0.1.0
  * @category utils
  */
-export const delayFor = <O, I>(schedule: Schedule.Schedule<O, I>, retry: number, input: I): Effect.Effect<Option.Option<Duration.Duration>> =>
+export const delayFor = <O, I>(
+  schedule: Schedule.Schedule<O, I>,
+  retry: number,
+  input: I
+): Effect.Effect<Option.Option<Duration.Duration>> =>
   Effect.gen(function*() {
     const step = yield* Schedule.toStep(schedule)
     let delay = Duration.zero

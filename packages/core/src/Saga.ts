@@ -40,7 +40,15 @@ import * as Outbox from "./Outbox.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import { type Received, ReplyEvent, type ReplyOutcome, ReplyPayload } from "./SagaCommand.ts"
 import type { Any, CommandStep, Registry, SagaDefinition } from "./SagaDefinition.ts"
-import { InvalidSagaDefinition, InvalidSagaInput, type SagaCompensationFailed, type SagaConflict, SagaNotFound, type SagaStepFailed, type SagaStepTimeout } from "./SagaErrors.ts"
+import {
+  InvalidSagaDefinition,
+  InvalidSagaInput,
+  type SagaCompensationFailed,
+  type SagaConflict,
+  SagaNotFound,
+  type SagaStepFailed,
+  type SagaStepTimeout
+} from "./SagaErrors.ts"
 import { type SagaRecord, SagaStore, type StepRecord } from "./SagaStore.ts"
 import * as Settings from "./Settings.ts"
 
@@ -50,14 +58,14 @@ export * from "./SagaErrors.ts"
 export {
   /**
    * @since 0.1.0
-   * @category layers
-   */
-  recovery,
-  /**
-   * @since 0.1.0
    * @category combinators
    */
   recoverOnce,
+  /**
+   * @since 0.1.0
+   * @category layers
+   */
+  recovery,
   /**
    * @since 0.1.0
    * @category config
@@ -168,7 +176,12 @@ const sagaIdOf = (name: string, id: string | undefined): Effect.Effect<string, I
     ? Effect.map(Clock.currentTimeMillis, uuidv7)
     : uuidPattern.test(id)
     ? Effect.succeed(id.toLowerCase())
-    : Effect.fail(new InvalidSagaInput({ saga: name, message: `the saga id must be a UUID, got ${JSON.stringify(id).slice(0, 80)}` }))
+    : Effect.fail(
+      new InvalidSagaInput({
+        saga: name,
+        message: `the saga id must be a UUID, got ${JSON.stringify(id).slice(0, 80)}`
+      })
+    )
 
 const encodeInput = (def: Any, input: unknown) =>
   encodeJson(def.input, input).pipe(Effect.mapError((message) => new InvalidSagaInput({ saga: def.name, message })))
@@ -196,7 +209,10 @@ export const run = <Input, Results, R>(
   Effect.gen(function*() {
     const def = definition as Any
     if (kindOf(def) === "command" || kindOf(def) === "mixed") {
-      return yield* new InvalidSagaDefinition({ saga: def.name, message: "Saga.run runs local steps only; use Saga.start for command steps" })
+      return yield* new InvalidSagaDefinition({
+        saga: def.name,
+        message: "Saga.run runs local steps only; use Saga.start for command steps"
+      })
     }
     const encodedInput = yield* encodeInput(def, input)
     const { id: _, ...settings } = options
@@ -204,7 +220,9 @@ export const run = <Input, Results, R>(
     const id = yield* sagaIdOf(def.name, options.id)
     const claim = { owner: s.owner ?? processOwner, lease: s.lease }
     return yield* runLocal(def, { id, input, encodedInput, claim, maxCompensationAttempts: s.maxCompensationAttempts })
-  }).pipe(Effect.withSpan(spanName("run", definition.name), { attributes: { "tidings.saga.type": definition.name } })) as Effect.Effect<
+  }).pipe(
+    Effect.withSpan(spanName("run", definition.name), { attributes: { "tidings.saga.type": definition.name } })
+  ) as Effect.Effect<
     Completed<Results>,
     RunError,
     SagaStore | R
@@ -250,7 +268,9 @@ export const start = <Input, Results, R>(
     if (kind !== "command") {
       return yield* new InvalidSagaDefinition({
         saga: def.name,
-        message: kind === "empty" ? "a saga needs at least one step" : "Saga.start runs command steps only; use Saga.run for local steps"
+        message: kind === "empty"
+          ? "a saga needs at least one step"
+          : "Saga.start runs command steps only; use Saga.run for local steps"
       })
     }
     const store = yield* SagaStore
@@ -294,7 +314,10 @@ export type HandleReplyError = InvalidSagaDefinition | SagaConflict | InvalidEve
  * @since 0.1.0
  * @category execution
  */
-export const handleReply = <R>(registry: Registry<R>, message: Received): Effect.Effect<ReplyOutcome, HandleReplyError, SagaStore | OutboxStore> =>
+export const handleReply = <R>(
+  registry: Registry<R>,
+  message: Received
+): Effect.Effect<ReplyOutcome, HandleReplyError, SagaStore | OutboxStore> =>
   Effect.gen(function*() {
     if (message.type !== ReplyEvent.type) return "ignored" as ReplyOutcome
     const decodedReply = Schema.decodeUnknownExit(ReplyPayload)(message.payload)
@@ -305,26 +328,33 @@ export const handleReply = <R>(registry: Registry<R>, message: Received): Effect
     const payload = decodedReply.value
     const definition = registry.definitions.get(payload.sagaType)
     if (definition === undefined) {
-      return yield* new InvalidSagaDefinition({ saga: payload.sagaType, message: "no definition registered under this name" })
+      return yield* new InvalidSagaDefinition({
+        saga: payload.sagaType,
+        message: "no definition registered under this name"
+      })
     }
     const store = yield* SagaStore
     const outbox = yield* OutboxStore
     return yield* advance(store, outbox, definition, payload.sagaId, (execution, decoded) =>
       planCommand(definition, execution, decoded, { _tag: "Reply", reply: payload })).pipe(
-      Effect.retry({ schedule: conflictRetry, while: isRetryable }),
-      Effect.catchTag("SagaNotFound", () => Effect.as(Effect.logWarning(`saga reply ${message.id ?? ""} for unknown saga ${payload.sagaId}; ignored`), "ignored" as const)),
-      // The step's outcome, as a command step has no span of its own in this process.
-      Effect.withSpan(spanName("step", payload.stepName), {
-        attributes: {
-          "tidings.saga.id": payload.sagaId,
-          "tidings.saga.type": payload.sagaType,
-          "tidings.saga.step": payload.stepName,
-          "tidings.saga.step_index": payload.step,
-          "tidings.saga.step_kind": payload.kind,
-          "tidings.saga.step_outcome": payload.outcome
-        }
-      })
-    )
+        Effect.retry({ schedule: conflictRetry, while: isRetryable }),
+        Effect.catchTag("SagaNotFound", () =>
+          Effect.as(
+            Effect.logWarning(`saga reply ${message.id ?? ""} for unknown saga ${payload.sagaId}; ignored`),
+            "ignored" as const
+          )),
+        // The step's outcome, as a command step has no span of its own in this process.
+        Effect.withSpan(spanName("step", payload.stepName), {
+          attributes: {
+            "tidings.saga.id": payload.sagaId,
+            "tidings.saga.type": payload.sagaType,
+            "tidings.saga.step": payload.stepName,
+            "tidings.saga.step_index": payload.step,
+            "tidings.saga.step_kind": payload.kind,
+            "tidings.saga.step_outcome": payload.outcome
+          }
+        })
+      )
   }).pipe(Effect.withSpan(spanNames.reply, { attributes: { "messaging.message.id": message.id ?? "" } }))
 
 // ---------------------------------------------------------------------------------------------
@@ -347,5 +377,9 @@ export interface State extends SagaRecord {
  */
 export const get = (id: string): Effect.Effect<State, SagaNotFound | StoreError, SagaStore> =>
   SagaStore.use((store) => store.load(id)).pipe(
-    Effect.flatMap((execution) => execution === undefined ? Effect.fail(new SagaNotFound({ sagaId: id })) : Effect.succeed({ ...execution.saga, steps: execution.steps }))
+    Effect.flatMap((execution) =>
+      execution === undefined
+        ? Effect.fail(new SagaNotFound({ sagaId: id }))
+        : Effect.succeed({ ...execution.saga, steps: execution.steps })
+    )
   )

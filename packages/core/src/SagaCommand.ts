@@ -79,7 +79,10 @@ export type ReplyPayload = typeof ReplyPayload.Type
  * @since 0.1.0
  * @category events
  */
-export const ReplyEvent: Event.EventType<"tidings.saga.reply", typeof ReplyPayload> = Event.define("tidings.saga.reply", { aggregateType: "saga", schema: ReplyPayload })
+export const ReplyEvent: Event.EventType<"tidings.saga.reply", typeof ReplyPayload> = Event.define(
+  "tidings.saga.reply",
+  { aggregateType: "saga", schema: ReplyPayload }
+)
 
 /**
  * What sagas read of a received message: its id, event type, decoded payload and headers. Any
@@ -128,7 +131,10 @@ export const commandOf = <M extends Received>(message: M): Option.Option<Command
   const stepName = header(CommandHeaders.stepName)
   const kind = header(CommandHeaders.kind)
   const attempt = Number(header(CommandHeaders.attempt) ?? "1")
-  if (sagaId === undefined || sagaType === undefined || stepName === undefined || !Number.isInteger(step) || (kind !== "action" && kind !== "compensation")) {
+  if (
+    sagaId === undefined || sagaType === undefined || stepName === undefined || !Number.isInteger(step) ||
+    (kind !== "action" && kind !== "compensation")
+  ) {
     return Option.none()
   }
   return Option.some({
@@ -157,7 +163,8 @@ export type Outcome =
  * @since 0.1.0
  * @category constructors
  */
-export const completed = (result?: unknown): Outcome => result === undefined ? { _tag: "Completed" } : { _tag: "Completed", result }
+export const completed = (result?: unknown): Outcome =>
+  result === undefined ? { _tag: "Completed" } : { _tag: "Completed", result }
 
 /**
  * The command failed. A failed action compensates the saga at once. A failed compensation is sent
@@ -175,7 +182,10 @@ export const failed = (error: string, options: { readonly retryable?: boolean } 
  * @since 0.1.0
  * @category combinators
  */
-export const reply = (command: Command<Received>, outcome: Outcome): Effect.Effect<Message, InvalidEvent | NotInTransaction | StoreError, OutboxStore> =>
+export const reply = (
+  command: Command<Received>,
+  outcome: Outcome
+): Effect.Effect<Message, InvalidEvent | NotInTransaction | StoreError, OutboxStore> =>
   Outbox.append(ReplyEvent, {
     aggregateId: command.sagaId,
     payload: {

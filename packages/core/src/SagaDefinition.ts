@@ -120,7 +120,9 @@ export interface LocalStep {
   readonly name: string
   readonly result: AnyCodec
   readonly action: (context: StepContext<any, any>) => Effect.Effect<unknown, unknown, any>
-  readonly compensate: ((context: StepContext<any, any>, result: any) => Effect.Effect<unknown, unknown, any>) | undefined
+  readonly compensate:
+    | ((context: StepContext<any, any>, result: any) => Effect.Effect<unknown, unknown, any>)
+    | undefined
   readonly timeout: Duration.Duration | undefined
   readonly retry: Schedule.Schedule<unknown, unknown> | undefined
   readonly compensation: Compensation
@@ -210,21 +212,36 @@ const durationOf = (saga: string, path: string, input: Duration.Input | undefine
   try {
     return Settings.decodeSync(Settings.duration(), input, path)
   } catch (e) {
-    throw new InvalidSagaDefinition({ saga, message: e instanceof InvalidConfig ? `${e.path}: ${e.message}` : String(e) })
+    throw new InvalidSagaDefinition({
+      saga,
+      message: e instanceof InvalidConfig ? `${e.path}: ${e.message}` : String(e)
+    })
   }
 }
 
-const compensationOf = (saga: string, step: string, options: CompensationOptions | undefined, fallback: Compensation): Compensation => ({
-  timeout: options?.timeout === undefined ? fallback.timeout : durationOf(saga, `${step}.compensation.timeout`, options.timeout),
+const compensationOf = (
+  saga: string,
+  step: string,
+  options: CompensationOptions | undefined,
+  fallback: Compensation
+): Compensation => ({
+  timeout: options?.timeout === undefined
+    ? fallback.timeout
+    : durationOf(saga, `${step}.compensation.timeout`, options.timeout),
   retry: options?.retry ?? fallback.retry
 })
 
 const build = (name: string, input: AnyCodec, steps: ReadonlyArray<Step>): Any => {
   const add = (step: Step): Any => {
     if (!namePattern.test(step.name)) {
-      throw new InvalidSagaDefinition({ saga: name, message: `step name ${JSON.stringify(step.name)} must be 1-100 characters of [A-Za-z0-9_.:-]` })
+      throw new InvalidSagaDefinition({
+        saga: name,
+        message: `step name ${JSON.stringify(step.name)} must be 1-100 characters of [A-Za-z0-9_.:-]`
+      })
     }
-    if (steps.some((s) => s.name === step.name)) throw new InvalidSagaDefinition({ saga: name, message: `duplicate step name ${JSON.stringify(step.name)}` })
+    if (steps.some((s) => s.name === step.name)) {
+      throw new InvalidSagaDefinition({ saga: name, message: `duplicate step name ${JSON.stringify(step.name)}` })
+    }
     return build(name, input, [...steps, step])
   }
   return {
@@ -271,9 +288,15 @@ const build = (name: string, input: AnyCodec, steps: ReadonlyArray<Step>): Any =
  * @since 0.1.0
  * @category constructors
  */
-export const make = <S extends AnyCodec>(name: string, options: { readonly input: S }): SagaDefinition<S["Type"], {}> => {
+export const make = <S extends AnyCodec>(
+  name: string,
+  options: { readonly input: S }
+): SagaDefinition<S["Type"], {}> => {
   if (!namePattern.test(name)) {
-    throw new InvalidSagaDefinition({ saga: name.slice(0, 100), message: `saga name ${JSON.stringify(name)} must be 1-100 characters of [A-Za-z0-9_.:-]` })
+    throw new InvalidSagaDefinition({
+      saga: name.slice(0, 100),
+      message: `saga name ${JSON.stringify(name)} must be 1-100 characters of [A-Za-z0-9_.:-]`
+    })
   }
   return build(name, options.input, []) as SagaDefinition<S["Type"], {}>
 }
@@ -298,7 +321,10 @@ export const registry = <const D extends ReadonlyArray<Any>>(...definitions: D):
   const map = new Map<string, Any>()
   for (const d of definitions) {
     if (map.has(d.name) && map.get(d.name) !== d) {
-      throw new InvalidSagaDefinition({ saga: d.name, message: `saga registry: two definitions named ${JSON.stringify(d.name)}` })
+      throw new InvalidSagaDefinition({
+        saga: d.name,
+        message: `saga registry: two definitions named ${JSON.stringify(d.name)}`
+      })
     }
     map.set(d.name, d)
   }

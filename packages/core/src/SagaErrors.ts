@@ -8,14 +8,18 @@
 import { type Cause, Schema } from "effect"
 import { isRetryable } from "./Errors.ts"
 
-const SagaStepFailedBase: Schema.Class<SagaStepFailed, Schema.TaggedStruct<"SagaStepFailed", {
-  readonly sagaId: Schema.String
-  readonly saga: Schema.String
-  readonly step: Schema.String
-  readonly message: Schema.String
-  /** The step's own error, when it came from this process (not from a reply event). */
-  readonly cause: Schema.optional<Schema.Defect>
-}>, Cause.YieldableError> = Schema.TaggedError<SagaStepFailed>()("SagaStepFailed", {
+const SagaStepFailedBase: Schema.Class<
+  SagaStepFailed,
+  Schema.TaggedStruct<"SagaStepFailed", {
+    readonly sagaId: Schema.String
+    readonly saga: Schema.String
+    readonly step: Schema.String
+    readonly message: Schema.String
+    /** The step's own error, when it came from this process (not from a reply event). */
+    readonly cause: Schema.optional<Schema.Defect>
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<SagaStepFailed>()("SagaStepFailed", {
   sagaId: Schema.String,
   saga: Schema.String,
   step: Schema.String,
@@ -36,12 +40,16 @@ export class SagaStepFailed extends SagaStepFailedBase {
   }
 }
 
-const SagaStepTimeoutBase: Schema.Class<SagaStepTimeout, Schema.TaggedStruct<"SagaStepTimeout", {
-  readonly sagaId: Schema.String
-  readonly saga: Schema.String
-  readonly step: Schema.String
-  readonly timeoutMs: Schema.Finite
-}>, Cause.YieldableError> = Schema.TaggedError<SagaStepTimeout>()("SagaStepTimeout", {
+const SagaStepTimeoutBase: Schema.Class<
+  SagaStepTimeout,
+  Schema.TaggedStruct<"SagaStepTimeout", {
+    readonly sagaId: Schema.String
+    readonly saga: Schema.String
+    readonly step: Schema.String
+    readonly timeoutMs: Schema.Finite
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<SagaStepTimeout>()("SagaStepTimeout", {
   sagaId: Schema.String,
   saga: Schema.String,
   step: Schema.String,
@@ -60,15 +68,19 @@ export class SagaStepTimeout extends SagaStepTimeoutBase {
   }
 }
 
-const SagaCompensationFailedBase: Schema.Class<SagaCompensationFailed, Schema.TaggedStruct<"SagaCompensationFailed", {
-  readonly sagaId: Schema.String
-  readonly saga: Schema.String
-  readonly step: Schema.String
-  readonly message: Schema.String
-  /** Why the saga was being compensated (the step failure or timeout). */
-  readonly reason: Schema.String
-  readonly cause: Schema.optional<Schema.Defect>
-}>, Cause.YieldableError> = Schema.TaggedError<SagaCompensationFailed>()("SagaCompensationFailed", {
+const SagaCompensationFailedBase: Schema.Class<
+  SagaCompensationFailed,
+  Schema.TaggedStruct<"SagaCompensationFailed", {
+    readonly sagaId: Schema.String
+    readonly saga: Schema.String
+    readonly step: Schema.String
+    readonly message: Schema.String
+    /** Why the saga was being compensated (the step failure or timeout). */
+    readonly reason: Schema.String
+    readonly cause: Schema.optional<Schema.Defect>
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<SagaCompensationFailed>()("SagaCompensationFailed", {
   sagaId: Schema.String,
   saga: Schema.String,
   step: Schema.String,
@@ -90,9 +102,13 @@ export class SagaCompensationFailed extends SagaCompensationFailedBase {
   }
 }
 
-const SagaNotFoundBase: Schema.Class<SagaNotFound, Schema.TaggedStruct<"SagaNotFound", {
-  readonly sagaId: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<SagaNotFound>()("SagaNotFound", {
+const SagaNotFoundBase: Schema.Class<
+  SagaNotFound,
+  Schema.TaggedStruct<"SagaNotFound", {
+    readonly sagaId: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<SagaNotFound>()("SagaNotFound", {
   sagaId: Schema.String
 })
 
@@ -107,11 +123,15 @@ export class SagaNotFound extends SagaNotFoundBase {
   }
 }
 
-const SagaConflictBase: Schema.Class<SagaConflict, Schema.TaggedStruct<"SagaConflict", {
-  readonly sagaId: Schema.String
-  readonly expectedVersion: Schema.Int
-  readonly actualVersion: Schema.optional<Schema.Int>
-}>, Cause.YieldableError> = Schema.TaggedError<SagaConflict>()("SagaConflict", {
+const SagaConflictBase: Schema.Class<
+  SagaConflict,
+  Schema.TaggedStruct<"SagaConflict", {
+    readonly sagaId: Schema.String
+    readonly expectedVersion: Schema.Int
+    readonly actualVersion: Schema.optional<Schema.Int>
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<SagaConflict>()("SagaConflict", {
   sagaId: Schema.String,
   expectedVersion: Schema.Int,
   actualVersion: Schema.optional(Schema.Int)
@@ -129,10 +149,14 @@ export class SagaConflict extends SagaConflictBase {
   }
 }
 
-const InvalidSagaInputBase: Schema.Class<InvalidSagaInput, Schema.TaggedStruct<"InvalidSagaInput", {
-  readonly saga: Schema.String
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<InvalidSagaInput>()("InvalidSagaInput", {
+const InvalidSagaInputBase: Schema.Class<
+  InvalidSagaInput,
+  Schema.TaggedStruct<"InvalidSagaInput", {
+    readonly saga: Schema.String
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<InvalidSagaInput>()("InvalidSagaInput", {
   saga: Schema.String,
   message: Schema.String
 })
@@ -148,10 +172,14 @@ export class InvalidSagaInput extends InvalidSagaInputBase {
   }
 }
 
-const InvalidSagaDefinitionBase: Schema.Class<InvalidSagaDefinition, Schema.TaggedStruct<"InvalidSagaDefinition", {
-  readonly saga: Schema.String
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<InvalidSagaDefinition>()("InvalidSagaDefinition", {
+const InvalidSagaDefinitionBase: Schema.Class<
+  InvalidSagaDefinition,
+  Schema.TaggedStruct<"InvalidSagaDefinition", {
+    readonly saga: Schema.String
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<InvalidSagaDefinition>()("InvalidSagaDefinition", {
   saga: Schema.String,
   message: Schema.String
 })

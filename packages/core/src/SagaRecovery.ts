@@ -16,10 +16,10 @@ import { decodeExecution } from "./internal/sagaCodec.ts"
 import { compensateLocal, detached } from "./internal/sagaCompensateLocal.ts"
 import { kindOf } from "./internal/sagaContext.ts"
 import * as SagaMetrics from "./internal/sagaMetrics.ts"
-import * as Metrics from "./Metrics.ts"
 import { planCommand } from "./internal/sagaPlan.ts"
 import { spanName } from "./internal/sagaSpans.ts"
 import { persist, processOwner, type Tracker, withHeartbeat } from "./internal/sagaTracker.ts"
+import * as Metrics from "./Metrics.ts"
 import { OutboxStore } from "./OutboxStore.ts"
 import type { ReplyOutcome } from "./SagaCommand.ts"
 import type { Any, Registry } from "./SagaDefinition.ts"
@@ -96,7 +96,9 @@ export interface RecoveryConfig<R> {
  */
 export interface RecoveryReport {
   /** Sagas this instance claimed and resumed, with what became of them. */
-  readonly recovered: ReadonlyArray<{ readonly id: string; readonly type: string; readonly outcome: ReplyOutcome | "error" }>
+  readonly recovered: ReadonlyArray<
+    { readonly id: string; readonly type: string; readonly outcome: ReplyOutcome | "error" }
+  >
 }
 
 const decodeConfig = <R>({ registry: _, ...options }: RecoveryConfig<R>): Effect.Effect<Config, InvalidConfig> =>
@@ -124,9 +126,10 @@ const recoverLocal = (definition: Any, claimed: SagaRecord, why: string, s: Conf
         const inFlight = steps[i]
         const stepName = definition.steps[i]?.name ?? String(i)
         const reason = `step ${stepName} was interrupted: ${why}`
-        const updates: Array<StepUpdate> = inFlight !== undefined && inFlight.status === "pending" && inFlight.attempts > 0
-          ? [{ index: i, status: "failed", error: `interrupted: ${why}`, finished: true }]
-          : []
+        const updates: Array<StepUpdate> =
+          inFlight !== undefined && inFlight.status === "pending" && inFlight.attempts > 0
+            ? [{ index: i, status: "failed", error: `interrupted: ${why}`, finished: true }]
+            : []
         yield* persist(t, { status: "compensating", error: reason, deadline: null, steps: updates })
         steps = steps.map((st) => st.index === i && updates.length > 0 ? { ...st, status: "failed" as const } : st)
       }
@@ -148,18 +151,31 @@ const recoverSaga = (definition: Any, claimed: SagaRecord, seen: SagaRecord, s: 
     if (kindOf(definition) !== "command") return yield* recoverLocal(definition, claimed, why, s)
     const store = yield* SagaStore
     const outbox = yield* Effect.serviceOption(OutboxStore)
-    if (Option.isNone(outbox)) return yield* Effect.die(new Error("recovering an asynchronous saga needs an OutboxStore"))
+    if (Option.isNone(outbox)) {
+      return yield* Effect.die(new Error("recovering an asynchronous saga needs an OutboxStore"))
+    }
     return yield* advance(store, outbox.value, definition, claimed.id, (execution, decoded) =>
       execution.saga.version === claimed.version
-        ? planCommand(definition, execution, decoded, { _tag: "Overdue", maxCompensationAttempts: s.maxCompensationAttempts })
+        ? planCommand(definition, execution, decoded, {
+          _tag: "Overdue",
+          maxCompensationAttempts: s.maxCompensationAttempts
+        })
         : Effect.succeed(undefined))
-  }).pipe(Effect.withSpan(spanName("recover", claimed.type), { attributes: { "tidings.saga.id": claimed.id, "tidings.saga.type": claimed.type } }))
+  }).pipe(
+    Effect.withSpan(spanName("recover", claimed.type), {
+      attributes: { "tidings.saga.id": claimed.id, "tidings.saga.type": claimed.type }
+    })
+  )
 
 const recoverRound = (registry: Registry<any>, s: Config) =>
   Effect.gen(function*() {
     const store = yield* SagaStore
     yield* SagaMetrics.byStatus(yield* store.countByStatus)
-    const due = yield* store.findRecoverable({ stuckAfter: s.stuckAfter, limit: s.batchSize, types: [...registry.definitions.keys()] })
+    const due = yield* store.findRecoverable({
+      stuckAfter: s.stuckAfter,
+      limit: s.batchSize,
+      types: [...registry.definitions.keys()]
+    })
     const recovered: Array<RecoveryReport["recovered"][number]> = []
     for (const seen of due) {
       const definition = registry.definitions.get(seen.type)
@@ -172,7 +188,10 @@ const recoverRound = (registry: Registry<any>, s: Config) =>
         Effect.catchCause((cause) =>
           Cause.hasInterruptsOnly(cause)
             ? Effect.failCause(cause)
-            : Effect.as(Effect.logWarning(`saga ${seen.id}: recovery failed; it will be retried`, cause), "error" as const)
+            : Effect.as(
+              Effect.logWarning(`saga ${seen.id}: recovery failed; it will be retried`, cause),
+              "error" as const
+            )
         )
       )
       recovered.push({ id: seen.id, type: seen.type, outcome })
@@ -188,7 +207,9 @@ const recoverRound = (registry: Registry<any>, s: Config) =>
  * @since 0.1.0
  * @category combinators
  */
-export const recoverOnce = <R>(config: RecoveryConfig<R>): Effect.Effect<RecoveryReport, InvalidConfig | StoreError, SagaStore | R> =>
+export const recoverOnce = <R>(
+  config: RecoveryConfig<R>
+): Effect.Effect<RecoveryReport, InvalidConfig | StoreError, SagaStore | R> =>
   Effect.flatMap(decodeConfig(config), (s) => recoverRound(config.registry, s)) as Effect.Effect<
     RecoveryReport,
     InvalidConfig | StoreError,
@@ -207,5 +228,7 @@ export const recovery = <R>(config: RecoveryConfig<R>): Layer.Layer<never, Inval
   Layer.effectDiscard(Effect.gen(function*() {
     const s = yield* decodeConfig(config)
     yield* Metrics.initializeSagas
-    yield* Effect.forkScoped(every(s.interval, "saga recovery round", recoverRound(config.registry, s), { jitter: 0.2 }))
+    yield* Effect.forkScoped(
+      every(s.interval, "saga recovery round", recoverRound(config.registry, s), { jitter: 0.2 })
+    )
   })) as Layer.Layer<never, InvalidConfig, SagaStore | R>

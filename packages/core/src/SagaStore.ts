@@ -210,13 +210,21 @@ export interface Service {
    * Compare-and-set: applies `update` (saga and steps together) only if the saga's version is still
    * `expectedVersion`, and bumps the version. Fails with `SagaConflict` otherwise.
    */
-  readonly update: (id: string, expectedVersion: number, update: SagaUpdate) => Effect.Effect<SagaRecord, SagaConflict | SagaNotFound | StoreError>
+  readonly update: (
+    id: string,
+    expectedVersion: number,
+    update: SagaUpdate
+  ) => Effect.Effect<SagaRecord, SagaConflict | SagaNotFound | StoreError>
   /**
    * Claims an active saga for recovery: succeeds (bumping the version) only if the version is still
    * `expectedVersion`, the saga is `running` or `compensating`, and nobody holds an unexpired
    * claim on it. `undefined` when another instance got there first.
    */
-  readonly claim: (id: string, expectedVersion: number, claim: Claim) => Effect.Effect<SagaRecord | undefined, StoreError>
+  readonly claim: (
+    id: string,
+    expectedVersion: number,
+    claim: Claim
+  ) => Effect.Effect<SagaRecord | undefined, StoreError>
   /** Renews a claim still held by `claim.owner` (no version bump); false when it was lost. */
   readonly heartbeat: (id: string, claim: Claim) => Effect.Effect<boolean, StoreError>
   /**
@@ -231,7 +239,10 @@ export interface Service {
   readonly countByStatus: Effect.Effect<Record<SagaStatus, number>, StoreError>
 }
 
-const SagaStoreBase: Context.ServiceClass<SagaStore, "@tidings/core/SagaStore", Service> = Context.Service<SagaStore, Service>()("@tidings/core/SagaStore")
+const SagaStoreBase: Context.ServiceClass<SagaStore, "@tidings/core/SagaStore", Service> = Context.Service<
+  SagaStore,
+  Service
+>()("@tidings/core/SagaStore")
 
 /**
  * The saga storage service.
@@ -239,4 +250,3 @@ const SagaStoreBase: Context.ServiceClass<SagaStore, "@tidings/core/SagaStore", 
  * @category services
  */
 export class SagaStore extends SagaStoreBase {}
-

@@ -33,7 +33,11 @@ export const invalid = (
   const message = issues.length <= 1 && options.namePaths !== true
     ? first.message
     : issues.map((i) => `${i.path === "" ? "(root)" : i.path}: ${i.message}`).join("; ")
-  return new InvalidConfig({ path: first.path, message, issues: issues.map((i) => ({ path: i.path, message: i.message })) })
+  return new InvalidConfig({
+    path: first.path,
+    message,
+    issues: issues.map((i) => ({ path: i.path, message: i.message }))
+  })
 }
 
 /**
@@ -50,11 +54,19 @@ export const fromSchemaError = (error: Schema.SchemaError, prefix = ""): Invalid
  * @since 0.1.0
  * @category decoding
  */
-export const decode = <S extends Schema.Codec<any, any, never, never>>(schema: S, input: unknown, prefix = ""): Effect.Effect<S["Type"], InvalidConfig> => {
+export const decode = <S extends Schema.Codec<any, any, never, never>>(
+  schema: S,
+  input: unknown,
+  prefix = ""
+): Effect.Effect<S["Type"], InvalidConfig> => {
   const exit = Schema.decodeUnknownExit(schema)(input, { errors: "all" })
   if (Exit.isSuccess(exit)) return Effect.succeed(exit.value)
   const error = Exit.findErrorOption(exit)
-  return Effect.fail(Option.isSome(error) ? fromSchemaError(error.value, prefix) : invalid([{ path: prefix, message: "invalid configuration" }]))
+  return Effect.fail(
+    Option.isSome(error)
+      ? fromSchemaError(error.value, prefix)
+      : invalid([{ path: prefix, message: "invalid configuration" }])
+  )
 }
 
 /**
@@ -62,7 +74,11 @@ export const decode = <S extends Schema.Codec<any, any, never, never>>(schema: S
  * @since 0.1.0
  * @category decoding
  */
-export const decodeSync = <S extends Schema.Codec<any, any, never, never>>(schema: S, input: unknown, prefix = ""): S["Type"] => {
+export const decodeSync = <S extends Schema.Codec<any, any, never, never>>(
+  schema: S,
+  input: unknown,
+  prefix = ""
+): S["Type"] => {
   const exit = Effect.runSyncExit(decode(schema, input, prefix))
   if (Exit.isSuccess(exit)) return exit.value
   throw Option.getOrThrow(Exit.findErrorOption(exit))
@@ -86,14 +102,18 @@ const durationInput = Schema.declare(
  * @since 0.1.0
  * @category fields
  */
-export const duration = (options: { readonly allowZero?: boolean } = {}): Schema.Codec<Duration.Duration, Duration.Input> =>
+export const duration = (
+  options: { readonly allowZero?: boolean } = {}
+): Schema.Codec<Duration.Duration, Duration.Input> =>
   durationInput.pipe(
     Schema.decodeTo(
       Schema.Duration.check(Schema.makeFilter(
         (d: Duration.Duration) =>
           Duration.isFinite(d) && Duration.toMillis(d) >= 0 && (options.allowZero === true || Duration.toMillis(d) > 0)
             ? undefined
-            : `must be a finite ${options.allowZero === true ? "non-negative" : "positive"} duration, got ${Duration.format(d)}`
+            : `must be a finite ${options.allowZero === true ? "non-negative" : "positive"} duration, got ${
+              Duration.format(d)
+            }`
       )),
       SchemaTransformation.transform({
         decode: (input: Duration.Input) => Duration.fromInputUnsafe(input),
@@ -108,9 +128,11 @@ export const duration = (options: { readonly allowZero?: boolean } = {}): Schema
  * @category fields
  */
 export const int = (min: number, max: number): Schema.Codec<number> =>
-  Schema.Number.check(Schema.makeFilter((n: number) =>
-    Number.isInteger(n) && n >= min && n <= max ? undefined : `must be an integer from ${min} to ${max}, got ${n}`
-  ))
+  Schema.Number.check(
+    Schema.makeFilter((n: number) =>
+      Number.isInteger(n) && n >= min && n <= max ? undefined : `must be an integer from ${min} to ${max}, got ${n}`
+    )
+  )
 
 /**
  * The type of a {@link duration} field, for explicit types on exported schemas.
@@ -134,11 +156,14 @@ export type IntSetting = Schema.Codec<number>
 export type Defaulted<S extends Schema.Top> = Schema.withDecodingDefault<S, never>
 
 const secretInput = Schema.declare(
-  (u: unknown): u is string | Redacted.Redacted<string> => typeof u === "string" || (Redacted.isRedacted(u) && typeof Redacted.value(u) === "string"),
+  (u: unknown): u is string | Redacted.Redacted<string> =>
+    typeof u === "string" || (Redacted.isRedacted(u) && typeof Redacted.value(u) === "string"),
   { expected: "a string or a Redacted string", [Env.envAnnotation]: "secret" }
 )
 
-const redactedString = Schema.declare((u: unknown): u is Redacted.Redacted<string> => Redacted.isRedacted(u), { expected: "a Redacted string" })
+const redactedString = Schema.declare((u: unknown): u is Redacted.Redacted<string> => Redacted.isRedacted(u), {
+  expected: "a Redacted string"
+})
 
 /**
  * A secret (a password, a URL with credentials, a token): given as a string or a `Redacted`,
@@ -147,7 +172,9 @@ const redactedString = Schema.declare((u: unknown): u is Redacted.Redacted<strin
  * @since 0.1.0
  * @category fields
  */
-export const secret = (options: { readonly check?: (value: string) => string | undefined } = {}): Schema.Codec<Redacted.Redacted<string>, string | Redacted.Redacted<string>> =>
+export const secret = (
+  options: { readonly check?: (value: string) => string | undefined } = {}
+): Schema.Codec<Redacted.Redacted<string>, string | Redacted.Redacted<string>> =>
   secretInput.pipe(
     Schema.decodeTo(
       redactedString.check(Schema.makeFilter((r: Redacted.Redacted<string>) => {
@@ -156,7 +183,8 @@ export const secret = (options: { readonly check?: (value: string) => string | u
         return options.check?.(value)
       })),
       SchemaTransformation.transform({
-        decode: (input: string | Redacted.Redacted<string>) => Redacted.isRedacted(input) ? input : Redacted.make(input),
+        decode: (input: string | Redacted.Redacted<string>) =>
+          Redacted.isRedacted(input) ? input : Redacted.make(input),
         encode: (r: Redacted.Redacted<string>): string | Redacted.Redacted<string> => r
       })
     )
@@ -176,7 +204,8 @@ export type Variable = Env.Variable
  * @since 0.1.0
  * @category environment
  */
-export const variables = (schema: Schema.Top, prefix: string, names?: Names): ReadonlyArray<Variable> => Env.variables(schema, prefix, names)
+export const variables = (schema: Schema.Top, prefix: string, names?: Names): ReadonlyArray<Variable> =>
+  Env.variables(schema, prefix, names)
 
 /**
  * Variable names that differ from `PREFIX_PATH`, by option path: `{ schema: "TIDINGS_SCHEMA" }`
@@ -204,8 +233,11 @@ export interface EnvironmentOptions<A> {
  * @since 0.1.0
  * @category environment
  */
-export const defaults = (schema: Schema.Top & { readonly fields?: Schema.Struct.Fields }, prefix: string, names?: Names): ReadonlyMap<string, string> =>
-  Env.defaults(schema, prefix, names)
+export const defaults = (
+  schema: Schema.Top & { readonly fields?: Schema.Struct.Fields },
+  prefix: string,
+  names?: Names
+): ReadonlyMap<string, string> => Env.defaults(schema, prefix, names)
 
 /**
  * The variable name of an option path under `prefix`: `envName("TIDINGS_RELAY", ["pollInterval", "min"])`
@@ -222,9 +254,22 @@ export const envName = (prefix: string, path: ReadonlyArray<string>): string => 
  * @since 0.1.0
  * @category environment
  */
-export const inEnvironment = (schema: Schema.Top, prefix: string, options: { readonly texts?: ReadonlyMap<string, string>; readonly names?: Names } = {}) =>
+export const inEnvironment = (
+  schema: Schema.Top,
+  prefix: string,
+  options: { readonly texts?: ReadonlyMap<string, string>; readonly names?: Names } = {}
+) =>
 (error: InvalidConfig): InvalidConfig =>
-  invalid(Env.renameIssues(schema, prefix, error.issues ?? [{ path: error.path, message: error.message }], options.texts, options.names), { namePaths: true })
+  invalid(
+    Env.renameIssues(
+      schema,
+      prefix,
+      error.issues ?? [{ path: error.path, message: error.message }],
+      options.texts,
+      options.names
+    ),
+    { namePaths: true }
+  )
 
 /**
  * Reads a component's settings from the environment with Effect's `Config` (the current
@@ -243,7 +288,12 @@ export const fromConfig = <S extends Schema.Codec<any, any, never, never>>(
 ): Effect.Effect<S["Type"], InvalidConfig> =>
   Env.readInput(schema, prefix, options.defaults, options.names).pipe(
     Effect.mapError((issues) => invalid(issues, { namePaths: true })),
-    Effect.flatMap(({ input, texts }) => Effect.mapError(decode(schema, input), inEnvironment(schema, prefix, { texts, ...(options.names === undefined ? {} : { names: options.names }) })))
+    Effect.flatMap(({ input, texts }) =>
+      Effect.mapError(
+        decode(schema, input),
+        inEnvironment(schema, prefix, { texts, ...(options.names === undefined ? {} : { names: options.names }) })
+      )
+    )
   )
 
 /**
@@ -311,5 +361,6 @@ export const read = <S extends Schema.Codec<any, any, never, never>>(
       defaults: options.defaults,
       ...(environment.names === undefined ? {} : { names: environment.names })
     }),
-    (settings) => Object.fromEntries(Object.entries(settings as object).filter(([, v]) => v !== undefined)) as Defined<S["Type"]>
+    (settings) =>
+      Object.fromEntries(Object.entries(settings as object).filter(([, v]) => v !== undefined)) as Defined<S["Type"]>
   )

@@ -29,8 +29,12 @@ export const noStack = { captureStackTrace: false } as const
  * @since 0.1.0
  * @category formatting
  */
-export const formatTraceparent = (span: { readonly traceId: string; readonly spanId: string; readonly sampled: boolean }): string =>
-  `00-${span.traceId.padStart(32, "0").slice(-32)}-${span.spanId.padStart(16, "0").slice(-16)}-${span.sampled ? "01" : "00"}`
+export const formatTraceparent = (
+  span: { readonly traceId: string; readonly spanId: string; readonly sampled: boolean }
+): string =>
+  `00-${span.traceId.padStart(32, "0").slice(-32)}-${span.spanId.padStart(16, "0").slice(-16)}-${
+    span.sampled ? "01" : "00"
+  }`
 
 /**
  * The `traceparent` of the current span, if any.
@@ -118,11 +122,17 @@ export const spanName = (operation: string, destination: string | undefined): st
  * @since 0.1.0
  * @category constructors
  */
-export const serverOf = (url: string, defaultPort?: number): { readonly serverAddress?: string; readonly serverPort?: number } => {
+export const serverOf = (
+  url: string,
+  defaultPort?: number
+): { readonly serverAddress?: string; readonly serverPort?: number } => {
   try {
     const u = new URL(url)
     const port = u.port === "" ? defaultPort : Number(u.port)
-    return { serverAddress: u.hostname.replace(/^\[(.*)\]$/, "$1"), ...(port === undefined ? {} : { serverPort: port }) }
+    return {
+      serverAddress: u.hostname.replace(/^\[(.*)\]$/, "$1"),
+      ...(port === undefined ? {} : { serverPort: port })
+    }
   } catch {
     return {}
   }

@@ -95,7 +95,9 @@ const make = (): Service => {
  * @since 0.1.0
  * @category services
  */
-export const Wakeups: Context.Reference<Service> = Context.Reference<Service>("@tidings/core/Wakeups", { defaultValue: make })
+export const Wakeups: Context.Reference<Service> = Context.Reference<Service>("@tidings/core/Wakeups", {
+  defaultValue: make
+})
 
 /**
  * A fresh, private hub (tests that must not hear other tests' producers).

@@ -5,36 +5,54 @@
  * advances (`testTime.run`).
  */
 import { assert, describe, it } from "@effect/vitest"
+import { failureTag, testTime } from "@tidings/core/testing"
 import { Clock, Duration, Effect, Exit, Layer, References, Schema } from "effect"
 import * as Admin from "../src/Admin.ts"
 import * as Event from "../src/Event.ts"
 import * as InboxStore from "../src/InboxStore.ts"
 import * as MemoryInboxStore from "../src/MemoryInboxStore.ts"
-import * as Outbox from "../src/Outbox.ts"
 import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
-import * as OutboxStore from "../src/OutboxStore.ts"
 import * as MemorySagaStore from "../src/MemorySagaStore.ts"
+import * as Outbox from "../src/Outbox.ts"
+import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Saga from "../src/Saga.ts"
 import * as SagaStore from "../src/SagaStore.ts"
-import { failureTag, testTime } from "@tidings/core/testing"
 import { localOrder, makeScript } from "./SagaFixtures.ts"
 
 const Shipped = Event.define("parcel.shipped", { aggregateType: "parcel", schema: Schema.Struct({ n: Schema.Int }) })
 const Billed = Event.define("invoice.billed", { aggregateType: "invoice", schema: Schema.Struct({ n: Schema.Int }) })
 
 const stores = Layer.mergeAll(MemoryOutboxStore.layer, MemoryInboxStore.layer, MemorySagaStore.layer)
-const run = <A, E>(effect: Effect.Effect<A, E, OutboxStore.OutboxStore | InboxStore.InboxStore | SagaStore.SagaStore>) =>
+const run = <A, E>(
+  effect: Effect.Effect<A, E, OutboxStore.OutboxStore | InboxStore.InboxStore | SagaStore.SagaStore>
+) =>
   // Sagas log every failed attempt; the assertions say what happened.
-  testTime.run(effect).pipe(Effect.provide(Layer.fresh(stores)), Effect.provideService(References.MinimumLogLevel, "None"))
+  testTime.run(effect).pipe(
+    Effect.provide(Layer.fresh(stores)),
+    Effect.provideService(References.MinimumLogLevel, "None")
+  )
 
 /** Appends `n` events of each type and fails them all, as a relay would after a refusal. */
 const failedEvents = (n: number) =>
   Effect.gen(function*() {
     const store = yield* OutboxStore.OutboxStore
-    const drafts = Array.from({ length: n }, (_, i) => [Shipped.make({ aggregateId: `p${i}`, payload: { n: i } }), Billed.make({ aggregateId: `b${i}`, payload: { n: i } })]).flat()
+    const drafts = Array.from(
+      { length: n },
+      (
+        _,
+        i
+      ) => [
+        Shipped.make({ aggregateId: `p${i}`, payload: { n: i } }),
+        Billed.make({ aggregateId: `b${i}`, payload: { n: i } })
+      ]
+    ).flat()
     yield* store.withTransaction(Outbox.appendAll(drafts))
     const claimed = yield* store.claim({ relayId: "r", batchSize: 1000, lease: Duration.seconds(30) })
-    yield* store.settle("r", { published: [], retry: [], failed: claimed.map((c) => ({ id: c.message.id, error: "refused" })) })
+    yield* store.settle("r", {
+      published: [],
+      retry: [],
+      failed: claimed.map((c) => ({ id: c.message.id, error: "refused" }))
+    })
     return claimed.map((c) => c.message)
   })
 
@@ -44,7 +62,10 @@ describe("Admin", () => {
       const store = yield* OutboxStore.OutboxStore
       const messages = yield* failedEvents(7)
       const progress: Array<[number, number]> = []
-      const n = yield* Admin.retryFailed({ type: Shipped.type }, { batch: 3, onProgress: (done, total) => Effect.sync(() => void progress.push([done, total])) })
+      const n = yield* Admin.retryFailed({ type: Shipped.type }, {
+        batch: 3,
+        onProgress: (done, total) => Effect.sync(() => void progress.push([done, total]))
+      })
       assert.strictEqual(n, 7)
       assert.deepStrictEqual(progress, [[0, 7], [3, 7], [6, 7], [7, 7]])
       assert.deepStrictEqual(yield* store.countByType({ status: "failed" }), [{ type: Billed.type, count: 7 }])
@@ -61,7 +82,9 @@ describe("Admin", () => {
     run(Effect.gen(function*() {
       const inbox = yield* InboxStore.InboxStore
       const outbox = yield* OutboxStore.OutboxStore
-      const [published] = yield* outbox.withTransaction(Outbox.appendAll([Shipped.make({ aggregateId: "p", payload: { n: 1 } })]))
+      const [published] = yield* outbox.withTransaction(
+        Outbox.appendAll([Shipped.make({ aggregateId: "p", payload: { n: 1 } })])
+      )
       const claimed = yield* outbox.claim({ relayId: "r", batchSize: 10, lease: Duration.seconds(30) })
       yield* outbox.settle("r", { published: claimed.map((c) => c.message.id), retry: [], failed: [] })
       yield* inbox.markFailed(published!.id, "billing", "crash loop: 3 handling attempts started and none finished")
@@ -72,7 +95,10 @@ describe("Admin", () => {
       assert.deepStrictEqual(yield* Admin.replayDeadLetter(published!.id, "billing"), { reset: false, requeued: false })
       // An event the outbox no longer has: the row is reset; the broker's dead-letter queue has the message.
       yield* inbox.markFailed("gone-from-the-outbox", "billing", "crash loop")
-      assert.deepStrictEqual(yield* Admin.replayDeadLetter("gone-from-the-outbox", "billing"), { reset: true, requeued: false })
+      assert.deepStrictEqual(yield* Admin.replayDeadLetter("gone-from-the-outbox", "billing"), {
+        reset: true,
+        requeued: false
+      })
     })))
 
   it.effect("retrySaga: a failed compensation is retried by the recovery worker with fresh attempts", () =>
@@ -92,14 +118,30 @@ describe("Admin", () => {
       assert.match(retried.error ?? "", /^retried by an operator after: compensation of charge failed/)
       const healed = makeScript()
       yield* testTime.advance("1 millis") // the recovery worker's next round, later than the retry
-      const report = yield* Saga.recoverOnce({ registry: Saga.registry(localOrder(healed)), maxCompensationAttempts: 3 })
+      const report = yield* Saga.recoverOnce({
+        registry: Saga.registry(localOrder(healed)),
+        maxCompensationAttempts: 3
+      })
       assert.deepStrictEqual(report.recovered.map((r) => [r.id, r.outcome]), [[id, "compensated"]])
-      assert.deepStrictEqual(healed.log, ["undo:charge", "refunded pay-res-o-1-2030", "undo:reserve", "released res-o-1 until 2030-01-01T00:00:00.000Z"])
+      assert.deepStrictEqual(healed.log, [
+        "undo:charge",
+        "refunded pay-res-o-1-2030",
+        "undo:reserve",
+        "released res-o-1 until 2030-01-01T00:00:00.000Z"
+      ])
       const after = (yield* SagaStore.SagaStore.use((s) => s.load(id)))!
-      assert.deepStrictEqual([after.saga.status, ...after.steps.map((s) => s.status)], ["compensated", "compensated", "compensated", "failed"])
+      assert.deepStrictEqual([after.saga.status, ...after.steps.map((s) => s.status)], [
+        "compensated",
+        "compensated",
+        "compensated",
+        "failed"
+      ])
       // Only a failed saga can be retried.
       assert.strictEqual(failureTag(yield* Effect.exit(Admin.retrySaga(id))), "SagaActionConflict")
-      assert.strictEqual(failureTag(yield* Effect.exit(Admin.retrySaga("0190a0f4-5b4e-7c3d-8a1b-2c3d4e5f6a7b"))), "SagaNotFound")
+      assert.strictEqual(
+        failureTag(yield* Effect.exit(Admin.retrySaga("0190a0f4-5b4e-7c3d-8a1b-2c3d4e5f6a7b"))),
+        "SagaNotFound"
+      )
     })))
 
   it.effect("compensateSaga: a running saga without a live executor is undone by the recovery worker; the timeline shows it", () =>
@@ -116,7 +158,12 @@ describe("Admin", () => {
       })
       yield* store.update(id, 0, {
         currentStep: 1,
-        steps: [{ index: 0, status: "completed", result: { reservationId: "res-o-2", until: "2030-01-01T00:00:00.000Z" }, finished: true }, { index: 1, attemptStarted: true }]
+        steps: [{
+          index: 0,
+          status: "completed",
+          result: { reservationId: "res-o-2", until: "2030-01-01T00:00:00.000Z" },
+          finished: true
+        }, { index: 1, attemptStarted: true }]
       })
       const claimed = yield* store.update(id, 1, { claim: { owner: "worker-a", lease: Duration.minutes(1) } })
       const refused = yield* Effect.exit(Admin.compensateSaga(id))
@@ -127,7 +174,11 @@ describe("Admin", () => {
       const compensating = yield* Admin.compensateSaga(id)
       assert.strictEqual(compensating.status, "compensating")
       const during = Admin.timeline((yield* store.load(id))!, yield* Clock.currentTimeMillis)
-      assert.deepStrictEqual(during.map((e) => [e.step, e.status, e.current]), [["reserve", "completed", null], ["charge", "failed", "compensation"], ["confirm", "pending", null]])
+      assert.deepStrictEqual(during.map((e) => [e.step, e.status, e.current]), [["reserve", "completed", null], [
+        "charge",
+        "failed",
+        "compensation"
+      ], ["confirm", "pending", null]])
       assert.strictEqual(during[1]!.error, "compensation requested by an operator")
       assert.isNumber(during[0]!.durationMs)
       assert.isNull(during[2]!.durationMs)
@@ -140,7 +191,10 @@ describe("Admin", () => {
       const done = (yield* store.load(id))!
       assert.strictEqual(done.saga.status, "compensated")
       assert.strictEqual(done.saga.error, "compensation requested by an operator")
-      assert.deepStrictEqual(Admin.timeline(done, yield* Clock.currentTimeMillis).map((e) => [e.step, e.status, e.compensationAttempts]), [["reserve", "compensated", 1], ["charge", "failed", 0], ["confirm", "pending", 0]])
+      assert.deepStrictEqual(
+        Admin.timeline(done, yield* Clock.currentTimeMillis).map((e) => [e.step, e.status, e.compensationAttempts]),
+        [["reserve", "compensated", 1], ["charge", "failed", 0], ["confirm", "pending", 0]]
+      )
       // Only a running saga can be compensated.
       assert.strictEqual(failureTag(yield* Effect.exit(Admin.compensateSaga(id))), "SagaActionConflict")
     })))

@@ -16,15 +16,30 @@ class Transient extends Data.TaggedError("Transient")<{}> {
 }
 class BusinessRule extends Data.TaggedError("BusinessRule")<{ readonly rule: string }> {}
 
-const OrderPlacedV1 = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String, totalCents: Schema.Int }) })
+const OrderPlacedV1 = Event.define("order.placed", {
+  aggregateType: "order",
+  schema: Schema.Struct({ orderId: Schema.String, totalCents: Schema.Int })
+})
 const OrderPlaced = Event.define("order.placed", {
   aggregateType: "order",
   version: 2,
-  schema: Schema.Struct({ orderId: Schema.String, total: Schema.Struct({ cents: Schema.Int, currency: Schema.String }) })
+  schema: Schema.Struct({
+    orderId: Schema.String,
+    total: Schema.Struct({ cents: Schema.Int, currency: Schema.String })
+  })
 })
-const ShipmentSent = Event.define("shipment.sent", { aggregateType: "shipment", schema: Schema.Struct({ shipmentId: Schema.String }) })
+const ShipmentSent = Event.define("shipment.sent", {
+  aggregateType: "shipment",
+  schema: Schema.Struct({ shipmentId: Schema.String })
+})
 const registry = EventRegistry.make([
-  EventRegistry.entry(OrderPlaced, EventRegistry.upcast(OrderPlacedV1, (v1) => ({ orderId: v1.orderId, total: { cents: v1.totalCents, currency: "EUR" } }))),
+  EventRegistry.entry(
+    OrderPlaced,
+    EventRegistry.upcast(
+      OrderPlacedV1,
+      (v1) => ({ orderId: v1.orderId, total: { cents: v1.totalCents, currency: "EUR" } })
+    )
+  ),
   ShipmentSent
 ])
 
@@ -36,11 +51,20 @@ describe("Consumer.defaultDecision", () => {
     assert.strictEqual(d({ _tag: "Success" }, ctx), "ack")
     assert.strictEqual(d({ _tag: "Failure", error: new Transient(), retryable: true }, ctx), "retry")
     assert.strictEqual(d({ _tag: "Failure", error: new Transient(), retryable: true }, last), "dead-letter")
-    assert.strictEqual(d({ _tag: "Failure", error: new BusinessRule({ rule: "x" }), retryable: false }, ctx), "dead-letter")
+    assert.strictEqual(
+      d({ _tag: "Failure", error: new BusinessRule({ rule: "x" }), retryable: false }, ctx),
+      "dead-letter"
+    )
     assert.strictEqual(d({ _tag: "Defect", defect: new Error("x") }, ctx), "retry")
     assert.strictEqual(d({ _tag: "Defect", defect: new Error("x") }, last), "dead-letter")
-    assert.strictEqual(d({ _tag: "Timeout", error: new Consumer.HandlerTimeout({ timeoutMs: 1 }) }, last), "dead-letter")
-    assert.strictEqual(d({ _tag: "DecodeFailure", error: new EventRegistry.DecodeError({ reason: "InvalidJson", message: "x" }) }, ctx), "dead-letter")
+    assert.strictEqual(
+      d({ _tag: "Timeout", error: new Consumer.HandlerTimeout({ timeoutMs: 1 }) }, last),
+      "dead-letter"
+    )
+    assert.strictEqual(
+      d({ _tag: "DecodeFailure", error: new EventRegistry.DecodeError({ reason: "InvalidJson", message: "x" }) }, ctx),
+      "dead-letter"
+    )
     assert.strictEqual(d({ _tag: "UnknownType", type: "x" }, ctx), "ack")
     assert.strictEqual(d({ _tag: "UnknownType", type: "x" }, { ...ctx, unknownType: "dead-letter" }), "dead-letter")
     assert.strictEqual(d({ _tag: "DeliveryLimit", attempt: 9 }, ctx), "dead-letter")
@@ -51,27 +75,50 @@ describe("Consumer.defaultDecision", () => {
     assert.isTrue(Consumer.isRetryable(new Transient()))
     assert.isFalse(Consumer.isRetryable(new BusinessRule({ rule: "x" })))
     assert.isFalse(Consumer.isRetryable(new Error("plain")))
-    assert.isTrue(Errors.isUnavailable(new Errors.StoreError({ operation: "x", message: "down", reason: new Errors.Unavailable() })))
+    assert.isTrue(
+      Errors.isUnavailable(new Errors.StoreError({ operation: "x", message: "down", reason: new Errors.Unavailable() }))
+    )
   })
 })
 
 describe("EventRegistry", () => {
   it("rejects a type registered twice and upcasters that do not fit, naming both in one InvalidConfig", () => {
     assert.throws(() => EventRegistry.make([ShipmentSent, ShipmentSent]), /registered twice/)
-    assert.throws(() => EventRegistry.make([EventRegistry.entry(OrderPlaced, EventRegistry.upcast(ShipmentSent, () => ({ orderId: "x", total: { cents: 1, currency: "EUR" } })))]), /does not fit/)
+    assert.throws(
+      () =>
+        EventRegistry.make([
+          EventRegistry.entry(
+            OrderPlaced,
+            EventRegistry.upcast(ShipmentSent, () => ({ orderId: "x", total: { cents: 1, currency: "EUR" } }))
+          )
+        ]),
+      /does not fit/
+    )
     try {
-      EventRegistry.make([ShipmentSent, ShipmentSent, EventRegistry.entry(OrderPlaced, EventRegistry.upcast(OrderPlaced, (p) => p))])
+      EventRegistry.make([
+        ShipmentSent,
+        ShipmentSent,
+        EventRegistry.entry(OrderPlaced, EventRegistry.upcast(OrderPlaced, (p) => p))
+      ])
       assert.fail("expected InvalidConfig")
     } catch (error) {
       assert.instanceOf(error, Errors.InvalidConfig)
-      assert.deepStrictEqual((error as Errors.InvalidConfig).issues?.map((i) => i.path), ["registry.shipment.sent", "registry.order.placed"])
+      assert.deepStrictEqual((error as Errors.InvalidConfig).issues?.map((i) => i.path), [
+        "registry.shipment.sent",
+        "registry.order.placed"
+      ])
     }
   })
 
   it("decodes a current payload, upcasts an old one, and reports unknown types and mismatches", () => {
     assert.deepStrictEqual(registry.decode("order.placed", 1, { orderId: "a", totalCents: 1 }), {
       _tag: "Decoded",
-      event: { type: "order.placed", version: 2, receivedVersion: 1, payload: { orderId: "a", total: { cents: 1, currency: "EUR" } } }
+      event: {
+        type: "order.placed",
+        version: 2,
+        receivedVersion: 1,
+        payload: { orderId: "a", total: { cents: 1, currency: "EUR" } }
+      }
     })
     assert.strictEqual(registry.decode("nope", 1, {})._tag, "UnknownType")
     const bad = registry.decode("order.placed", 1, { orderId: 1 })

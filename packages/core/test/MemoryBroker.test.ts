@@ -12,20 +12,24 @@ import * as Event from "../src/Event.ts"
 import * as Inbox from "../src/Inbox.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as MemoryInboxStore from "../src/MemoryInboxStore.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import type { Message } from "../src/Message.ts"
 import * as Outbox from "../src/Outbox.ts"
-import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as Publisher from "../src/Publisher.ts"
 
 const OrderPlaced = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ n: Schema.Int }) })
 const OrderShipped = Event.define("order.shipped", { aggregateType: "order", schema: Schema.Struct({ n: Schema.Int }) })
-const PaymentCharged = Event.define("payment.card.charged", { aggregateType: "payment", schema: Schema.Struct({ n: Schema.Int }) })
+const PaymentCharged = Event.define("payment.card.charged", {
+  aggregateType: "payment",
+  schema: Schema.Struct({ n: Schema.Int })
+})
 
 const message = (type: Event.EventType<string, any>, n: number): Effect.Effect<Message> =>
   Effect.orDie(Outbox.encode(type.make({ aggregateId: `a-${n}`, payload: { n } }), Date.now(), Option.none()))
 
 /** Publishes through the broker's Publisher, as the relay does. */
-const publish = (...messages: ReadonlyArray<Message>) => Publisher.Publisher.use((p) => p.publish(messages)).pipe(Effect.orDie)
+const publish = (...messages: ReadonlyArray<Message>) =>
+  Publisher.Publisher.use((p) => p.publish(messages)).pipe(Effect.orDie)
 
 /** Advances the test clock in 1 ms steps until `read` satisfies `check` (bounded: 10 s of test time). */
 const eventually = <A>(read: Effect.Effect<A>, check: (a: A) => boolean): Effect.Effect<A> =>
@@ -72,8 +76,16 @@ describe("MemoryBroker.consume", () => {
     Effect.scoped(Effect.gen(function*() {
       const seen: Array<MemoryBroker.ConsumerDelivery> = []
       const seenAll: Array<string> = []
-      yield* MemoryBroker.consume({ queue: "orders", types: ["order.placed", "payment.*.charged"], handler: (d) => Effect.sync(() => void seen.push(d)) })
-      yield* MemoryBroker.consume({ queue: "everything", types: ["#"], handler: (d) => Effect.sync(() => void seenAll.push(d.type)) })
+      yield* MemoryBroker.consume({
+        queue: "orders",
+        types: ["order.placed", "payment.*.charged"],
+        handler: (d) => Effect.sync(() => void seen.push(d))
+      })
+      yield* MemoryBroker.consume({
+        queue: "everything",
+        types: ["#"],
+        handler: (d) => Effect.sync(() => void seenAll.push(d.type))
+      })
       const placed = yield* message(OrderPlaced, 1)
       const shipped = yield* message(OrderShipped, 2)
       const charged = yield* message(PaymentCharged, 3)
@@ -106,11 +118,20 @@ describe("MemoryBroker.consume", () => {
     Effect.scoped(Effect.gen(function*() {
       const broker = yield* MemoryBroker.MemoryBroker
       class Rejected extends Schema.TaggedError<Rejected>()("Rejected", { why: Schema.String }) {}
-      const consumer = yield* MemoryBroker.consume({ queue: "permanent", types: ["order.placed"], handler: () => Effect.fail(new Rejected({ why: "bad order" })) })
+      const consumer = yield* MemoryBroker.consume({
+        queue: "permanent",
+        types: ["order.placed"],
+        handler: () => Effect.fail(new Rejected({ why: "bad order" }))
+      })
       const m = yield* message(OrderPlaced, 1)
       yield* publish(m)
       const [letter] = yield* eventually(consumer.deadLetters, (xs) => xs.length === 1)
-      assert.deepStrictEqual([letter!.reason, letter!.attempts, letter!.error, letter!.queue], ["PermanentFailure", 1, `Rejected {"why":"bad order"}`, "permanent"])
+      assert.deepStrictEqual([letter!.reason, letter!.attempts, letter!.error, letter!.queue], [
+        "PermanentFailure",
+        1,
+        `Rejected {"why":"bad order"}`,
+        "permanent"
+      ])
       assert.deepStrictEqual((yield* broker.deadLetters).map((l) => l.message.id), [m.id])
     })).pipe(Effect.provide(MemoryBroker.layer())))
 
@@ -121,7 +142,12 @@ describe("MemoryBroker.consume", () => {
         queue: "delayed",
         types: ["order.placed"],
         retryDelays: ["1 minute"],
-        handler: (d) => Effect.suspend(() => (attempts.push(d.attempt), d.attempt === 1 ? Effect.fail(new Errors.PublishError({ message: "x", reason: new Errors.Timeout() })) : Effect.void))
+        handler: (d) =>
+          Effect.suspend(() => (attempts.push(d.attempt),
+            d.attempt === 1
+              ? Effect.fail(new Errors.PublishError({ message: "x", reason: new Errors.Timeout() }))
+              : Effect.void)
+          )
       })
       yield* publish(yield* message(OrderPlaced, 1))
       yield* eventually(consumer.pending, (n) => n === 1)
@@ -149,7 +175,12 @@ describe("MemoryBroker.consume", () => {
             Effect.andThen(Effect.sync(() => (running--, done.push((d.payload as { n: number }).n))))
           )
       })
-      yield* publish(yield* message(OrderPlaced, 1), yield* message(OrderPlaced, 2), yield* message(OrderPlaced, 3), yield* message(OrderPlaced, 4))
+      yield* publish(
+        yield* message(OrderPlaced, 1),
+        yield* message(OrderPlaced, 2),
+        yield* message(OrderPlaced, 3),
+        yield* message(OrderPlaced, 4)
+      )
       yield* eventually(consumer.inFlight, (n) => n === 2)
       yield* eventually(consumer.pending, (n) => n === 2) // two wait for a free worker
       assert.strictEqual(yield* consumer.inFlight, 2)
@@ -165,7 +196,10 @@ describe("MemoryBroker.consume", () => {
       yield* MemoryBroker.consume({
         queue: "once",
         types: ["order.placed"],
-        handler: (d) => Inbox.wrap("once", () => Effect.sync(() => void effects++))(d).pipe(Effect.ensuring(Effect.sync(() => void handled.push(d.messageId))))
+        handler: (d) =>
+          Inbox.wrap("once", () => Effect.sync(() => void effects++))(d).pipe(
+            Effect.ensuring(Effect.sync(() => void handled.push(d.messageId)))
+          )
       })
       const m = yield* message(OrderPlaced, 1)
       yield* publish(m)
@@ -188,7 +222,15 @@ describe("MemoryBroker.consume", () => {
         handler: (d) =>
           Effect.suspend(() => {
             const n = (d.payload as { n: number }).n
-            if (down) return Effect.fail(new Errors.StoreError({ operation: "write", message: "connection refused", reason: new Errors.Unavailable() }))
+            if (down) {
+              return Effect.fail(
+                new Errors.StoreError({
+                  operation: "write",
+                  message: "connection refused",
+                  reason: new Errors.Unavailable()
+                })
+              )
+            }
             handled.push([n, d.attempt])
             return Effect.void
           })
@@ -232,14 +274,20 @@ describe("MemoryBroker.consume", () => {
       const both = yield* attempt({ concurrency: 0, maxAttempts: 0 })
       assert.deepStrictEqual(both.issues?.map((i) => i.path), ["concurrency", "maxAttempts"])
       // and valid settings start a consumer
-      const exit = yield* Effect.exit(MemoryBroker.consume({ queue: "ok", types: ["order.*"], handler: () => Effect.void }))
+      const exit = yield* Effect.exit(
+        MemoryBroker.consume({ queue: "ok", types: ["order.*"], handler: () => Effect.void })
+      )
       assert.isTrue(Exit.isSuccess(exit))
     })).pipe(Effect.provide(MemoryBroker.layer())))
 
   it.effect("consumerLayer runs the consumer while the layer lives", () =>
     Effect.gen(function*() {
       const seen: Array<string | undefined> = []
-      const ConsumerLive = MemoryBroker.consumerLayer({ queue: "layered", types: ["order.placed"], handler: (d) => Effect.sync(() => void seen.push(d.messageId)) })
+      const ConsumerLive = MemoryBroker.consumerLayer({
+        queue: "layered",
+        types: ["order.placed"],
+        handler: (d) => Effect.sync(() => void seen.push(d.messageId))
+      })
       const m = yield* message(OrderPlaced, 1)
       const broker = yield* MemoryBroker.MemoryBroker
       yield* Effect.scoped(Effect.gen(function*() {

@@ -10,7 +10,10 @@ publisherContract(
   "MemoryBroker",
   Effect.gen(function*() {
     const context = yield* Layer.build(MemoryBroker.layer({
-      fault: (m) => m.type === "refused.thing" ? new PublishError({ message: "unroutable", reason: new Refused({ retryable: false }) }) : undefined
+      fault: (m) =>
+        m.type === "refused.thing"
+          ? new PublishError({ message: "unroutable", reason: new Refused({ retryable: false }) })
+          : undefined
     }))
     const broker = Context.get(context, MemoryBroker.MemoryBroker)
     return {

@@ -4,15 +4,15 @@
  * form one trace from the caller through the broker to the handler, and an idle relay emits none.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { eventually } from "@tidings/core/testing"
 import { Effect, Exit, Layer, Option, Schema, Scope, Tracer } from "effect"
 import { TestClock } from "effect/testing"
 import * as Event from "../src/Event.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as Outbox from "../src/Outbox.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Relay from "../src/Relay.ts"
-import { eventually } from "@tidings/core/testing"
-import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 
 const Placed = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ id: Schema.String }) })
 
@@ -24,7 +24,8 @@ const recording = () => {
 }
 
 const attrs = (span: Tracer.NativeSpan) => Object.fromEntries(span.attributes)
-const parentId = (span: Tracer.NativeSpan) => Option.match(span.parent, { onNone: () => undefined, onSome: (p) => p.spanId })
+const parentId = (span: Tracer.NativeSpan) =>
+  Option.match(span.parent, { onNone: () => undefined, onSome: (p) => p.spanId })
 
 describe("messaging spans", () => {
   it.live("HTTP → create → send → process: one trace, the conventions' names and attributes, send linked to create", () => {
@@ -34,15 +35,22 @@ describe("messaging spans", () => {
       yield* MemoryBroker.consume({
         queue: "billing",
         types: ["order.placed"],
-        handler: (delivery) => Effect.sync(() => void handled.push(delivery.event.id)).pipe(Effect.withSpan("handler work"))
+        handler: (delivery) =>
+          Effect.sync(() => void handled.push(delivery.event.id)).pipe(Effect.withSpan("handler work"))
       })
       const scope = yield* Scope.make()
       yield* Layer.buildWithScope(Relay.layer({ dispatch: "poll", statsInterval: false, retention: false }), scope)
       const store = yield* OutboxStore.OutboxStore
-      const [message, request] = yield* store.withTransaction(Effect.all([Outbox.append(Placed, { aggregateId: "o-1", payload: { id: "o-1" } }), Effect.currentSpan])).pipe(
+      const [message, request] = yield* store.withTransaction(
+        Effect.all([Outbox.append(Placed, { aggregateId: "o-1", payload: { id: "o-1" } }), Effect.currentSpan])
+      ).pipe(
         Effect.withSpan("POST /orders", { kind: "server" })
       )
-      yield* eventually(Effect.sync(() => tracing.spans.some((s) => s.name === "process billing" && s.status._tag === "Ended")), "10 seconds", "the process span")
+      yield* eventually(
+        Effect.sync(() => tracing.spans.some((s) => s.name === "process billing" && s.status._tag === "Ended")),
+        "10 seconds",
+        "the process span"
+      )
       yield* Scope.close(scope, Exit.void)
 
       const one = (name: string) => {
@@ -65,7 +73,13 @@ describe("messaging spans", () => {
       assert.deepStrictEqual(send.links.map((l) => l.span.spanId), [create.spanId])
       assert.strictEqual(message.headers["traceparent"], `00-${create.traceId}-${create.spanId}-01`)
       // Kinds and attributes.
-      assert.deepStrictEqual([create.kind, send.kind, process.kind, receive.kind, settle.kind], ["producer", "producer", "consumer", "client", "client"])
+      assert.deepStrictEqual([create.kind, send.kind, process.kind, receive.kind, settle.kind], [
+        "producer",
+        "producer",
+        "consumer",
+        "client",
+        "client"
+      ])
       assert.deepInclude(attrs(create), {
         "messaging.system": "tidings-outbox",
         "messaging.operation.type": "create",
@@ -86,7 +100,11 @@ describe("messaging spans", () => {
         "messaging.consumer.group.name": "billing",
         "messaging.message.id": message.id
       })
-      assert.deepInclude(attrs(receive), { "messaging.operation.type": "receive", "messaging.operation.name": "claim", "messaging.batch.message_count": 1 })
+      assert.deepInclude(attrs(receive), {
+        "messaging.operation.type": "receive",
+        "messaging.operation.name": "claim",
+        "messaging.batch.message_count": 1
+      })
       assert.deepInclude(attrs(settle), { "messaging.operation.type": "settle", "messaging.system": "tidings-outbox" })
       assert.notProperty(attrs(send), "messaging.batch.message_count", "a single message has no batch count")
       assert.deepStrictEqual(handled, [message.id])
@@ -101,13 +119,16 @@ describe("messaging spans", () => {
     return Effect.gen(function*() {
       const scope = yield* Scope.make()
       // Four pollers polling every 100 ms to 2 s, the lease reclaimer every 250 ms, stats every second.
-      yield* Layer.buildWithScope(Relay.layer({
-        concurrency: 4,
-        dispatch: "poll",
-        lease: "1 second",
-        statsInterval: "1 second",
-        retention: { interval: "1 second" }
-      }), scope)
+      yield* Layer.buildWithScope(
+        Relay.layer({
+          concurrency: 4,
+          dispatch: "poll",
+          lease: "1 second",
+          statsInterval: "1 second",
+          retention: { interval: "1 second" }
+        }),
+        scope
+      )
       for (let i = 0; i < 60; i++) yield* TestClock.adjust("500 millis")
       assert.deepStrictEqual(tracing.spans.map((s) => s.name), [], "30 s idle: no span")
 
@@ -129,7 +150,13 @@ describe("messaging spans", () => {
     const tracing = recording()
     return Effect.gen(function*() {
       const store = yield* OutboxStore.OutboxStore
-      yield* Effect.forEach(["a", "b", "c"], (id) => store.withTransaction(Outbox.append(Placed, { aggregateId: id, payload: { id } })).pipe(Effect.withSpan(`request ${id}`)))
+      yield* Effect.forEach(
+        ["a", "b", "c"],
+        (id) =>
+          store.withTransaction(Outbox.append(Placed, { aggregateId: id, payload: { id } })).pipe(
+            Effect.withSpan(`request ${id}`)
+          )
+      )
       const scope = yield* Scope.make()
       yield* Layer.buildWithScope(Relay.layer({ dispatch: "poll", statsInterval: false, retention: false }), scope)
       const broker = yield* MemoryBroker.MemoryBroker

@@ -1,17 +1,17 @@
 import { assert, describe, it } from "@effect/vitest"
+import { failureTag, startRelay, testTime } from "@tidings/core/testing"
 import { Cause, Duration, Effect, Exit, Layer, Metric, Option, Schedule, Schema, Tracer } from "effect"
 import { type InvalidConfig, type InvalidEvent, PublishError, Refused } from "../src/Errors.ts"
 import * as Event from "../src/Event.ts"
 import { uuidv7, uuidv7Time } from "../src/internal/uuid.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
+import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as Metrics from "../src/Metrics.ts"
 import * as Outbox from "../src/Outbox.ts"
-import * as Publisher from "../src/Publisher.ts"
-import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
+import * as Publisher from "../src/Publisher.ts"
 import * as Relay from "../src/Relay.ts"
 import * as Retry from "../src/Retry.ts"
-import { failureTag, startRelay, testTime } from "@tidings/core/testing"
 
 const OrderPlaced = Event.define("order.placed", {
   aggregateType: "order",
@@ -30,7 +30,8 @@ const firstError = <E>(exit: Exit.Exit<unknown, E>): E => {
   return Option.getOrThrow(Cause.findErrorOption(exit.cause))
 }
 
-const withStore = <A, E>(body: Effect.Effect<A, E, OutboxStore.OutboxStore>) => Effect.provide(body, MemoryOutboxStore.layer)
+const withStore = <A, E>(body: Effect.Effect<A, E, OutboxStore.OutboxStore>) =>
+  Effect.provide(body, MemoryOutboxStore.layer)
 
 describe("Outbox.append", () => {
   it.effect("encodes the payload with its schema and fills the envelope", () =>
@@ -44,7 +45,11 @@ describe("Outbox.append", () => {
       assert.strictEqual(message.version, 2)
       assert.strictEqual(message.aggregateType, "order")
       assert.strictEqual(message.orderingKey, "o-1")
-      assert.deepStrictEqual(message.payload, { orderId: "o-1", totalCents: 1250, placedAt: "2026-01-02T03:04:05.000Z" })
+      assert.deepStrictEqual(message.payload, {
+        orderId: "o-1",
+        totalCents: 1250,
+        placedAt: "2026-01-02T03:04:05.000Z"
+      })
       assert.match(message.id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
       assert.strictEqual((yield* store.stats).pending, 1)
     })))
@@ -100,15 +105,23 @@ describe("Outbox.append", () => {
     const tracer = Tracer.make({ span: (options) => (spans.push(new Tracer.NativeSpan(options)), spans.at(-1)!) })
     return Effect.gen(function*() {
       const store = yield* OutboxStore.OutboxStore
-      const [message, appendSpan] = yield* store.withTransaction(Effect.all([Outbox.append(Loose, { aggregateId: "a", payload: 1 }), Effect.currentSpan])).pipe(
+      const [message, appendSpan] = yield* store.withTransaction(
+        Effect.all([Outbox.append(Loose, { aggregateId: "a", payload: 1 }), Effect.currentSpan])
+      ).pipe(
         Effect.withSpan("http.request")
       )
       const { stop } = yield* startRelay({ statsInterval: false, retention: false })
-      yield* testTime.eventually(Effect.sync(() => spans.some((s) => s.name === "send memory" && s.status._tag === "Ended")), "5 seconds")
+      yield* testTime.eventually(
+        Effect.sync(() => spans.some((s) => s.name === "send memory" && s.status._tag === "Ended")),
+        "5 seconds"
+      )
       yield* testTime.run(stop)
       const publish = spans.find((s) => s.name === "send memory")!
       assert.strictEqual(publish.traceId, appendSpan.traceId)
-      assert.strictEqual(`00-${publish.traceId}-${Option.getOrThrow(publish.parent).spanId}-01`, message.headers["traceparent"])
+      assert.strictEqual(
+        `00-${publish.traceId}-${Option.getOrThrow(publish.parent).spanId}-01`,
+        message.headers["traceparent"]
+      )
       assert.strictEqual(publish.kind, "producer")
       // what the broker got names the publish span as parent, for the consumer to continue
       const [delivered] = yield* MemoryBroker.MemoryBroker.use((b) => b.delivered)
@@ -130,8 +143,12 @@ describe("Relay metrics", () => {
         wakeups: (yield* Metric.value(Metric.withAttributes(Metrics.wakeups, { source: "local" }))).count
       }
       // events appended while no relay runs: the stats loop reports them as pending
-      yield* store.withTransaction(Outbox.appendAll(Array.from({ length: 7 }, (_, i) => Loose.make({ aggregateId: `a${i}`, payload: i }))))
-      yield* MemoryBroker.MemoryBroker.use((b) => b.setFault(() => new PublishError({ message: "paused", reason: new Refused({ retryable: true }) })))
+      yield* store.withTransaction(
+        Outbox.appendAll(Array.from({ length: 7 }, (_, i) => Loose.make({ aggregateId: `a${i}`, payload: i })))
+      )
+      yield* MemoryBroker.MemoryBroker.use((b) =>
+        b.setFault(() => new PublishError({ message: "paused", reason: new Refused({ retryable: true }) }))
+      )
       // the broker refuses everything for now: the events wait as pending between retries
       const relay = yield* startRelay({
         // wake-ups are counted: events appended while an eager relay runs need none
@@ -141,10 +158,18 @@ describe("Relay metrics", () => {
         retry: Schedule.spaced("300 millis"),
         pollInterval: { base: "10 millis", max: "20 millis" }
       })
-      yield* testTime.eventually(Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 7), "3 seconds", "pending gauge = 7")
+      yield* testTime.eventually(
+        Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 7),
+        "3 seconds",
+        "pending gauge = 7"
+      )
       yield* MemoryBroker.MemoryBroker.use((b) => b.setFault(undefined))
       yield* store.withTransaction(Outbox.append(Loose, { aggregateId: "late", payload: 1 }))
-      yield* testTime.eventually(Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 0), "5 seconds", "pending gauge = 0")
+      yield* testTime.eventually(
+        Effect.map(Metric.value(Metrics.outboxPending), (g) => g.value === 0),
+        "5 seconds",
+        "pending gauge = 0"
+      )
       yield* testTime.run(relay.stop)
       const after = {
         published: (yield* Metric.value(Metrics.published)).count,
@@ -158,7 +183,8 @@ describe("Relay metrics", () => {
 })
 
 describe("Relay settings", () => {
-  const invalid = (config: Relay.Config) => Effect.map(Effect.exit(Relay.settings(config)), (exit) => firstError(exit) as InvalidConfig)
+  const invalid = (config: Relay.Config) =>
+    Effect.map(Effect.exit(Relay.settings(config)), (exit) => firstError(exit) as InvalidConfig)
 
   it.effect("defaults are valid", () =>
     Effect.gen(function*() {
@@ -173,8 +199,14 @@ describe("Relay settings", () => {
       assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 10 })).claimConcurrency, 4)
       assert.strictEqual((yield* Relay.settings({ concurrency: 8, batchSize: 1 })).claimConcurrency, 2)
       // one claim per poller: as many statements as pollers for small batches
-      assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 10, coalesceClaims: false })).claimConcurrency, 16)
-      assert.strictEqual((yield* Relay.settings({ concurrency: 16, batchSize: 25, coalesceClaims: false })).claimConcurrency, 8)
+      assert.strictEqual(
+        (yield* Relay.settings({ concurrency: 16, batchSize: 10, coalesceClaims: false })).claimConcurrency,
+        16
+      )
+      assert.strictEqual(
+        (yield* Relay.settings({ concurrency: 16, batchSize: 25, coalesceClaims: false })).claimConcurrency,
+        8
+      )
       // per-key claims per poller (each walks the keys from its own position)
       const perKey = yield* Relay.settings({ ordering: "per-key", concurrency: 16, batchSize: 10 })
       assert.isFalse(perKey.coalesceClaims)
@@ -217,10 +249,12 @@ describe("Relay settings", () => {
 
   it.effect("a relay layer with bad settings fails to build and starts nothing", () =>
     Effect.gen(function*() {
-      const exit = yield* Effect.exit(Layer.build(Relay.layer({ batchSize: 0 })).pipe(
-        Effect.scoped,
-        Effect.provide(Layer.mergeAll(MemoryOutboxStore.layer, MemoryBroker.layer()))
-      ))
+      const exit = yield* Effect.exit(
+        Layer.build(Relay.layer({ batchSize: 0 })).pipe(
+          Effect.scoped,
+          Effect.provide(Layer.mergeAll(MemoryOutboxStore.layer, MemoryBroker.layer()))
+        )
+      )
       assert.strictEqual(failureTag(exit), "InvalidConfig")
     }))
 })
@@ -247,7 +281,9 @@ describe("Relay claim concurrency", () => {
       })
       yield* Effect.gen(function*() {
         const broker = yield* MemoryBroker.MemoryBroker
-        yield* inner.withTransaction(Outbox.appendAll(Array.from({ length: 200 }, (_, i) => Loose.make({ aggregateId: `a-${i}`, payload: i }))))
+        yield* inner.withTransaction(
+          Outbox.appendAll(Array.from({ length: 200 }, (_, i) => Loose.make({ aggregateId: `a-${i}`, payload: i })))
+        )
         const publisher = yield* Effect.service(Publisher.Publisher)
         const slow = Publisher.Publisher.of({
           publish: (ms) =>
@@ -257,10 +293,20 @@ describe("Relay claim concurrency", () => {
               () => Effect.sync(() => void publishing--)
             )
         })
-        const { stop } = yield* startRelay({ concurrency: 6, claimConcurrency: 2, batchSize: 10, statsInterval: false, retention: false }).pipe(
+        const { stop } = yield* startRelay({
+          concurrency: 6,
+          claimConcurrency: 2,
+          batchSize: 10,
+          statsInterval: false,
+          retention: false
+        }).pipe(
           Effect.provideService(Publisher.Publisher, slow)
         )
-        yield* testTime.eventually(Effect.map(broker.delivered, (d) => d.length === 200), "10 seconds", "all events published")
+        yield* testTime.eventually(
+          Effect.map(broker.delivered, (d) => d.length === 200),
+          "10 seconds",
+          "all events published"
+        )
         yield* testTime.run(stop)
       }).pipe(Effect.provideService(OutboxStore.OutboxStore, store), Effect.provide(MemoryBroker.layer()))
       assert.strictEqual(most, 2)
@@ -271,7 +317,9 @@ describe("Relay claim concurrency", () => {
 describe("Retry", () => {
   it.effect("delayFor follows the schedule and ends when it is exhausted", () =>
     Effect.gen(function*() {
-      const schedule = Retry.exponentialBackoff({ base: "1 second", max: "10 seconds", jitter: false }).pipe(Schedule.upTo({ times: 5 }))
+      const schedule = Retry.exponentialBackoff({ base: "1 second", max: "10 seconds", jitter: false }).pipe(
+        Schedule.upTo({ times: 5 })
+      )
       const delays: Array<string> = []
       for (const n of [1, 2, 3, 4, 5, 6]) {
         const d = yield* Retry.delayFor(schedule, n, undefined)
@@ -297,6 +345,8 @@ describe("UUIDv7", () => {
     assert.deepStrictEqual([...ids].sort(), ids)
     assert.strictEqual(new Set(ids).size, ids.length)
     assert.strictEqual(uuidv7Time(ids[0]!), now)
-    for (const id of ids.slice(0, 50)) assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    for (const id of ids.slice(0, 50)) {
+      assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    }
   })
 })

@@ -5,8 +5,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Metric, Option, Schedule, Schema } from "effect"
 import { TestClock } from "effect/testing"
-import * as MemorySagaStore from "../src/MemorySagaStore.ts"
 import * as MemoryOutboxStore from "../src/MemoryOutboxStore.ts"
+import * as MemorySagaStore from "../src/MemorySagaStore.ts"
 import * as OutboxStore from "../src/OutboxStore.ts"
 import * as Saga from "../src/Saga.ts"
 import * as SagaRecovery from "../src/SagaRecovery.ts"
@@ -52,15 +52,31 @@ describe("Saga definitions", () => {
         compensate: (ctx) => Effect.succeed(ctx.results.b)
       })
     assert.deepStrictEqual(definition.steps.map((s) => [s._tag, s.name]), [["Local", "a"], ["Local", "b"]])
-    assert.throws(() => definition.step("a", { action: () => Effect.void }), Saga.InvalidSagaDefinition, /duplicate step name/)
-    assert.throws(() => Saga.make("bad name!", { input: Schema.String }), Saga.InvalidSagaDefinition, /saga name/)
-    assert.throws(() => definition.step("c", { action: () => Effect.void, timeout: 0 }), Saga.InvalidSagaDefinition, /c\.timeout: must be a finite positive duration/)
     assert.throws(
-      () => definition.command("d", { send: () => Reserve.make({ aggregateId: "o", payload: { orderId: "o", sku: "s" } }), compensation: { timeout: -5 } }),
+      () => definition.step("a", { action: () => Effect.void }),
+      Saga.InvalidSagaDefinition,
+      /duplicate step name/
+    )
+    assert.throws(() => Saga.make("bad name!", { input: Schema.String }), Saga.InvalidSagaDefinition, /saga name/)
+    assert.throws(
+      () => definition.step("c", { action: () => Effect.void, timeout: 0 }),
+      Saga.InvalidSagaDefinition,
+      /c\.timeout: must be a finite positive duration/
+    )
+    assert.throws(
+      () =>
+        definition.command("d", {
+          send: () => Reserve.make({ aggregateId: "o", payload: { orderId: "o", sku: "s" } }),
+          compensation: { timeout: -5 }
+        }),
       Saga.InvalidSagaDefinition,
       /d\.compensation\.timeout/
     )
-    assert.throws(() => Saga.registry(definition, Saga.make("typed", { input: Schema.String })), Saga.InvalidSagaDefinition, /two definitions named "typed"/)
+    assert.throws(
+      () => Saga.registry(definition, Saga.make("typed", { input: Schema.String })),
+      Saga.InvalidSagaDefinition,
+      /two definitions named "typed"/
+    )
   })
 })
 
@@ -78,14 +94,20 @@ describe("Saga.run (memory stores)", () => {
       assert.strictEqual(state.status, "completed")
       assert.strictEqual(state.type, "local-order")
       assert.deepStrictEqual(statuses(state), ["completed", "completed", "completed"])
-      assert.deepStrictEqual(state.steps[0]!.result, { reservationId: "res-o-1", until: "2030-01-01T00:00:00.000Z" }, "stored encoded")
+      assert.deepStrictEqual(
+        state.steps[0]!.result,
+        { reservationId: "res-o-1", until: "2030-01-01T00:00:00.000Z" },
+        "stored encoded"
+      )
       assert.isNull(state.steps[2]!.result)
       assert.deepStrictEqual(state.input, order)
       assert.isNull(state.claimedBy, "the claim is released at the end")
       assert.deepStrictEqual(state.steps.map((s) => s.attempts), [1, 1, 1])
       assert.strictEqual((yield* counter(Saga.metrics.started)) - startedBefore, 1)
       assert.strictEqual((yield* counter(Saga.metrics.finished, { status: "completed" })) - completedBefore, 1)
-      const durations = yield* Metric.value(Metric.withAttributes(Saga.metrics.stepDuration, { saga: "local-order", step: "charge" }))
+      const durations = yield* Metric.value(
+        Metric.withAttributes(Saga.metrics.stepDuration, { saga: "local-order", step: "charge" })
+      )
       assert.isAtLeast(durations.count, 1)
       assert.strictEqual(failureTag(yield* Effect.exit(Saga.get("no-such-saga"))), "SagaNotFound")
     })))
@@ -94,7 +116,9 @@ describe("Saga.run (memory stores)", () => {
     withStores(Effect.gen(function*() {
       const script = makeScript({ failAction: { confirm: Infinity } })
       const before = yield* counter(Saga.metrics.compensations, { outcome: "compensated" })
-      const exit = yield* Effect.exit(Saga.run(localOrder(script), order, { id: "0193b4a2-7c1e-7000-8000-000000000001" }))
+      const exit = yield* Effect.exit(
+        Saga.run(localOrder(script), order, { id: "0193b4a2-7c1e-7000-8000-000000000001" })
+      )
       const error = firstError(exit)
       assert.strictEqual(error?._tag, "SagaStepFailed")
       assert.strictEqual(error.step, "confirm")
@@ -141,7 +165,9 @@ describe("Saga.run (memory stores)", () => {
     withStores(Effect.gen(function*() {
       const script = makeScript({ slowAction: { charge: "5 seconds" } })
       const { exit, took } = yield* onTestClock(
-        Saga.run(localOrder(script, { chargeTimeout: "100 millis" }), order, { id: "0193b4a2-7c1e-7000-8000-000000000002" })
+        Saga.run(localOrder(script, { chargeTimeout: "100 millis" }), order, {
+          id: "0193b4a2-7c1e-7000-8000-000000000002"
+        })
       )
       const error = firstError(exit)
       assert.strictEqual(error?._tag, "SagaStepTimeout")
@@ -160,7 +186,9 @@ describe("Saga.run (memory stores)", () => {
     withStores(Effect.gen(function*() {
       const script = makeScript({ failAction: { confirm: Infinity }, failCompensation: { charge: Infinity } })
       const failedBefore = yield* counter(Saga.metrics.finished, { status: "failed" })
-      const { exit } = yield* onTestClock(Saga.run(localOrder(script), order, { id: "0193b4a2-7c1e-7000-8000-000000000003" }))
+      const { exit } = yield* onTestClock(
+        Saga.run(localOrder(script), order, { id: "0193b4a2-7c1e-7000-8000-000000000003" })
+      )
       const error = firstError(exit)
       assert.strictEqual(error?._tag, "SagaCompensationFailed")
       assert.strictEqual(error.step, "charge")
@@ -180,7 +208,11 @@ describe("Saga.run (memory stores)", () => {
 
   it.effect("a compensation that times out is retried and may then succeed", () =>
     withStores(Effect.gen(function*() {
-      const script = makeScript({ failAction: { confirm: Infinity }, slowCompensation: { charge: "1 second" }, failCompensation: { reserve: 1 } })
+      const script = makeScript({
+        failAction: { confirm: Infinity },
+        slowCompensation: { charge: "1 second" },
+        failCompensation: { reserve: 1 }
+      })
       // undo:charge sleeps 1 s and its timeout is 300 ms: every attempt times out, and a timeout is retried
       const { exit, took } = yield* onTestClock(Saga.run(localOrder(script), order))
       assert.strictEqual(firstError(exit)?._tag, "SagaCompensationFailed")
@@ -189,7 +221,13 @@ describe("Saga.run (memory stores)", () => {
       assert.strictEqual(took, 920, "3 attempts of 300 ms and 2 pauses of 10 ms")
       const quick = makeScript({ failAction: { confirm: Infinity }, failCompensation: { reserve: 1, charge: 2 } })
       assert.strictEqual(failureTag((yield* onTestClock(Saga.run(localOrder(quick), order))).exit), "SagaStepFailed")
-      assert.deepStrictEqual(quick.log.filter((k) => k.startsWith("undo:")), ["undo:charge", "undo:charge", "undo:charge", "undo:reserve", "undo:reserve"])
+      assert.deepStrictEqual(quick.log.filter((k) => k.startsWith("undo:")), [
+        "undo:charge",
+        "undo:charge",
+        "undo:charge",
+        "undo:reserve",
+        "undo:reserve"
+      ])
     })))
 
   it.effect("the caller's interruption during compensation does not stop it", () =>
@@ -221,7 +259,12 @@ describe("Saga.run (memory stores)", () => {
       const state = yield* Saga.get(id)
       assert.deepStrictEqual([state.status, ...statuses(state)], ["compensated", "compensated", "failed", "pending"])
       assert.strictEqual(state.steps[1]!.error, "interrupted by the caller")
-      assert.deepStrictEqual(script.log, ["reserve", "charge", "undo:reserve", "released res-o-1 until 2030-01-01T00:00:00.000Z"])
+      assert.deepStrictEqual(script.log, [
+        "reserve",
+        "charge",
+        "undo:reserve",
+        "released res-o-1 until 2030-01-01T00:00:00.000Z"
+      ])
     })))
 
   it.effect("what is retried is Errors.isRetryable's rule, in actions and compensations alike", () =>
@@ -231,7 +274,11 @@ describe("Saga.run (memory stores)", () => {
       const failing = (key: string, error: unknown) => Effect.suspend(() => (tries.push(key), Effect.fail(error)))
       const definition = (error: unknown) =>
         Saga.make("retry-rule", { input: Schema.Null })
-          .step("a", { action: () => Effect.void, compensate: () => failing("undo:a", error), compensation: { retry: spaced } })
+          .step("a", {
+            action: () => Effect.void,
+            compensate: () => failing("undo:a", error),
+            compensation: { retry: spaced }
+          })
           .step("b", { action: () => failing("b", error), retry: spaced })
       // an error that says nothing (a plain Error) is permanent: one attempt each, and the saga needs a person
       const plain = yield* onTestClock(Saga.run(definition(new Error("boom")), null))
@@ -243,8 +290,16 @@ describe("Saga.run (memory stores)", () => {
       assert.strictEqual(failureTag(transient.exit), "SagaCompensationFailed")
       assert.deepStrictEqual(tries.splice(0), ["b", "b", "b", "undo:a", "undo:a", "undo:a"])
       assert.strictEqual(transient.took, 40)
-      const stepFailed = yield* Effect.flip(Saga.run(Saga.make("once", { input: Schema.Null }).step("x", { action: () => Effect.fail({ retryable: true }) }), null))
-      assert.isTrue(stepFailed._tag === "SagaStepFailed" && stepFailed.isRetryable, "SagaStepFailed is as retryable as its cause")
+      const stepFailed = yield* Effect.flip(
+        Saga.run(
+          Saga.make("once", { input: Schema.Null }).step("x", { action: () => Effect.fail({ retryable: true }) }),
+          null
+        )
+      )
+      assert.isTrue(
+        stepFailed._tag === "SagaStepFailed" && stepFailed.isRetryable,
+        "SagaStepFailed is as retryable as its cause"
+      )
     })))
 
   it.effect("a saga without steps completes at once", () =>
@@ -258,18 +313,33 @@ describe("Saga.run (memory stores)", () => {
     withStores(Effect.gen(function*() {
       const exit = yield* Effect.exit(Saga.run(localOrder(makeScript()), { orderId: "o", sku: "s", cents: 1.5 }))
       assert.strictEqual(failureTag(exit), "InvalidSagaInput")
-      assert.strictEqual(failureTag(yield* Effect.exit(Saga.run(localOrder(makeScript()), order, { id: "order-1" }))), "InvalidSagaInput", "ids are UUIDs")
+      assert.strictEqual(
+        failureTag(yield* Effect.exit(Saga.run(localOrder(makeScript()), order, { id: "order-1" }))),
+        "InvalidSagaInput",
+        "ids are UUIDs"
+      )
       const mixed = commandOrder() as unknown as Saga.SagaDefinition<typeof order, {}, never, "local">
       assert.strictEqual(failureTag(yield* Effect.exit(Saga.run(mixed, order))), "InvalidSagaDefinition")
       const local = localOrder(makeScript()) as unknown as Saga.SagaDefinition<typeof order, {}, never, "command">
       assert.strictEqual(failureTag(yield* Effect.exit(Saga.start(local, order))), "InvalidSagaDefinition")
       // bad options: one InvalidConfig naming every wrong one
-      const badOptions = yield* Effect.flip(Saga.run(localOrder(makeScript()), order, { lease: 0, maxCompensationAttempts: 0.5 }))
+      const badOptions = yield* Effect.flip(
+        Saga.run(localOrder(makeScript()), order, { lease: 0, maxCompensationAttempts: 0.5 })
+      )
       assert.strictEqual(badOptions._tag, "InvalidConfig")
-      assert.deepStrictEqual(badOptions._tag === "InvalidConfig" ? badOptions.issues?.map((i) => i.path) : [], ["lease", "maxCompensationAttempts"])
+      assert.deepStrictEqual(badOptions._tag === "InvalidConfig" ? badOptions.issues?.map((i) => i.path) : [], [
+        "lease",
+        "maxCompensationAttempts"
+      ])
       const store = yield* SagaStore.SagaStore
       assert.deepStrictEqual(yield* store.findRecoverable({ stuckAfter: Duration.zero, limit: 10 }), [])
-      assert.deepStrictEqual(yield* store.countByStatus, { running: 0, completed: 0, compensating: 0, compensated: 0, failed: 0 }, "nothing written")
+      assert.deepStrictEqual(yield* store.countByStatus, {
+        running: 0,
+        completed: 0,
+        compensating: 0,
+        compensated: 0,
+        failed: 0
+      }, "nothing written")
     })))
 })
 
@@ -279,11 +349,23 @@ describe("Saga recovery (memory stores)", () => {
     Effect.gen(function*() {
       const store = yield* SagaStore.SagaStore
       const results = [{ reservationId: "res-o-1", until: "2030-01-01T00:00:00.000Z" }, { paymentId: "pay-1" }]
-      yield* store.create({ id, type: "local-order", input: order, steps: ["reserve", "charge", "confirm"], claim: { owner: "dead", lease: Duration.millis(50) } })
+      yield* store.create({
+        id,
+        type: "local-order",
+        input: order,
+        steps: ["reserve", "charge", "confirm"],
+        claim: { owner: "dead", lease: Duration.millis(50) }
+      })
       yield* store.update(id, 0, {
         currentStep: completed,
         steps: [
-          ...results.slice(0, completed).map((result, index) => ({ index, status: "completed" as const, result, attemptStarted: true, finished: true })),
+          ...results.slice(0, completed).map((result, index) => ({
+            index,
+            status: "completed" as const,
+            result,
+            attemptStarted: true,
+            finished: true
+          })),
           { index: completed, attemptStarted: true }
         ]
       })
@@ -297,11 +379,25 @@ describe("Saga recovery (memory stores)", () => {
       const id = "0193b4a2-7c1e-7000-8000-000000000010"
       yield* orphan(id, 2)
       const recoveriesBefore = yield* counter(Saga.metrics.recoveries)
-      const reports = yield* Effect.forEach(["w1", "w2", "w3"], (owner) => Saga.recoverOnce({ registry, owner, stuckAfter: "1 minute" }), { concurrency: "unbounded" })
+      const reports = yield* Effect.forEach(
+        ["w1", "w2", "w3"],
+        (owner) => Saga.recoverOnce({ registry, owner, stuckAfter: "1 minute" }),
+        { concurrency: "unbounded" }
+      )
       assert.deepStrictEqual(reports.flatMap((r) => r.recovered.map((x) => [x.id, x.outcome])), [[id, "compensated"]])
-      assert.deepStrictEqual(script.log, ["undo:charge", "refunded pay-1", "undo:reserve", "released res-o-1 until 2030-01-01T00:00:00.000Z"])
+      assert.deepStrictEqual(script.log, [
+        "undo:charge",
+        "refunded pay-1",
+        "undo:reserve",
+        "released res-o-1 until 2030-01-01T00:00:00.000Z"
+      ])
       const state = yield* Saga.get(id)
-      assert.deepStrictEqual([state.status, ...statuses(state)], ["compensated", "compensated", "compensated", "failed"])
+      assert.deepStrictEqual([state.status, ...statuses(state)], [
+        "compensated",
+        "compensated",
+        "compensated",
+        "failed"
+      ])
       assert.match(state.error!, /step confirm was interrupted: its executor dead stopped/)
       assert.strictEqual((yield* counter(Saga.metrics.recoveries)) - recoveriesBefore, 1)
       assert.deepStrictEqual((yield* Saga.recoverOnce({ registry })).recovered, [], "nothing left to do")
@@ -320,7 +416,11 @@ describe("Saga recovery (memory stores)", () => {
       // the reserve compensation has already been attempted 3 times (crashes): one more is the limit
       const store = yield* SagaStore.SagaStore
       const seen = (yield* store.load(id))!
-      yield* store.update(id, seen.saga.version, { status: "compensating", claim: { owner: "dead", lease: Duration.millis(10) }, steps: [0, 1, 2].map(() => ({ index: 0, compensationStarted: true })) })
+      yield* store.update(id, seen.saga.version, {
+        status: "compensating",
+        claim: { owner: "dead", lease: Duration.millis(10) },
+        steps: [0, 1, 2].map(() => ({ index: 0, compensationStarted: true }))
+      })
       yield* TestClock.adjust("50 millis")
       const script = makeScript({ failCompensation: { reserve: Infinity } })
       const report = yield* Effect.flatten(Effect.map(
@@ -346,7 +446,10 @@ describe("Saga recovery (memory stores)", () => {
         yield* Layer.build(Saga.recovery({ registry, interval: "20 millis" }))
         // the orphan's lease expires only after the first rounds: a later round recovers it
         yield* orphan(id, 1)
-        yield* clockUntil(Effect.map(Saga.get(id), (s) => s.status === "compensated"), "the orphan recovered by a later round")
+        yield* clockUntil(
+          Effect.map(Saga.get(id), (s) => s.status === "compensated"),
+          "the orphan recovered by a later round"
+        )
       }))
       assert.deepStrictEqual(script.log, ["undo:reserve", "released res-o-1 until 2030-01-01T00:00:00.000Z"])
       // closed: no more rounds
@@ -354,14 +457,28 @@ describe("Saga recovery (memory stores)", () => {
       yield* TestClock.adjust("1 minute")
       assert.strictEqual((yield* Saga.get(later)).status, "running")
       assert.strictEqual((yield* counter(Saga.metrics.recoveries)) - recoveriesBefore, 1)
-      const bad = yield* Effect.exit(Layer.build(Saga.recovery({ registry: Saga.registry(), batchSize: 0 })).pipe(Effect.scoped))
+      const bad = yield* Effect.exit(
+        Layer.build(Saga.recovery({ registry: Saga.registry(), batchSize: 0 })).pipe(Effect.scoped)
+      )
       assert.strictEqual(failureTag(bad), "InvalidConfig")
       // every wrong setting at once, by its name (SagaRecovery.ConfigSchema, as Settings decodes it)
-      const worse = yield* Effect.flip(Saga.recoverOnce({ registry: Saga.registry(), interval: -1, batchSize: 1.5, owner: "" }))
-      assert.deepStrictEqual(worse._tag === "InvalidConfig" ? worse.issues?.map((i) => i.path) : worse._tag, ["interval", "batchSize", "owner"])
+      const worse = yield* Effect.flip(
+        Saga.recoverOnce({ registry: Saga.registry(), interval: -1, batchSize: 1.5, owner: "" })
+      )
+      assert.deepStrictEqual(worse._tag === "InvalidConfig" ? worse.issues?.map((i) => i.path) : worse._tag, [
+        "interval",
+        "batchSize",
+        "owner"
+      ])
       const defaults = yield* Settings.decode(SagaRecovery.ConfigSchema, {})
       assert.deepStrictEqual(
-        [Duration.toMillis(defaults.interval), Duration.toMillis(defaults.stuckAfter), Duration.toMillis(defaults.lease), defaults.batchSize, defaults.maxCompensationAttempts],
+        [
+          Duration.toMillis(defaults.interval),
+          Duration.toMillis(defaults.stuckAfter),
+          Duration.toMillis(defaults.lease),
+          defaults.batchSize,
+          defaults.maxCompensationAttempts
+        ],
         [1_000, 300_000, 30_000, 20, 10]
       )
     })))
@@ -375,7 +492,9 @@ describe("Saga.start and replies (memory stores)", () => {
   it.effect("start writes the saga and its first command; a rolled-back caller's transaction sends no command", () =>
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
-      const exit = yield* Effect.exit(outbox.withTransaction(Effect.andThen(Saga.start(commandOrder(), order), Effect.fail("business rule" as const))))
+      const exit = yield* Effect.exit(
+        outbox.withTransaction(Effect.andThen(Saga.start(commandOrder(), order), Effect.fail("business rule" as const)))
+      )
       assert.isTrue(Exit.isFailure(exit))
       assert.strictEqual((yield* outbox.stats).pending, 0)
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
@@ -385,7 +504,14 @@ describe("Saga.start and replies (memory stores)", () => {
       assert.strictEqual(command!.message.type, Reserve.type)
       assert.deepStrictEqual(command!.message.payload, { orderId: "o-1", sku: "book" })
       const parsed = Option.getOrThrow(Saga.commandOf(command!.message))
-      assert.deepStrictEqual([parsed.sagaId, parsed.sagaType, parsed.step, parsed.stepName, parsed.kind, parsed.attempt], [id, "command-order", 0, "reserve", "action", 1])
+      assert.deepStrictEqual([
+        parsed.sagaId,
+        parsed.sagaType,
+        parsed.step,
+        parsed.stepName,
+        parsed.kind,
+        parsed.attempt
+      ], [id, "command-order", 0, "reserve", "action", 1])
       assert.strictEqual(parsed.idempotencyKey, `${id}/reserve`)
       assert.isTrue(Option.isNone(Saga.commandOf({ ...command!.message, headers: {} })))
     })))
@@ -396,8 +522,19 @@ describe("Saga.start and replies (memory stores)", () => {
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
       const { outcomes, seen } = yield* pump(registry, participants())
       assert.deepStrictEqual(outcomes, ["advanced", "advanced", "completed"])
-      assert.deepStrictEqual(seen.map((m) => m.type), [Reserve.type, "tidings.saga.reply", Charge.type, "tidings.saga.reply", Confirm.type, "tidings.saga.reply"])
-      assert.deepStrictEqual(seen[2]!.payload, { reservationId: "res-o-1", cents: 2599 }, "the charge is built from the reserve's result")
+      assert.deepStrictEqual(seen.map((m) => m.type), [
+        Reserve.type,
+        "tidings.saga.reply",
+        Charge.type,
+        "tidings.saga.reply",
+        Confirm.type,
+        "tidings.saga.reply"
+      ])
+      assert.deepStrictEqual(
+        seen[2]!.payload,
+        { reservationId: "res-o-1", cents: 2599 },
+        "the charge is built from the reserve's result"
+      )
       assert.deepStrictEqual(seen[4]!.payload, { orderId: "o-1", paymentId: "pay-res-o-1" })
       const state = yield* Saga.get(id)
       assert.deepStrictEqual([state.status, ...statuses(state)], ["completed", "completed", "completed", "completed"])
@@ -416,9 +553,17 @@ describe("Saga.start and replies (memory stores)", () => {
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
       const { outcomes, seen } = yield* pump(registry, participants({ declineCharge: true }))
       assert.deepStrictEqual(outcomes, ["advanced", "compensating", "compensated"])
-      assert.deepStrictEqual(seen.filter((m) => m.type !== "tidings.saga.reply").map((m) => m.type), [Reserve.type, Charge.type, Release.type])
+      assert.deepStrictEqual(seen.filter((m) => m.type !== "tidings.saga.reply").map((m) => m.type), [
+        Reserve.type,
+        Charge.type,
+        Release.type
+      ])
       const release = Option.getOrThrow(Saga.commandOf(seen.find((m) => m.type === Release.type)!))
-      assert.deepStrictEqual([release.kind, release.stepName, release.idempotencyKey], ["compensation", "reserve", `${id}/reserve/compensation`])
+      assert.deepStrictEqual([release.kind, release.stepName, release.idempotencyKey], [
+        "compensation",
+        "reserve",
+        `${id}/reserve/compensation`
+      ])
       assert.deepStrictEqual(seen.find((m) => m.type === Release.type)!.payload, { reservationId: "res-o-1" })
       const state = yield* Saga.get(id)
       assert.deepStrictEqual([state.status, ...statuses(state)], ["compensated", "compensated", "failed", "pending"])
@@ -444,12 +589,27 @@ describe("Saga.start and replies (memory stores)", () => {
         result = yield* pump(refunds, silentConfirm)
         rounds.push(...result.outcomes)
         yield* TestClock.adjust("30 millis") // past the retry delay (10 ms)
-        rounds.push(...(yield* Saga.recoverOnce({ registry: refunds, stuckAfter: "50 millis" })).recovered.map((r) => `recovered:${r.outcome}`))
+        rounds.push(
+          ...(yield* Saga.recoverOnce({ registry: refunds, stuckAfter: "50 millis" })).recovered.map((r) =>
+            `recovered:${r.outcome}`
+          )
+        )
       }
       // refund: sent, failed → retry in 10 ms → resent (2nd) → failed → resent (3rd) → failed: schedule exhausted
-      assert.deepStrictEqual(rounds, ["retrying", "recovered:compensating", "retrying", "recovered:compensating", "failed"])
+      assert.deepStrictEqual(rounds, [
+        "retrying",
+        "recovered:compensating",
+        "retrying",
+        "recovered:compensating",
+        "failed"
+      ])
       const state = yield* Saga.get(id)
-      assert.deepStrictEqual([state.status, ...statuses(state)], ["failed", "completed", "compensation_failed", "failed"])
+      assert.deepStrictEqual([state.status, ...statuses(state)], [
+        "failed",
+        "completed",
+        "compensation_failed",
+        "failed"
+      ])
       assert.strictEqual(state.steps[1]!.compensationAttempts, 3)
       assert.match(state.error!, /compensation of charge failed after 3 attempts: refund gateway down/)
     })))
@@ -476,16 +636,24 @@ describe("Saga.start and replies (memory stores)", () => {
       yield* outbox.withTransaction(Saga.reply(charge, Saga.completed({ paymentId: "pay-late" })))
       const late = yield* pump(slow, participants())
       assert.deepStrictEqual(late.outcomes, ["late", "late"])
-      assert.deepStrictEqual(late.seen.filter((m) => m.type === Refund.type).map((m) => m.payload), [{ paymentId: "pay-late" }])
+      assert.deepStrictEqual(late.seen.filter((m) => m.type === Refund.type).map((m) => m.payload), [{
+        paymentId: "pay-late"
+      }])
       state = yield* Saga.get(id)
-      assert.deepStrictEqual([state.status, ...statuses(state)], ["compensated", "compensated", "compensated", "pending"])
+      assert.deepStrictEqual([state.status, ...statuses(state)], [
+        "compensated",
+        "compensated",
+        "compensated",
+        "pending"
+      ])
     })))
 
   it.effect("a reply whose result does not match its schema fails the step", () =>
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
-      const { outcomes } = yield* pump(registry, (command) => command.message.type === Reserve.type ? Saga.completed({ wrong: 1 }) : Saga.completed())
+      const { outcomes } = yield* pump(registry, (command) =>
+        command.message.type === Reserve.type ? Saga.completed({ wrong: 1 }) : Saga.completed())
       assert.deepStrictEqual(outcomes, ["compensated"])
       const state = yield* Saga.get(id)
       assert.match(state.steps[0]!.error!, /does not match its schema/)
@@ -497,11 +665,37 @@ describe("Saga.start and replies (memory stores)", () => {
     withStores(Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
-      const delivery = (payload: unknown): Saga.Received => ({ id: "d-1", type: Saga.ReplyEvent.type, payload, headers: { "x-broker": 1 } })
-      const reply = { sagaId: id, sagaType: "command-order", step: 0, stepName: "reserve", kind: "action", attempt: 1, outcome: "completed", result: { reservationId: "r-7" } }
-      assert.strictEqual(yield* Saga.handleReply(registry, delivery({ ...reply, step: -1 })), "ignored", "does not decode")
-      assert.strictEqual(yield* Saga.handleReply(registry, delivery({ ...reply, sagaId: "0193b4a2-7c1e-7000-8000-0000000000ff" })), "ignored", "no such saga")
-      assert.strictEqual(yield* Saga.handleReply(registry, delivery({ ...reply, stepName: "charge" })), "ignored", "the step's name does not match")
+      const delivery = (payload: unknown): Saga.Received => ({
+        id: "d-1",
+        type: Saga.ReplyEvent.type,
+        payload,
+        headers: { "x-broker": 1 }
+      })
+      const reply = {
+        sagaId: id,
+        sagaType: "command-order",
+        step: 0,
+        stepName: "reserve",
+        kind: "action",
+        attempt: 1,
+        outcome: "completed",
+        result: { reservationId: "r-7" }
+      }
+      assert.strictEqual(
+        yield* Saga.handleReply(registry, delivery({ ...reply, step: -1 })),
+        "ignored",
+        "does not decode"
+      )
+      assert.strictEqual(
+        yield* Saga.handleReply(registry, delivery({ ...reply, sagaId: "0193b4a2-7c1e-7000-8000-0000000000ff" })),
+        "ignored",
+        "no such saga"
+      )
+      assert.strictEqual(
+        yield* Saga.handleReply(registry, delivery({ ...reply, stepName: "charge" })),
+        "ignored",
+        "the step's name does not match"
+      )
       assert.strictEqual((yield* Saga.get(id)).version, 0, "nothing changed")
       assert.strictEqual(yield* Saga.handleReply(registry, delivery(reply)), "advanced")
       assert.deepStrictEqual((yield* Saga.get(id)).steps[0]!.result, { reservationId: "r-7" })
@@ -511,7 +705,16 @@ describe("Saga.start and replies (memory stores)", () => {
     Effect.gen(function*() {
       const outbox = yield* OutboxStore.OutboxStore
       const message = yield* outbox.withTransaction(Saga.reply(
-        { sagaId, sagaType: "command-order", step: 0, stepName: "reserve", kind: "action", attempt: 1, idempotencyKey: "", message: undefined as never },
+        {
+          sagaId,
+          sagaType: "command-order",
+          step: 0,
+          stepName: "reserve",
+          kind: "action",
+          attempt: 1,
+          idempotencyKey: "",
+          message: undefined as never
+        },
         Saga.completed()
       ))
       return message
@@ -523,7 +726,16 @@ describe("Saga.start and replies (memory stores)", () => {
       const id = yield* outbox.withTransaction(Saga.start(commandOrder(), order))
       yield* outbox.claim({ relayId: "r", batchSize: 10, lease: Duration.seconds(5) })
       const reply = yield* outbox.withTransaction(Saga.reply(
-        { sagaId: id, sagaType: "command-order", step: 0, stepName: "reserve", kind: "action", attempt: 1, idempotencyKey: "", message: undefined as never },
+        {
+          sagaId: id,
+          sagaType: "command-order",
+          step: 0,
+          stepName: "reserve",
+          kind: "action",
+          attempt: 1,
+          idempotencyKey: "",
+          message: undefined as never
+        },
         Saga.completed({ reservationId: "r-1" })
       ))
       const gate = yield* Deferred.make<void>()
@@ -536,11 +748,10 @@ describe("Saga.start and replies (memory stores)", () => {
       yield* TestClock.adjust("1 minute") // the losers' conflict retries wait on the clock
       const outcomes = yield* Fiber.join(handlers)
       assert.deepStrictEqual([...outcomes].sort(), ["advanced", "ignored", "ignored", "ignored", "ignored", "ignored"])
-      const charges = (yield* outbox.claim({ relayId: "r", batchSize: 10, lease: Duration.seconds(5) })).filter((c) => c.message.type === Charge.type)
+      const charges = (yield* outbox.claim({ relayId: "r", batchSize: 10, lease: Duration.seconds(5) })).filter((c) =>
+        c.message.type === Charge.type
+      )
       assert.strictEqual(charges.length, 1, "one charge command")
       assert.strictEqual((yield* Saga.get(id)).currentStep, 1)
     })))
 })
-
-
-

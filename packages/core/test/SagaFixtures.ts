@@ -76,7 +76,10 @@ const slow = (d: Duration.Input | undefined) => d === undefined ? Effect.void : 
  * A local create-order saga: reserve (a Date in its result, to show schema encoding), charge (uses
  * the reservation), confirm. Timeouts and retries are short so that tests run fast.
  */
-export const localOrder = (script: Script, options: { readonly name?: string; readonly chargeTimeout?: Duration.Input } = {}) =>
+export const localOrder = (
+  script: Script,
+  options: { readonly name?: string; readonly chargeTimeout?: Duration.Input } = {}
+) =>
   Saga.make(options.name ?? "local-order", { input: OrderInput })
     .step("reserve", {
       result: Schema.Struct({ reservationId: Schema.String, until: Schema.DateFromString }),
@@ -86,67 +89,117 @@ export const localOrder = (script: Script, options: { readonly name?: string; re
           Effect.as({ reservationId: `res-${ctx.input.orderId}`, until: new Date("2030-01-01T00:00:00.000Z") })
         ),
       compensate: (_ctx, result) =>
-        attempt(script, "undo:reserve", script.failCompensation?.["reserve"], () => new StoreError({ operation: "release", message: "inventory down", reason: new Unavailable() })).pipe(
-          Effect.andThen(slow(script.slowCompensation?.["reserve"])),
-          Effect.andThen(Effect.sync(() => script.record(`released ${result.reservationId} until ${result.until.toISOString()}`)))
-        ),
+        attempt(script, "undo:reserve", script.failCompensation?.["reserve"], () =>
+          new StoreError({ operation: "release", message: "inventory down", reason: new Unavailable() })).pipe(
+            Effect.andThen(slow(script.slowCompensation?.["reserve"])),
+            Effect.andThen(Effect.sync(() =>
+              script.record(`released ${result.reservationId} until ${result.until.toISOString()}`)
+            ))
+          ),
       compensation: { timeout: "2 seconds", retry: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 2 })) }
     })
     .step("charge", {
       result: Schema.Struct({ paymentId: Schema.String }),
       action: (ctx) =>
-        attempt(script, "charge", script.failAction?.["charge"], () => new StoreError({ operation: "charge", message: "gateway busy", reason: new Unavailable() })).pipe(
-          Effect.andThen(slow(script.slowAction?.["charge"])),
-          // typed access to an earlier step's result (decoded: `until` is a Date again)
-          Effect.as({ paymentId: `pay-${ctx.results.reserve.reservationId}-${ctx.results.reserve.until.getUTCFullYear()}` })
-        ),
+        attempt(script, "charge", script.failAction?.["charge"], () =>
+          new StoreError({ operation: "charge", message: "gateway busy", reason: new Unavailable() })).pipe(
+            Effect.andThen(slow(script.slowAction?.["charge"])),
+            // typed access to an earlier step's result (decoded: `until` is a Date again)
+            Effect.as({
+              paymentId: `pay-${ctx.results.reserve.reservationId}-${ctx.results.reserve.until.getUTCFullYear()}`
+            })
+          ),
       compensate: (_ctx, result) =>
-        attempt(script, "undo:charge", script.failCompensation?.["charge"], () => new StoreError({ operation: "refund", message: "gateway down", reason: new Unavailable() })).pipe(
-          Effect.andThen(slow(script.slowCompensation?.["charge"])),
-          Effect.andThen(Effect.sync(() => script.record(`refunded ${result.paymentId}`)))
-        ),
+        attempt(script, "undo:charge", script.failCompensation?.["charge"], () =>
+          new StoreError({ operation: "refund", message: "gateway down", reason: new Unavailable() })).pipe(
+            Effect.andThen(slow(script.slowCompensation?.["charge"])),
+            Effect.andThen(Effect.sync(() =>
+              script.record(`refunded ${result.paymentId}`)
+            ))
+          ),
       retry: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 2 })),
       ...(options.chargeTimeout === undefined ? {} : { timeout: options.chargeTimeout }),
       compensation: { timeout: "300 millis", retry: Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 2 })) }
     })
     .step("confirm", {
       action: (ctx) =>
-        attempt(script, "confirm", script.failAction?.["confirm"], () => new Declined({ reason: `order ${ctx.input.orderId} rejected` })).pipe(
-          Effect.andThen(slow(script.slowAction?.["confirm"]))
-        )
+        attempt(script, "confirm", script.failAction?.["confirm"], () =>
+          new Declined({ reason: `order ${ctx.input.orderId} rejected` })).pipe(
+            Effect.andThen(slow(script.slowAction?.["confirm"]))
+          )
     })
 
 // ---- command-driven twin ---------------------------------------------------------------------
 
-export const Reserve = Event.define("inventory.reserve", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String, sku: Schema.String }) })
-export const Release = Event.define("inventory.release", { aggregateType: "order", schema: Schema.Struct({ reservationId: Schema.String }) })
-export const Charge = Event.define("payment.charge", { aggregateType: "order", schema: Schema.Struct({ reservationId: Schema.String, cents: Schema.Int }) })
-export const Refund = Event.define("payment.refund", { aggregateType: "order", schema: Schema.Struct({ paymentId: Schema.String }) })
-export const Confirm = Event.define("order.confirm", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String, paymentId: Schema.String }) })
+export const Reserve = Event.define("inventory.reserve", {
+  aggregateType: "order",
+  schema: Schema.Struct({ orderId: Schema.String, sku: Schema.String })
+})
+export const Release = Event.define("inventory.release", {
+  aggregateType: "order",
+  schema: Schema.Struct({ reservationId: Schema.String })
+})
+export const Charge = Event.define("payment.charge", {
+  aggregateType: "order",
+  schema: Schema.Struct({ reservationId: Schema.String, cents: Schema.Int })
+})
+export const Refund = Event.define("payment.refund", {
+  aggregateType: "order",
+  schema: Schema.Struct({ paymentId: Schema.String })
+})
+export const Confirm = Event.define("order.confirm", {
+  aggregateType: "order",
+  schema: Schema.Struct({ orderId: Schema.String, paymentId: Schema.String })
+})
 
-export const commandOrder = (options: { readonly name?: string; readonly chargeTimeout?: Duration.Input; readonly refundRetry?: Schedule.Schedule<unknown, unknown> } = {}) =>
+export const commandOrder = (
+  options: {
+    readonly name?: string
+    readonly chargeTimeout?: Duration.Input
+    readonly refundRetry?: Schedule.Schedule<unknown, unknown>
+  } = {}
+) =>
   Saga.make(options.name ?? "command-order", { input: OrderInput })
     .command("reserve", {
       result: Schema.Struct({ reservationId: Schema.String }),
-      send: (ctx) => Reserve.make({ aggregateId: ctx.input.orderId, payload: { orderId: ctx.input.orderId, sku: ctx.input.sku } }),
-      compensate: (ctx, r) => Release.make({ aggregateId: ctx.input.orderId, payload: { reservationId: r.reservationId } })
+      send: (ctx) =>
+        Reserve.make({ aggregateId: ctx.input.orderId, payload: { orderId: ctx.input.orderId, sku: ctx.input.sku } }),
+      compensate: (ctx, r) =>
+        Release.make({ aggregateId: ctx.input.orderId, payload: { reservationId: r.reservationId } })
     })
     .command("charge", {
       result: Schema.Struct({ paymentId: Schema.String }),
-      send: (ctx) => Charge.make({ aggregateId: ctx.input.orderId, payload: { reservationId: ctx.results.reserve.reservationId, cents: ctx.input.cents } }),
+      send: (ctx) =>
+        Charge.make({
+          aggregateId: ctx.input.orderId,
+          payload: { reservationId: ctx.results.reserve.reservationId, cents: ctx.input.cents }
+        }),
       compensate: (ctx, r) => Refund.make({ aggregateId: ctx.input.orderId, payload: { paymentId: r.paymentId } }),
       ...(options.chargeTimeout === undefined ? {} : { timeout: options.chargeTimeout }),
-      compensation: { retry: options.refundRetry ?? Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 2 })), timeout: "300 millis" }
+      compensation: {
+        retry: options.refundRetry ?? Schedule.spaced("10 millis").pipe(Schedule.upTo({ times: 2 })),
+        timeout: "300 millis"
+      }
     })
     .command("confirm", {
-      send: (ctx) => Confirm.make({ aggregateId: ctx.input.orderId, payload: { orderId: ctx.input.orderId, paymentId: ctx.results.charge.paymentId } })
+      send: (ctx) =>
+        Confirm.make({
+          aggregateId: ctx.input.orderId,
+          payload: { orderId: ctx.input.orderId, paymentId: ctx.results.charge.paymentId }
+        })
     })
 
 /** How participants answer a command (undefined: no answer, as a participant that is down). */
 export type Participant = (command: Saga.Command) => Saga.Outcome | undefined
 
 /** Participants that do everything asked; `declineCharge` makes the payment fail. */
-export const participants = (options: { readonly declineCharge?: boolean; readonly failRefunds?: number; readonly silent?: ReadonlyArray<string> } = {}): Participant => {
+export const participants = (
+  options: {
+    readonly declineCharge?: boolean
+    readonly failRefunds?: number
+    readonly silent?: ReadonlyArray<string>
+  } = {}
+): Participant => {
   let refundsFailed = 0
   return (command) => {
     if (options.silent?.includes(command.message.type)) return undefined
@@ -155,7 +208,9 @@ export const participants = (options: { readonly declineCharge?: boolean; readon
       case Reserve.type:
         return Saga.completed({ reservationId: `res-${payload["orderId"]}` })
       case Charge.type:
-        return options.declineCharge === true ? Saga.failed("card declined") : Saga.completed({ paymentId: `pay-${payload["reservationId"]}` })
+        return options.declineCharge === true
+          ? Saga.failed("card declined")
+          : Saga.completed({ paymentId: `pay-${payload["reservationId"]}` })
       case Refund.type:
         if (refundsFailed < (options.failRefunds ?? 0)) {
           refundsFailed++
@@ -200,7 +255,9 @@ export const pump = <R>(registry: Saga.Registry<R>, participant: Participant, ma
 
 /** The tag of an exit's first typed error. */
 export const failureTag = (exit: Exit.Exit<unknown, unknown>): string | undefined =>
-  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { _tag?: string })._tag)) : undefined
+  Exit.isFailure(exit)
+    ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { _tag?: string })._tag))
+    : undefined
 
 /**
  * Runs `effect` on the TestClock (inside `it.effect`): forks it and moves the clock far ahead, so
@@ -222,12 +279,21 @@ export const onTestClock = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
  * Moves the TestClock forward `step` at a time until `check` holds: the clock-driven form of
  * waiting for a state (no real time passes; `max` is clock time, so a slow machine cannot hit it).
  */
-export const clockUntil = <E, R>(check: Effect.Effect<boolean, E, R>, what: string, step: Duration.Input = "10 millis", max: Duration.Input = "10 minutes") =>
+export const clockUntil = <E, R>(
+  check: Effect.Effect<boolean, E, R>,
+  what: string,
+  step: Duration.Input = "10 millis",
+  max: Duration.Input = "10 minutes"
+) =>
   Effect.gen(function*() {
-    const steps = Math.ceil(Duration.toMillis(Duration.fromInputUnsafe(max)) / Duration.toMillis(Duration.fromInputUnsafe(step)))
+    const steps = Math.ceil(
+      Duration.toMillis(Duration.fromInputUnsafe(max)) / Duration.toMillis(Duration.fromInputUnsafe(step))
+    )
     for (let i = 0; i <= steps; i++) {
       if (yield* check) return
       yield* TestClock.adjust(step)
     }
-    return yield* Effect.die(new Error(`${what}: not reached within ${Duration.format(Duration.fromInputUnsafe(max))} of clock time`))
+    return yield* Effect.die(
+      new Error(`${what}: not reached within ${Duration.format(Duration.fromInputUnsafe(max))} of clock time`)
+    )
   })

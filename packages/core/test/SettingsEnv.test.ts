@@ -18,7 +18,9 @@ const Component = Schema.Struct({
   name: Schema.String.pipe(Schema.withDecodingDefault(Effect.succeed("tidings"))),
   concurrency: Settings.int(1, 100).pipe(Schema.withDecodingDefault(Effect.succeed(4))),
   lease: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))),
-  cutoff: Schema.Union([Schema.Literal(false), Settings.duration()]).pipe(Schema.withDecodingDefault(Effect.succeed<false | Duration.Input>(false))),
+  cutoff: Schema.Union([Schema.Literal(false), Settings.duration()]).pipe(
+    Schema.withDecodingDefault(Effect.succeed<false | Duration.Input>(false))
+  ),
   mode: Schema.Literals(["fast", "safe"]).pipe(Schema.withDecodingDefault(Effect.succeed("safe" as const))),
   verbose: Schema.optional(Schema.Boolean),
   delays: Schema.optional(Schema.Array(Settings.duration())),
@@ -77,13 +79,17 @@ describe("Settings from the environment", () => {
       assert.strictEqual(Redacted.value(s.url), "amqp://guest:s3cret@127.0.0.1:5672")
       assert.deepStrictEqual({ ...s, url: "" }, { ...fromObject, url: "" })
       assert.strictEqual(Duration.toMillis(s.poll.max), 60_000)
-      const off = yield* Settings.fromConfig(Component, "TIDINGS_X").pipe(withEnv({ TIDINGS_X_URL: "amqp://h", TIDINGS_X_CUTOFF: "off" }))
+      const off = yield* Settings.fromConfig(Component, "TIDINGS_X").pipe(
+        withEnv({ TIDINGS_X_URL: "amqp://h", TIDINGS_X_CUTOFF: "off" })
+      )
       assert.strictEqual(off.cutoff, false)
     }))
 
   it.effect("code gives defaults; variables that are set win", () =>
     Effect.gen(function*() {
-      const s = yield* Settings.fromConfig(Component, "TIDINGS_X", { defaults: { url: "amqp://code", concurrency: 2, name: "orders" } }).pipe(
+      const s = yield* Settings.fromConfig(Component, "TIDINGS_X", {
+        defaults: { url: "amqp://code", concurrency: 2, name: "orders" }
+      }).pipe(
         withEnv({ TIDINGS_X_CONCURRENCY: "3" })
       )
       assert.strictEqual(s.concurrency, 3)
@@ -93,14 +99,18 @@ describe("Settings from the environment", () => {
 
   it.effect("a wrong configuration is ONE InvalidConfig naming every wrong variable, never a secret's value", () =>
     Effect.gen(function*() {
-      const error = failure(yield* Effect.exit(Settings.fromConfig(Component, "TIDINGS_X").pipe(withEnv({
-        TIDINGS_X_URL: "postgres://user:hunter2@db",
-        TIDINGS_X_CONCURRENCY: "lots",
-        TIDINGS_X_LEASE: "soon",
-        TIDINGS_X_MODE: "reckless",
-        TIDINGS_X_DELAYS: "1 second,x",
-        TIDINGS_X_POLL_MIN: "-5"
-      }))))
+      const error = failure(
+        yield* Effect.exit(
+          Settings.fromConfig(Component, "TIDINGS_X").pipe(withEnv({
+            TIDINGS_X_URL: "postgres://user:hunter2@db",
+            TIDINGS_X_CONCURRENCY: "lots",
+            TIDINGS_X_LEASE: "soon",
+            TIDINGS_X_MODE: "reckless",
+            TIDINGS_X_DELAYS: "1 second,x",
+            TIDINGS_X_POLL_MIN: "-5"
+          }))
+        )
+      )
       assert.deepStrictEqual(error.issues!.map((i) => i.path), [
         "TIDINGS_X_URL",
         "TIDINGS_X_CONCURRENCY",
@@ -119,24 +129,46 @@ describe("Settings from the environment", () => {
 
   it.effect("Settings.all gathers the problems of several components into one error", () =>
     Effect.gen(function*() {
-      const error = failure(yield* Effect.exit(Settings.all({
-        a: Settings.fromConfig(Component, "TIDINGS_A"),
-        b: Settings.fromConfig(Component, "TIDINGS_B")
-      }).pipe(withEnv({ TIDINGS_A_URL: "amqp://a", TIDINGS_A_CONCURRENCY: "0", TIDINGS_B_LEASE: "0" }))))
-      assert.deepStrictEqual(error.issues!.map((i) => i.path), ["TIDINGS_A_CONCURRENCY", "TIDINGS_B_URL", "TIDINGS_B_LEASE"])
+      const error = failure(
+        yield* Effect.exit(
+          Settings.all({
+            a: Settings.fromConfig(Component, "TIDINGS_A"),
+            b: Settings.fromConfig(Component, "TIDINGS_B")
+          }).pipe(withEnv({ TIDINGS_A_URL: "amqp://a", TIDINGS_A_CONCURRENCY: "0", TIDINGS_B_LEASE: "0" }))
+        )
+      )
+      assert.deepStrictEqual(error.issues!.map((i) => i.path), [
+        "TIDINGS_A_CONCURRENCY",
+        "TIDINGS_B_URL",
+        "TIDINGS_B_LEASE"
+      ])
     }))
 
   it.effect("the relay's schema: nested poll interval, retention switch, cross-field rules by variable", () =>
     Effect.gen(function*() {
       const names = Settings.variables(Relay.ConfigSchema, "TIDINGS_RELAY").map((v) => v.name)
-      assert.includeMembers(names, ["TIDINGS_RELAY_CONCURRENCY", "TIDINGS_RELAY_LEASE", "TIDINGS_RELAY_POLL_INTERVAL_MAX", "TIDINGS_RELAY_RETENTION", "TIDINGS_RELAY_RETENTION_OLDER_THAN"])
+      assert.includeMembers(names, [
+        "TIDINGS_RELAY_CONCURRENCY",
+        "TIDINGS_RELAY_LEASE",
+        "TIDINGS_RELAY_POLL_INTERVAL_MAX",
+        "TIDINGS_RELAY_RETENTION",
+        "TIDINGS_RELAY_RETENTION_OLDER_THAN"
+      ])
       assert.notInclude(names, "TIDINGS_RELAY_RETRY") // a Schedule: code only
-      const config = yield* Relay.config().pipe(withEnv({ TIDINGS_RELAY_CONCURRENCY: "4", TIDINGS_RELAY_RETENTION: "false", TIDINGS_RELAY_LEASE: "20 seconds" }))
+      const config = yield* Relay.config().pipe(
+        withEnv({ TIDINGS_RELAY_CONCURRENCY: "4", TIDINGS_RELAY_RETENTION: "false", TIDINGS_RELAY_LEASE: "20 seconds" })
+      )
       const s = yield* Relay.settings(config)
       assert.strictEqual(s.concurrency, 4)
       assert.strictEqual(s.retention, false)
       assert.strictEqual(Duration.toMillis(s.lease), 20_000)
-      const error = failure(yield* Effect.exit(Relay.config().pipe(withEnv({ TIDINGS_RELAY_LEASE: "10 seconds", TIDINGS_RELAY_PUBLISH_TIMEOUT: "20 seconds" }))))
+      const error = failure(
+        yield* Effect.exit(
+          Relay.config().pipe(
+            withEnv({ TIDINGS_RELAY_LEASE: "10 seconds", TIDINGS_RELAY_PUBLISH_TIMEOUT: "20 seconds" })
+          )
+        )
+      )
       assert.deepStrictEqual(error.issues!.map((i) => i.path), ["TIDINGS_RELAY_PUBLISH_TIMEOUT"])
     }))
 })

@@ -42,7 +42,9 @@ if (process.argv[1] !== undefined && path.resolve(process.argv[1]) === fileURLTo
   const current = fs.existsSync(target) ? fs.readFileSync(target, "utf8") : ""
   if (process.argv.includes("--check")) {
     if (current !== text) {
-      console.error(`${path.relative(process.cwd(), target)} is out of date: run node packages/hono/scripts/build-console.ts`)
+      console.error(
+        `${path.relative(process.cwd(), target)} is out of date: run node packages/hono/scripts/build-console.ts`
+      )
       process.exit(1)
     }
     console.log("console assets are up to date")

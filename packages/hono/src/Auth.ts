@@ -16,7 +16,9 @@ export type Guard = Redacted.Redacted<string> | MiddlewareHandler | undefined
 
 /** Answers every request with 403: the route is disabled until a token or a middleware is configured. */
 export const closed: MiddlewareHandler = async () =>
-  HttpErrors.response(new HttpErrors.Forbidden({ message: "admin routes are disabled: configure a token or an auth middleware" }))
+  HttpErrors.response(
+    new HttpErrors.Forbidden({ message: "admin routes are disabled: configure a token or an auth middleware" })
+  )
 
 const unauthorized = (message: string) => {
   const response = HttpErrors.response(new HttpErrors.Unauthorized({ message }))
@@ -37,7 +39,8 @@ export const bearer = (token: Redacted.Redacted<string>): MiddlewareHandler => {
   if (typeof expected !== "string" || expected.length < minTokenLength || /\s/.test(expected)) {
     throw new InvalidConfig({
       path: "auth",
-      message: `the admin token must be at least ${minTokenLength} characters without whitespace (e.g. openssl rand -base64 24)`
+      message:
+        `the admin token must be at least ${minTokenLength} characters without whitespace (e.g. openssl rand -base64 24)`
     })
   }
   return async (c, next) => {
@@ -88,11 +91,20 @@ export const ConfigSchema: Schema.Struct<{
  * @since 0.1.0
  * @category settings
  */
-export const environment: Settings.Environment<typeof ConfigSchema> = { component: "Auth", schema: ConfigSchema, prefix: "TIDINGS_ADMIN" }
+export const environment: Settings.Environment<typeof ConfigSchema> = {
+  component: "Auth",
+  schema: ConfigSchema,
+  prefix: "TIDINGS_ADMIN"
+}
 
 // Typed apart from the class, so that JSR's fast check reads it (no slow type).
-const AdminTokenKey: EffectContext.ServiceClass<AdminToken, "@tidings/hono/Auth/AdminToken", { readonly token: Redacted.Redacted<string> | undefined }> =
-  EffectContext.Service<AdminToken, { readonly token: Redacted.Redacted<string> | undefined }>()("@tidings/hono/Auth/AdminToken")
+const AdminTokenKey: EffectContext.ServiceClass<
+  AdminToken,
+  "@tidings/hono/Auth/AdminToken",
+  { readonly token: Redacted.Redacted<string> | undefined }
+> = EffectContext.Service<AdminToken, { readonly token: Redacted.Redacted<string> | undefined }>()(
+  "@tidings/hono/Auth/AdminToken"
+)
 
 /**
  * The admin token of the app (`undefined`: none configured, the admin routes are closed), for
@@ -108,7 +120,9 @@ export class AdminToken extends AdminTokenKey {}
  * @since 0.1.0
  * @category settings
  */
-export const config = (options: { readonly prefix?: string } = {}): Effect.Effect<Redacted.Redacted<string> | undefined, InvalidConfig> =>
+export const config = (
+  options: { readonly prefix?: string } = {}
+): Effect.Effect<Redacted.Redacted<string> | undefined, InvalidConfig> =>
   Effect.map(Settings.read(environment, options), (s) => s.token)
 
 /**

@@ -80,7 +80,17 @@ export const transaction = <A, E, R>(
  * @since 0.1.0
  * @category combinators
  */
-export const handler = <R, A extends Result, E, B = undefined, P = undefined, Q = undefined, V extends Env = any, Path extends string = any, I extends HonoInput = {}>(
+export const handler = <
+  R,
+  A extends Result,
+  E,
+  B = undefined,
+  P = undefined,
+  Q = undefined,
+  V extends Env = any,
+  Path extends string = any,
+  I extends HonoInput = {}
+>(
   runtime: Runtime<R | OutboxStore>,
   options: Options<B, P, Q>,
   run: (input: CommandInput<B, P, Q>) => Effect.Effect<A, E, R | OutboxStore>
@@ -91,8 +101,17 @@ export const handler = <R, A extends Result, E, B = undefined, P = undefined, Q 
       // Input is decoded before the transaction opens: a bad request costs no connection.
       const params = options.params === undefined ? undefined : yield* Input.params(context, options.params)
       const query = options.query === undefined ? undefined : yield* Input.query(context, options.query)
-      const body = options.body === undefined ? undefined : yield* Input.json(context, options.body, options.bodyLimit === undefined ? {} : { bodyLimit: options.bodyLimit })
-      return yield* transaction(run({ body: body as B, params: params as P, query: query as Q, context }), options.retry)
+      const body = options.body === undefined
+        ? undefined
+        : yield* Input.json(
+          context,
+          options.body,
+          options.bodyLimit === undefined ? {} : { bodyLimit: options.bodyLimit }
+        )
+      return yield* transaction(
+        run({ body: body as B, params: params as P, query: query as Q, context }),
+        options.retry
+      )
     }) as Effect.Effect<Result, E | InputError | StoreError, R | OutboxStore>, {
     ...(options.status === undefined ? {} : { status: options.status }),
     ...(options.statuses === undefined ? {} : { statuses: options.statuses })

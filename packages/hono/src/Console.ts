@@ -44,15 +44,19 @@ export interface Options<R = never> {
 
 const bounded = (name: string, value: number | undefined, fallback: number, min: number, max: number): number => {
   const n = value ?? fallback
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`Console: ${name} must be an integer from ${min} to ${max}, got ${String(value)}`)
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new Error(`Console: ${name} must be an integer from ${min} to ${max}, got ${String(value)}`)
+  }
   return n
 }
 
-const escapeHtml = (text: string) => text.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+const escapeHtml = (text: string) =>
+  text.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
 
 // The page loads nothing but its own script and style, and talks only to its own API.
 const pageHeaders = {
-  "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'self'; form-action 'none'; frame-ancestors 'none'",
+  "content-security-policy":
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'self'; form-action 'none'; frame-ancestors 'none'",
   "x-content-type-options": "nosniff",
   "x-frame-options": "DENY",
   "referrer-policy": "no-referrer",
@@ -79,15 +83,24 @@ export const routes = <R>(runtime: Runtime<R>, options: Options<NoInfer<R>> = {}
     // The page's script and style are under the mount point; the script finds the API next to itself.
     const base = path.endsWith("/") ? path : `${path}/`
     // Not a <base> element: it would also move the page's #fragment links to the mount point.
-    const html = Assets.html.replace("href=\"console.css\"", `href="${escapeHtml(base)}console.css"`).replace("src=\"console.js\"", `src="${escapeHtml(base)}console.js"`)
+    const html = Assets.html.replace("href=\"console.css\"", `href="${escapeHtml(base)}console.css"`).replace(
+      "src=\"console.js\"",
+      `src="${escapeHtml(base)}console.js"`
+    )
     return new Response(html, {
       headers: { ...pageHeaders, "content-type": "text/html; charset=utf-8" }
     })
   }
   app.get("/", (c) => page(c.req.path))
   app.get("/index.html", (c) => page(c.req.path.slice(0, -"index.html".length)))
-  app.get("/console.js", () => new Response(Assets.js, { headers: { ...pageHeaders, "content-type": "text/javascript; charset=utf-8" } }))
-  app.get("/console.css", () => new Response(Assets.css, { headers: { ...pageHeaders, "content-type": "text/css; charset=utf-8" } }))
+  app.get(
+    "/console.js",
+    () => new Response(Assets.js, { headers: { ...pageHeaders, "content-type": "text/javascript; charset=utf-8" } })
+  )
+  app.get(
+    "/console.css",
+    () => new Response(Assets.css, { headers: { ...pageHeaders, "content-type": "text/css; charset=utf-8" } })
+  )
   const api = new Hono()
   api.use("*", Auth.middleware(options.auth))
   api.use("*", async (c, next) => {

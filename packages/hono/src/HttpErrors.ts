@@ -39,10 +39,14 @@ export interface ErrorBody {
   }
 }
 
-const BadRequestBase: Schema.Class<BadRequest, Schema.TaggedStruct<"BadRequest", {
-  readonly message: Schema.String
-  readonly issues: Schema.optional<Schema.$Array<typeof Issue>>
-}>, Cause.YieldableError> = Schema.TaggedError<BadRequest>()("BadRequest", {
+const BadRequestBase: Schema.Class<
+  BadRequest,
+  Schema.TaggedStruct<"BadRequest", {
+    readonly message: Schema.String
+    readonly issues: Schema.optional<Schema.$Array<typeof Issue>>
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<BadRequest>()("BadRequest", {
   message: Schema.String,
   issues: Schema.optional(Schema.Array(Issue))
 })
@@ -58,9 +62,13 @@ export class BadRequest extends BadRequestBase {
   }
 }
 
-const UnauthorizedBase: Schema.Class<Unauthorized, Schema.TaggedStruct<"Unauthorized", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<Unauthorized>()("Unauthorized", { message: Schema.String })
+const UnauthorizedBase: Schema.Class<
+  Unauthorized,
+  Schema.TaggedStruct<"Unauthorized", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<Unauthorized>()("Unauthorized", { message: Schema.String })
 
 /**
  * No credentials, or wrong ones.
@@ -73,9 +81,13 @@ export class Unauthorized extends UnauthorizedBase {
   }
 }
 
-const ForbiddenBase: Schema.Class<Forbidden, Schema.TaggedStruct<"Forbidden", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<Forbidden>()("Forbidden", { message: Schema.String })
+const ForbiddenBase: Schema.Class<
+  Forbidden,
+  Schema.TaggedStruct<"Forbidden", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<Forbidden>()("Forbidden", { message: Schema.String })
 
 /**
  * The route is closed (admin routes without a configured token or middleware) or the caller may not use it.
@@ -88,9 +100,13 @@ export class Forbidden extends ForbiddenBase {
   }
 }
 
-const NotFoundBase: Schema.Class<NotFound, Schema.TaggedStruct<"NotFound", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<NotFound>()("NotFound", { message: Schema.String })
+const NotFoundBase: Schema.Class<
+  NotFound,
+  Schema.TaggedStruct<"NotFound", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<NotFound>()("NotFound", { message: Schema.String })
 
 /**
  * The resource does not exist.
@@ -103,9 +119,13 @@ export class NotFound extends NotFoundBase {
   }
 }
 
-const MethodNotAllowedBase: Schema.Class<MethodNotAllowed, Schema.TaggedStruct<"MethodNotAllowed", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", { message: Schema.String })
+const MethodNotAllowedBase: Schema.Class<
+  MethodNotAllowed,
+  Schema.TaggedStruct<"MethodNotAllowed", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", { message: Schema.String })
 
 /**
  * The path exists, but not for this method (the `Allow` header lists the methods it has).
@@ -118,9 +138,13 @@ export class MethodNotAllowed extends MethodNotAllowedBase {
   }
 }
 
-const PayloadTooLargeBase: Schema.Class<PayloadTooLarge, Schema.TaggedStruct<"PayloadTooLarge", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", { message: Schema.String })
+const PayloadTooLargeBase: Schema.Class<
+  PayloadTooLarge,
+  Schema.TaggedStruct<"PayloadTooLarge", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", { message: Schema.String })
 
 /**
  * The request body is larger than the limit (see `Safety`); it was not read past the limit.
@@ -133,9 +157,13 @@ export class PayloadTooLarge extends PayloadTooLargeBase {
   }
 }
 
-const UnsupportedMediaTypeBase: Schema.Class<UnsupportedMediaType, Schema.TaggedStruct<"UnsupportedMediaType", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", { message: Schema.String })
+const UnsupportedMediaTypeBase: Schema.Class<
+  UnsupportedMediaType,
+  Schema.TaggedStruct<"UnsupportedMediaType", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", { message: Schema.String })
 
 /**
  * The body is not of a media type the route reads (JSON routes need `application/json`).
@@ -148,9 +176,13 @@ export class UnsupportedMediaType extends UnsupportedMediaTypeBase {
   }
 }
 
-const ConflictBase: Schema.Class<Conflict, Schema.TaggedStruct<"Conflict", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<Conflict>()("Conflict", { message: Schema.String })
+const ConflictBase: Schema.Class<
+  Conflict,
+  Schema.TaggedStruct<"Conflict", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<Conflict>()("Conflict", { message: Schema.String })
 
 /**
  * The request conflicts with the resource's current state.
@@ -163,9 +195,13 @@ export class Conflict extends ConflictBase {
   }
 }
 
-const NotImplementedBase: Schema.Class<NotImplemented, Schema.TaggedStruct<"NotImplemented", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<NotImplemented>()("NotImplemented", { message: Schema.String })
+const NotImplementedBase: Schema.Class<
+  NotImplemented,
+  Schema.TaggedStruct<"NotImplemented", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<NotImplemented>()("NotImplemented", { message: Schema.String })
 
 /**
  * The server does not provide this feature (e.g. a view over a store the app does not use).
@@ -205,11 +241,15 @@ const pathOf = (path: ReadonlyArray<PropertyKey> | undefined): Array<string | nu
  * @category combinators
  */
 export const issuesOf = (error: Schema.SchemaError, prefix: ReadonlyArray<string | number> = []): Array<Issue> =>
-  formatIssues(error.issue).issues.map((i) => ({ path: [...prefix, ...pathOf(i.path as ReadonlyArray<PropertyKey> | undefined)], message: i.message }))
+  formatIssues(error.issue).issues.map((i) => ({
+    path: [...prefix, ...pathOf(i.path as ReadonlyArray<PropertyKey> | undefined)],
+    message: i.message
+  }))
 
 const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null
 
-const tagOf = (error: unknown): string | undefined => isRecord(error) && typeof error["_tag"] === "string" ? error["_tag"] : undefined
+const tagOf = (error: unknown): string | undefined =>
+  isRecord(error) && typeof error["_tag"] === "string" ? error["_tag"] : undefined
 
 const validStatus = (n: unknown): n is number => typeof n === "number" && Number.isInteger(n) && n >= 400 && n <= 599
 
@@ -236,7 +276,10 @@ const issuesFrom = (error: unknown): ReadonlyArray<Issue> | undefined => {
   if (!isRecord(error) || !Array.isArray(error["issues"])) return undefined
   return (error["issues"] as ReadonlyArray<unknown>).flatMap((i) =>
     isRecord(i) && typeof i["message"] === "string"
-      ? [{ path: Array.isArray(i["path"]) ? pathOf(i["path"] as ReadonlyArray<PropertyKey>) : [], message: i["message"] }]
+      ? [{
+        path: Array.isArray(i["path"]) ? pathOf(i["path"] as ReadonlyArray<PropertyKey>) : [],
+        message: i["message"]
+      }]
       : []
   )
 }
@@ -246,15 +289,26 @@ const issuesFrom = (error: unknown): ReadonlyArray<Issue> | undefined => {
  * @since 0.1.0
  * @category combinators
  */
-export const describe = (error: unknown, statuses: StatusMap = {}): { readonly status: number; readonly body: ErrorBody } => {
+export const describe = (
+  error: unknown,
+  statuses: StatusMap = {}
+): { readonly status: number; readonly body: ErrorBody } => {
   const status = statusOf(error, statuses)
   const tag = tagOf(error) ?? "Error"
   if (status >= 500 && !(error instanceof NotImplemented)) {
-    return { status, body: { error: { tag, message: status === 503 ? "temporarily unavailable, retry later" : "internal error" } } }
+    return {
+      status,
+      body: { error: { tag, message: status === 503 ? "temporarily unavailable, retry later" : "internal error" } }
+    }
   }
-  const raw = isRecord(error) && typeof error["message"] === "string" && error["message"] !== "" ? error["message"] : tag
+  const raw = isRecord(error) && typeof error["message"] === "string" && error["message"] !== ""
+    ? error["message"]
+    : tag
   const issues = issuesFrom(error)
-  return { status, body: { error: { tag, message: raw, ...(issues === undefined || issues.length === 0 ? {} : { issues }) } } }
+  return {
+    status,
+    body: { error: { tag, message: raw, ...(issues === undefined || issues.length === 0 ? {} : { issues }) } }
+  }
 }
 
 const retryAfter = (status: number): Record<string, string> => status === 503 ? { "retry-after": "1" } : {}
@@ -298,9 +352,13 @@ export const fromCause = <E>(cause: Cause.Cause<E>, statuses: StatusMap = {}): E
  * @category handlers
  */
 export const onError: ErrorHandler = (error) => {
-  const status = isRecord(error) && typeof error["getResponse"] === "function" && validStatus(error["status"]) ? error["status"] : undefined
+  const status = isRecord(error) && typeof error["getResponse"] === "function" && validStatus(error["status"])
+    ? error["status"]
+    : undefined
   if (status !== undefined) {
-    return Json.response({ error: { tag: "HTTPException", message: status >= 500 ? "internal error" : (error.message || "error") } }, status)
+    return Json.response({
+      error: { tag: "HTTPException", message: status >= 500 ? "internal error" : (error.message || "error") }
+    }, status)
   }
   if (tagOf(error) !== undefined && statusOf(error) < 500) return response(error)
   // A bug or a server failure: logged here (as Hono's default handler does), never sent to the client.
@@ -313,4 +371,5 @@ export const onError: ErrorHandler = (error) => {
  * @since 0.1.0
  * @category handlers
  */
-export const notFound: NotFoundHandler = (c) => Json.response({ error: { tag: "NotFound", message: `no route for ${c.req.method} ${c.req.path}` } }, 404)
+export const notFound: NotFoundHandler = (c) =>
+  Json.response({ error: { tag: "NotFound", message: `no route for ${c.req.method} ${c.req.path}` } }, 404)

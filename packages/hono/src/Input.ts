@@ -20,15 +20,24 @@ export type Decoder<A, RD = never> = Schema.Decoder<A, RD>
 // A NUL can reach a handler in a percent-decoded path or query when `Safety` is not installed; no
 // text column holds one, so it would become a database error (a 500) instead of a 400.
 const nulIn = (value: unknown): boolean =>
-  typeof value === "string" ? value.includes("\0") : typeof value === "object" && value !== null && Object.values(value).some(nulIn)
+  typeof value === "string"
+    ? value.includes("\0")
+    : typeof value === "object" && value !== null && Object.values(value).some(nulIn)
 
 const decode = <A, RD>(schema: Decoder<A, RD>, value: unknown, where: string): Effect.Effect<A, BadRequest, RD> => {
   if (where !== "body" && nulIn(value)) {
-    return Effect.fail(new BadRequest({ message: `invalid ${where}`, issues: [{ path: [where], message: "a NUL character is not accepted" }] }))
+    return Effect.fail(
+      new BadRequest({
+        message: `invalid ${where}`,
+        issues: [{ path: [where], message: "a NUL character is not accepted" }]
+      })
+    )
   }
   return Schema.decodeUnknownEffect(schema)(value, { errors: "all" }).pipe(
-    Effect.catchTag("SchemaError", (error) =>
-      Effect.fail(new BadRequest({ message: `invalid ${where}`, issues: issuesOf(error, [where]) })))
+    Effect.catchTag(
+      "SchemaError",
+      (error) => Effect.fail(new BadRequest({ message: `invalid ${where}`, issues: issuesOf(error, [where]) }))
+    )
   ) as Effect.Effect<A, BadRequest, RD>
 }
 
@@ -44,7 +53,8 @@ export interface JsonOptions {
   readonly maxJsonDepth?: number
 }
 
-const invalid = (message: string, detail: string) => new BadRequest({ message, issues: [{ path: ["body"], message: detail }] })
+const invalid = (message: string, detail: string) =>
+  new BadRequest({ message, issues: [{ path: ["body"], message: detail }] })
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false })
 
@@ -56,17 +66,23 @@ const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false })
  * @since 0.1.0
  * @category decoding
  */
-export const jsonBody = (c: HonoContext, options: JsonOptions = {}): Effect.Effect<unknown, BadRequest | PayloadTooLarge | UnsupportedMediaType> =>
+export const jsonBody = (
+  c: HonoContext,
+  options: JsonOptions = {}
+): Effect.Effect<unknown, BadRequest | PayloadTooLarge | UnsupportedMediaType> =>
   Effect.gen(function*() {
     const limits = Body.limitsOf(c)
     const bodyLimit = options.bodyLimit ?? limits.bodyLimit
     const maxDepth = options.maxJsonDepth ?? limits.maxJsonDepth
     if (!Body.isJson(c.req.header("content-type"))) {
-      return yield* new UnsupportedMediaType({ message: "the request body must be JSON, sent with content-type: application/json" })
+      return yield* new UnsupportedMediaType({
+        message: "the request body must be JSON, sent with content-type: application/json"
+      })
     }
     const bytes = yield* Effect.tryPromise({
       try: () => Body.read(c.req.raw, bodyLimit),
-      catch: (error) => error instanceof PayloadTooLarge ? error : new BadRequest({ message: "could not read the request body" })
+      catch: (error) =>
+        error instanceof PayloadTooLarge ? error : new BadRequest({ message: "could not read the request body" })
     })
     let text: string
     try {
@@ -75,11 +91,19 @@ export const jsonBody = (c: HonoContext, options: JsonOptions = {}): Effect.Effe
       return yield* invalid("the request body is not valid UTF-8", "invalid UTF-8")
     }
     if (text.trim() === "") return yield* invalid("the request body must be JSON, and it is empty", "empty body")
-    if (Body.exceedsDepth(text, maxDepth)) return yield* invalid("the request body is nested too deeply", `more than ${maxDepth} levels of arrays and objects`)
-    if (/\\u0000/i.test(text)) return yield* invalid("the request body contains a NUL character", "\\u0000 is not accepted in text")
+    if (Body.exceedsDepth(text, maxDepth)) {
+      return yield* invalid(
+        "the request body is nested too deeply",
+        `more than ${maxDepth} levels of arrays and objects`
+      )
+    }
+    if (/\\u0000/i.test(text)) {
+      return yield* invalid("the request body contains a NUL character", "\\u0000 is not accepted in text")
+    }
     return yield* Effect.try({
       try: (): unknown => JSON.parse(text),
-      catch: (error) => invalid("the request body is not valid JSON", error instanceof Error ? error.message : "invalid JSON")
+      catch: (error) =>
+        invalid("the request body is not valid JSON", error instanceof Error ? error.message : "invalid JSON")
     })
   })
 
@@ -88,7 +112,11 @@ export const jsonBody = (c: HonoContext, options: JsonOptions = {}): Effect.Effe
  * @since 0.1.0
  * @category decoding
  */
-export const json = <A, RD>(c: HonoContext, schema: Decoder<A, RD>, options: JsonOptions = {}): Effect.Effect<A, BadRequest | PayloadTooLarge | UnsupportedMediaType, RD> =>
+export const json = <A, RD>(
+  c: HonoContext,
+  schema: Decoder<A, RD>,
+  options: JsonOptions = {}
+): Effect.Effect<A, BadRequest | PayloadTooLarge | UnsupportedMediaType, RD> =>
   Effect.flatMap(jsonBody(c, options), (value) => decode(schema, value, "body"))
 
 /**
@@ -98,7 +126,12 @@ export const json = <A, RD>(c: HonoContext, schema: Decoder<A, RD>, options: Jso
  */
 export const param = <A, RD>(c: HonoContext, name: string, schema: Decoder<A, RD>): Effect.Effect<A, BadRequest, RD> =>
   Effect.suspend(() => decode(schema, c.req.param(name), "params")).pipe(
-    Effect.mapError((e) => new BadRequest({ message: `invalid path parameter ${name}`, issues: (e.issues ?? []).map((i) => ({ ...i, path: ["params", name, ...i.path.slice(1)] })) }))
+    Effect.mapError((e) =>
+      new BadRequest({
+        message: `invalid path parameter ${name}`,
+        issues: (e.issues ?? []).map((i) => ({ ...i, path: ["params", name, ...i.path.slice(1)] }))
+      })
+    )
   )
 
 /**

@@ -83,7 +83,10 @@ const labelsOf = (snapshot: Metric.Metric.Snapshot): Record<string, string> => {
  */
 const registryOf = (snapshots: ReadonlyArray<Metric.Metric.Snapshot>, options: Options): Metric.MetricRegistry => {
   const prefix = options.prefix ?? ""
-  const families = new Map<string, { readonly type: string; readonly series: Array<Metric.Metric.Metadata<any, any>> }>()
+  const families = new Map<
+    string,
+    { readonly type: string; readonly series: Array<Metric.Metric.Metadata<any, any>> }
+  >()
   const seen = new Set<string>()
   for (const snapshot of snapshots) {
     if (options.filter !== undefined && !options.filter(snapshot.id)) continue
@@ -127,7 +130,8 @@ export const format = (snapshots: ReadonlyArray<Metric.Metric.Snapshot>, options
  * @since 0.1.0
  * @category formatting
  */
-export const renderWith = (options: Options = {}): Effect.Effect<string> => Effect.map(Metric.snapshot, (s) => format(s, options))
+export const renderWith = (options: Options = {}): Effect.Effect<string> =>
+  Effect.map(Metric.snapshot, (s) => format(s, options))
 
 /**
  * The current registry in the text format.

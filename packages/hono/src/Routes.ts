@@ -76,19 +76,27 @@ export interface AllOptions<R = never> extends AdminOptions, HealthOptions<R> {
 
 const Uuid = Schema.String.check(Schema.isUUID())
 
-const limitQuery = (max: number) => Schema.optional(Schema.NumberFromString.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: max })))
+const limitQuery = (max: number) =>
+  Schema.optional(Schema.NumberFromString.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: max })))
 const defaultLimit = 100
 
 const maxLimitOf = (options: AdminOptions) => {
   const max = options.maxLimit ?? 1000
-  if (!Number.isInteger(max) || max < 1) throw new Error(`maxLimit must be a positive integer, got ${String(options.maxLimit)}`)
+  if (!Number.isInteger(max) || max < 1) {
+    throw new Error(`maxLimit must be a positive integer, got ${String(options.maxLimit)}`)
+  }
   return max
 }
 
 // Reads a store if the app provides it: 501 otherwise (only reachable through `all`).
 const optional = <I, S>(tag: Context.Key<I, S>, name: string): Effect.Effect<S, HttpErrors.NotImplemented> =>
-  Effect.flatMap(Effect.serviceOption(tag), (o) =>
-    Option.isSome(o) ? Effect.succeed(o.value) : Effect.fail(new HttpErrors.NotImplemented({ message: `this app provides no ${name}` })))
+  Effect.flatMap(
+    Effect.serviceOption(tag),
+    (o) =>
+      Option.isSome(o)
+        ? Effect.succeed(o.value)
+        : Effect.fail(new HttpErrors.NotImplemented({ message: `this app provides no ${name}` }))
+  )
 
 const guarded = (auth: Auth.Guard) => {
   const app = new Hono()
@@ -131,18 +139,23 @@ type AnyRuntime = Runtime<any>
  * @since 0.1.0
  * @category routes
  */
-export const sagas = <R>(runtime: Runtime<R | SagaStore>, options: AdminOptions = {}): Hono => sagasRoutes(runtime, options)
+export const sagas = <R>(runtime: Runtime<R | SagaStore>, options: AdminOptions = {}): Hono =>
+  sagasRoutes(runtime, options)
 
 const sagasRoutes = (runtime: AnyRuntime, options: AdminOptions): Hono => {
   const app = guarded(options.auth)
-  app.get("/:id", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const id = yield* Input.param(c, "id", Uuid)
-      const store = yield* optional(SagaStore, "SagaStore")
-      const execution = yield* store.load(id)
-      if (execution === undefined) return yield* new HttpErrors.NotFound({ message: `no saga ${id}` })
-      return execution
-    })))
+  app.get(
+    "/:id",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const id = yield* Input.param(c, "id", Uuid)
+        const store = yield* optional(SagaStore, "SagaStore")
+        const execution = yield* store.load(id)
+        if (execution === undefined) return yield* new HttpErrors.NotFound({ message: `no saga ${id}` })
+        return execution
+      })
+    )
+  )
   return app
 }
 
@@ -159,7 +172,8 @@ const RetryBody = Schema.Union([IdsBody, Schema.Struct({ all: Schema.Literal(tru
  * @since 0.1.0
  * @category routes
  */
-export const outbox = <R>(runtime: Runtime<R | OutboxStore>, options: AdminOptions = {}): Hono => outboxRoutes(runtime, options)
+export const outbox = <R>(runtime: Runtime<R | OutboxStore>, options: AdminOptions = {}): Hono =>
+  outboxRoutes(runtime, options)
 
 const outboxRoutes = (runtime: AnyRuntime, options: AdminOptions): Hono => {
   const max = maxLimitOf(options)
@@ -175,36 +189,56 @@ const outboxRoutes = (runtime: AnyRuntime, options: AdminOptions): Hono => {
     })
 
   app.get("/stats", runtime.handler(() => Effect.flatMap(store, (s) => s.stats)))
-  app.get("/failed", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const { limit } = yield* Input.query(c, ListQuery)
-      const events = yield* (yield* store).listFailed({ limit: limit ?? Math.min(defaultLimit, max) })
-      return { events: events.map(failedEventJson) }
-    })))
-  app.post("/failed/retry", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const body = yield* Input.json(c, RetryBody)
-      return { retried: yield* retry("ids" in body ? body.ids : undefined) }
-    })))
-  app.post("/failed/discard", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const { ids } = yield* Input.json(c, IdsBody)
-      return { discarded: yield* (yield* store).discardFailed(ids) }
-    })))
-  app.post("/failed/:id/retry", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const id = yield* Input.param(c, "id", Uuid)
-      const n = yield* retry([id])
-      if (n === 0) return yield* new HttpErrors.NotFound({ message: `no failed outbox event ${id}` })
-      return { retried: n }
-    })))
-  app.delete("/failed/:id", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const id = yield* Input.param(c, "id", Uuid)
-      const n = yield* (yield* store).discardFailed([id])
-      if (n === 0) return yield* new HttpErrors.NotFound({ message: `no failed outbox event ${id}` })
-      return { discarded: n }
-    })))
+  app.get(
+    "/failed",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const { limit } = yield* Input.query(c, ListQuery)
+        const events = yield* (yield* store).listFailed({ limit: limit ?? Math.min(defaultLimit, max) })
+        return { events: events.map(failedEventJson) }
+      })
+    )
+  )
+  app.post(
+    "/failed/retry",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const body = yield* Input.json(c, RetryBody)
+        return { retried: yield* retry("ids" in body ? body.ids : undefined) }
+      })
+    )
+  )
+  app.post(
+    "/failed/discard",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const { ids } = yield* Input.json(c, IdsBody)
+        return { discarded: yield* (yield* store).discardFailed(ids) }
+      })
+    )
+  )
+  app.post(
+    "/failed/:id/retry",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const id = yield* Input.param(c, "id", Uuid)
+        const n = yield* retry([id])
+        if (n === 0) return yield* new HttpErrors.NotFound({ message: `no failed outbox event ${id}` })
+        return { retried: n }
+      })
+    )
+  )
+  app.delete(
+    "/failed/:id",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const id = yield* Input.param(c, "id", Uuid)
+        const n = yield* (yield* store).discardFailed([id])
+        if (n === 0) return yield* new HttpErrors.NotFound({ message: `no failed outbox event ${id}` })
+        return { discarded: n }
+      })
+    )
+  )
   return app
 }
 
@@ -219,7 +253,8 @@ const Name = Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(500))
  * @since 0.1.0
  * @category routes
  */
-export const inbox = <R>(runtime: Runtime<R | InboxStore>, options: AdminOptions = {}): Hono => inboxRoutes(runtime, options)
+export const inbox = <R>(runtime: Runtime<R | InboxStore>, options: AdminOptions = {}): Hono =>
+  inboxRoutes(runtime, options)
 
 const inboxRoutes = (runtime: AnyRuntime, options: AdminOptions): Hono => {
   const max = maxLimitOf(options)
@@ -231,29 +266,45 @@ const inboxRoutes = (runtime: AnyRuntime, options: AdminOptions): Hono => {
   const CountQuery = Schema.Struct({ consumer: Schema.optional(Name) })
   const app = guarded(options.auth)
   const store = optional(InboxStore, "InboxStore")
-  app.get("/", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const q = yield* Input.query(c, ListQuery)
-      const records = yield* (yield* store).list({
-        limit: q.limit ?? Math.min(defaultLimit, max),
-        ...(q.status === undefined ? {} : { status: q.status }),
-        ...(q.consumer === undefined ? {} : { consumer: q.consumer })
+  app.get(
+    "/",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const q = yield* Input.query(c, ListQuery)
+        const records = yield* (yield* store).list({
+          limit: q.limit ?? Math.min(defaultLimit, max),
+          ...(q.status === undefined ? {} : { status: q.status }),
+          ...(q.consumer === undefined ? {} : { consumer: q.consumer })
+        })
+        return { records }
       })
-      return { records }
-    })))
-  app.get("/counts", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const q = yield* Input.query(c, CountQuery)
-      return yield* (yield* store).count(q.consumer === undefined ? {} : { consumer: q.consumer })
-    })))
-  app.get("/:consumer/:messageId", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const consumer = yield* Input.param(c, "consumer", Name)
-      const messageId = yield* Input.param(c, "messageId", Name)
-      const record = yield* (yield* store).get(messageId, consumer)
-      if (record === undefined) return yield* new HttpErrors.NotFound({ message: `no inbox row for message ${messageId} and consumer ${consumer}` })
-      return record
-    })))
+    )
+  )
+  app.get(
+    "/counts",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const q = yield* Input.query(c, CountQuery)
+        return yield* (yield* store).count(q.consumer === undefined ? {} : { consumer: q.consumer })
+      })
+    )
+  )
+  app.get(
+    "/:consumer/:messageId",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const consumer = yield* Input.param(c, "consumer", Name)
+        const messageId = yield* Input.param(c, "messageId", Name)
+        const record = yield* (yield* store).get(messageId, consumer)
+        if (record === undefined) {
+          return yield* new HttpErrors.NotFound({
+            message: `no inbox row for message ${messageId} and consumer ${consumer}`
+          })
+        }
+        return record
+      })
+    )
+  )
   return app
 }
 
@@ -271,19 +322,29 @@ const deadLettersRoutes = (runtime: AnyRuntime, options: AdminOptions): Hono => 
   const max = maxLimitOf(options)
   const Query = Schema.Struct({ limit: limitQuery(max), consumer: Schema.optional(Name) })
   const app = guarded(options.auth)
-  app.get("/", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const q = yield* Input.query(c, Query)
-      const inboxStore = yield* Effect.serviceOption(InboxStore)
-      const outboxStore = yield* Effect.serviceOption(OutboxStore)
-      const [inboxRows, outboxRows] = yield* Effect.all([
-        Option.isSome(inboxStore)
-          ? inboxStore.value.list({ status: "failed", limit: q.limit ?? Math.min(defaultLimit, max), ...(q.consumer === undefined ? {} : { consumer: q.consumer }) })
-          : Effect.succeed([]),
-        Option.isSome(outboxStore) ? outboxStore.value.listFailed({ limit: q.limit ?? Math.min(defaultLimit, max) }) : Effect.succeed([])
-      ], { concurrency: 2 })
-      return { inbox: inboxRows, outbox: outboxRows.map(failedEventJson) }
-    })))
+  app.get(
+    "/",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const q = yield* Input.query(c, Query)
+        const inboxStore = yield* Effect.serviceOption(InboxStore)
+        const outboxStore = yield* Effect.serviceOption(OutboxStore)
+        const [inboxRows, outboxRows] = yield* Effect.all([
+          Option.isSome(inboxStore)
+            ? inboxStore.value.list({
+              status: "failed",
+              limit: q.limit ?? Math.min(defaultLimit, max),
+              ...(q.consumer === undefined ? {} : { consumer: q.consumer })
+            })
+            : Effect.succeed([]),
+          Option.isSome(outboxStore)
+            ? outboxStore.value.listFailed({ limit: q.limit ?? Math.min(defaultLimit, max) })
+            : Effect.succeed([])
+        ], { concurrency: 2 })
+        return { inbox: inboxRows, outbox: outboxRows.map(failedEventJson) }
+      })
+    )
+  )
   return app
 }
 
@@ -300,13 +361,22 @@ export const health = <R>(runtime: Runtime<R>, options: HealthOptions<NoInfer<R>
   const admin = options.auth === undefined ? undefined : Auth.middleware(options.auth)
   const app = new Hono()
   app.get("/health", (c) => c.json({ status: "up" }))
-  app.get("/ready", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const report = yield* Health.run(checks, options.timeout === undefined ? {} : { timeout: options.timeout })
-      const details = yield* Effect.promise(() => Auth.allows(admin, c))
-      const body = details ? report : { status: report.status, checks: report.checks.map((check) => ({ name: check.name, status: check.status })) }
-      return c.json(body, report.status === "up" ? 200 : 503)
-    })))
+  app.get(
+    "/ready",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const report = yield* Health.run(checks, options.timeout === undefined ? {} : { timeout: options.timeout })
+        const details = yield* Effect.promise(() => Auth.allows(admin, c))
+        const body = details
+          ? report
+          : {
+            status: report.status,
+            checks: report.checks.map((check) => ({ name: check.name, status: check.status }))
+          }
+        return c.json(body, report.status === "up" ? 200 : 503)
+      })
+    )
+  )
   return app
 }
 
@@ -318,8 +388,15 @@ export const health = <R>(runtime: Runtime<R>, options: HealthOptions<NoInfer<R>
 export const metrics = <R>(runtime: Runtime<R>, options: MetricsOptions = {}): Hono => {
   const app = new Hono()
   if (options.auth !== undefined) app.use("/metrics", Auth.middleware(options.auth))
-  app.get("/metrics", runtime.handler(() =>
-    Effect.map(Prometheus.renderWith(options), (text) => new Response(text, { headers: { "content-type": Prometheus.contentType } }))))
+  app.get(
+    "/metrics",
+    runtime.handler(() =>
+      Effect.map(
+        Prometheus.renderWith(options),
+        (text) => new Response(text, { headers: { "content-type": Prometheus.contentType } })
+      )
+    )
+  )
   return app
 }
 

@@ -8,9 +8,9 @@
  * `examples/edge` does; serve with `Serve` everywhere else.
  * @module
  */
+import * as Tracing from "@tidings/core/Tracing"
 import { Cause, Effect, Exit, type Layer, ManagedRuntime, Option, type Scope } from "effect"
 import type { Context as HonoContext, Env, Handler, Input } from "hono"
-import * as Tracing from "@tidings/core/Tracing"
 import * as HttpErrors from "./HttpErrors.ts"
 import * as Json from "./internal/json.ts"
 
@@ -38,7 +38,10 @@ export interface Runtime<R> {
   /** Runs an effect with the app's services; the promise rejects with the failure (a `FiberFailure`-like error). */
   readonly runPromise: <A, E>(effect: Effect.Effect<A, E, R>, options?: { readonly signal?: AbortSignal }) => Promise<A>
   /** Runs an effect and returns its `Exit`; never rejects. */
-  readonly runPromiseExit: <A, E>(effect: Effect.Effect<A, E, R>, options?: { readonly signal?: AbortSignal }) => Promise<Exit.Exit<A, E>>
+  readonly runPromiseExit: <A, E>(
+    effect: Effect.Effect<A, E, R>,
+    options?: { readonly signal?: AbortSignal }
+  ) => Promise<Exit.Exit<A, E>>
   /**
    * A Hono handler running `f` on this runtime. A `Response` result is sent as is, `undefined` as 204,
    * anything else as JSON with `options.status`. A typed failure becomes the JSON error shape with its
@@ -89,12 +92,16 @@ const serverSpan = (c: HonoContext) => <E, R>(effect: Effect.Effect<Response, E,
   } catch {
     url = undefined
   }
-  const parent = Tracing.parentFromHeaders({ [Tracing.traceparentHeader]: request.headers.get(Tracing.traceparentHeader) ?? undefined })
+  const parent = Tracing.parentFromHeaders({
+    [Tracing.traceparentHeader]: request.headers.get(Tracing.traceparentHeader) ?? undefined
+  })
   return effect.pipe(
     Effect.tap((response) =>
-      Effect.annotateCurrentSpan(response.status >= 500
-        ? { "http.response.status_code": response.status, "error.type": String(response.status) }
-        : { "http.response.status_code": response.status })
+      Effect.annotateCurrentSpan(
+        response.status >= 500
+          ? { "http.response.status_code": response.status, "error.type": String(response.status) }
+          : { "http.response.status_code": response.status }
+      )
     ),
     Effect.withSpan(route === undefined ? method : `${method} ${route}`, {
       ...Tracing.noStack,
@@ -119,7 +126,8 @@ export const toResponse = (c: HonoContext, result: Result, status = 200): Respon
 }
 
 // Requests that arrive while (or after) the layers are released: a load balancer should retry elsewhere.
-const shuttingDown = () => Json.response({ error: { tag: "ShuttingDown", message: "the server is shutting down" } }, 503, { "retry-after": "1" })
+const shuttingDown = () =>
+  Json.response({ error: { tag: "ShuttingDown", message: "the server is shutting down" } }, 503, { "retry-after": "1" })
 
 /** Wraps an existing `ManagedRuntime` (e.g. one shared with a worker entry point); `dispose()` disposes it. */
 export const fromManaged = <R>(managed: ManagedRuntime.ManagedRuntime<R, never>, options: Options = {}): Runtime<R> => {
@@ -130,7 +138,8 @@ export const fromManaged = <R>(managed: ManagedRuntime.ManagedRuntime<R, never>,
   return {
     managed,
     statuses,
-    runPromise: (effect, opts) => managed.runPromise(effect, opts?.signal === undefined ? undefined : { signal: opts.signal }),
+    runPromise: (effect, opts) =>
+      managed.runPromise(effect, opts?.signal === undefined ? undefined : { signal: opts.signal }),
     runPromiseExit,
     handler: (f, handlerOptions = {}) => {
       const merged = handlerOptions.statuses === undefined ? statuses : { ...statuses, ...handlerOptions.statuses }
@@ -145,7 +154,9 @@ export const fromManaged = <R>(managed: ManagedRuntime.ManagedRuntime<R, never>,
         if (Exit.isSuccess(exit)) return exit.value
         if (disposed !== undefined) return shuttingDown()
         // Only an interruption (the client went away) gets here; nobody may be listening.
-        return Json.response({ error: { tag: "Interrupted", message: "the request was interrupted" } }, 503, { "retry-after": "1" })
+        return Json.response({ error: { tag: "Interrupted", message: "the request was interrupted" } }, 503, {
+          "retry-after": "1"
+        })
       }
     },
     dispose: () => (disposed ??= managed.dispose())
@@ -167,8 +178,14 @@ export const make = async <R, E>(layer: Layer.Layer<R, E, never>, options: Optio
 }
 
 /** The Effect variant of {@link make}: the runtime lives as long as the scope. */
-export const makeScoped = <R, E>(layer: Layer.Layer<R, E, never>, options: Options = {}): Effect.Effect<Runtime<R>, RuntimeBuildError, Scope.Scope> =>
-  Effect.acquireRelease(Effect.tryPromise({ try: () => make(layer, options), catch: (e) => e as RuntimeBuildError }), (rt) => Effect.promise(() => rt.dispose()))
+export const makeScoped = <R, E>(
+  layer: Layer.Layer<R, E, never>,
+  options: Options = {}
+): Effect.Effect<Runtime<R>, RuntimeBuildError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.tryPromise({ try: () => make(layer, options), catch: (e) => e as RuntimeBuildError }),
+    (rt) => Effect.promise(() => rt.dispose())
+  )
 
 /** The layers given to {@link make} failed to build: `failure` is the layer's typed error (if any), `effectCause` the whole cause. */
 export class RuntimeBuildError extends Error {
@@ -178,8 +195,15 @@ export class RuntimeBuildError extends Error {
   constructor(effectCause: Cause.Cause<unknown>) {
     const failure = Option.getOrUndefined(Cause.findErrorOption(effectCause))
     const tag = typeof failure === "object" && failure !== null && "_tag" in failure ? String(failure._tag) : undefined
-    const detail = typeof failure === "object" && failure !== null && "message" in failure ? String(failure.message) : ""
-    super(`the app's layers failed to build: ${tag ?? (failure === undefined ? "defect" : "error")}${detail === "" ? "" : `: ${detail}`}`, { cause: failure ?? Cause.squash(effectCause) })
+    const detail = typeof failure === "object" && failure !== null && "message" in failure
+      ? String(failure.message)
+      : ""
+    super(
+      `the app's layers failed to build: ${tag ?? (failure === undefined ? "defect" : "error")}${
+        detail === "" ? "" : `: ${detail}`
+      }`,
+      { cause: failure ?? Cause.squash(effectCause) }
+    )
     this.failure = failure
     this.effectCause = effectCause
   }

@@ -33,7 +33,9 @@ export interface Options {
 
 const positiveInt = (path: string, value: number | undefined, fallback: number): number => {
   const n = value ?? fallback
-  if (!Number.isSafeInteger(n) || n < 1) throw new InvalidConfig({ path, message: `must be a positive integer, got ${String(value)}` })
+  if (!Number.isSafeInteger(n) || n < 1) {
+    throw new InvalidConfig({ path, message: `must be a positive integer, got ${String(value)}` })
+  }
   return n
 }
 
@@ -75,7 +77,9 @@ export const urlProblem = (url: string): string | undefined => {
   if (q >= 0) {
     for (const pair of target.slice(q + 1).split("&")) {
       for (const part of pair.split("=")) {
-        if (!decodes(part.replace(/\+/g, " "))) return "the query is not valid percent-encoded UTF-8, or holds a NUL byte"
+        if (!decodes(part.replace(/\+/g, " "))) {
+          return "the query is not valid percent-encoded UTF-8, or holds a NUL byte"
+        }
       }
     }
   }
@@ -105,7 +109,10 @@ export const middleware = (options: Options = {}): MiddlewareHandler => {
         if (declared > settings.bodyLimit) return tooLargeResponse(settings.bodyLimit)
       } else {
         // Chunked: the runtime does not bound it, so count it as it is read.
-        c.req.raw = new Request(raw, { body: Body.limitedStream(raw.body, settings.bodyLimit), duplex: "half" } as RequestInit)
+        c.req.raw = new Request(
+          raw,
+          { body: Body.limitedStream(raw.body, settings.bodyLimit), duplex: "half" } as RequestInit
+        )
       }
     }
     await next()
@@ -139,7 +146,12 @@ export const notFound = (app: Hono<any, any, any>): NotFoundHandler => {
     const allowed = methodsFor(c.req.path)
     if (allowed.length === 0 || allowed.includes(c.req.method)) return HttpErrors.notFound(c)
     return Json.response(
-      { error: { tag: "MethodNotAllowed", message: `${c.req.method} is not allowed here; allowed: ${allowed.join(", ")}` } },
+      {
+        error: {
+          tag: "MethodNotAllowed",
+          message: `${c.req.method} is not allowed here; allowed: ${allowed.join(", ")}`
+        }
+      },
       405,
       { allow: allowed.join(", ") }
     )

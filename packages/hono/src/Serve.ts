@@ -90,9 +90,13 @@ const toFetch = (app: Fetchable): (request: Request) => Response | Promise<Respo
 
 const validate = (options: Options): { port: number; hostname: string; grace: number } => {
   const port = options.port ?? 0
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ServeError(`port must be an integer from 0 to 65535, got ${String(options.port)}`)
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new ServeError(`port must be an integer from 0 to 65535, got ${String(options.port)}`)
+  }
   const grace = options.gracePeriodMs ?? 10_000
-  if (!Number.isFinite(grace) || grace < 0) throw new ServeError(`gracePeriodMs must be a non-negative number, got ${String(options.gracePeriodMs)}`)
+  if (!Number.isFinite(grace) || grace < 0) {
+    throw new ServeError(`gracePeriodMs must be a non-negative number, got ${String(options.gracePeriodMs)}`)
+  }
   return { port, hostname: options.hostname ?? "127.0.0.1", grace }
 }
 
@@ -119,23 +123,32 @@ const withTimeout = (promise: Promise<void>, ms: number, onTimeout: () => void):
  * does): the app gets a signal that aborts only when the response was not delivered, so that a
  * client going away still interrupts its handler.
  */
-export const denoHandler = (app: Fetchable): (request: Request, info?: { readonly completed?: Promise<void> }) => Response | Promise<Response> => {
+export const denoHandler = (
+  app: Fetchable
+): (request: Request, info?: { readonly completed?: Promise<void> }) => Response | Promise<Response> => {
   const fetch = toFetch(app)
   return (request: Request, info?: { readonly completed?: Promise<void> }): Response | Promise<Response> => {
     const delivered = new AbortController()
     info?.completed?.catch(() => delivered.abort())
     const hasBody = request.method !== "GET" && request.method !== "HEAD"
     // Built from parts: copying the request itself would read (and trip) its signal.
-    return fetch(new Request(request.url, {
-      method: request.method,
-      headers: request.headers,
-      signal: delivered.signal,
-      ...(hasBody ? { body: request.body, duplex: "half" } : {})
-    } as RequestInit))
+    return fetch(
+      new Request(request.url, {
+        method: request.method,
+        headers: request.headers,
+        signal: delivered.signal,
+        ...(hasBody ? { body: request.body, duplex: "half" } : {})
+      } as RequestInit)
+    )
   }
 }
 
-const serveDeno = (fetch: (request: Request) => Response | Promise<Response>, port: number, hostname: string, grace: number): Promise<Server> => {
+const serveDeno = (
+  fetch: (request: Request) => Response | Promise<Response>,
+  port: number,
+  hostname: string,
+  grace: number
+): Promise<Server> => {
   const Deno = deno()!
   return new Promise<Server>((resolve, reject) => {
     const abort = new AbortController()
@@ -155,12 +168,22 @@ const serveDeno = (fetch: (request: Request) => Response | Promise<Response>, po
         close: () => (closing ??= withTimeout(server.shutdown(), grace, () => abort.abort()))
       })
     } catch (error) {
-      reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`, { cause: error }))
+      reject(
+        new ServeError(
+          `cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`,
+          { cause: error }
+        )
+      )
     }
   })
 }
 
-const serveBun = (fetch: (request: Request) => Response | Promise<Response>, port: number, hostname: string, grace: number): Promise<Server> => {
+const serveBun = (
+  fetch: (request: Request) => Response | Promise<Response>,
+  port: number,
+  hostname: string,
+  grace: number
+): Promise<Server> => {
   const Bun = (globalThis as unknown as { readonly Bun: BunNamespace }).Bun
   try {
     // Bun closes a connection after 10 s without bytes by default, a slow handler's included: the
@@ -175,22 +198,36 @@ const serveBun = (fetch: (request: Request) => Response | Promise<Response>, por
       close: () => (closing ??= withTimeout(Promise.resolve(server.stop()), grace, () => void server.stop(true)))
     })
   } catch (error) {
-    return Promise.reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`, { cause: error }))
+    return Promise.reject(
+      new ServeError(
+        `cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`,
+        { cause: error }
+      )
+    )
   }
 }
 
-const serveNode = async (fetch: (request: Request) => Response | Promise<Response>, port: number, hostname: string, grace: number): Promise<Server> => {
+const serveNode = async (
+  fetch: (request: Request) => Response | Promise<Response>,
+  port: number,
+  hostname: string,
+  grace: number
+): Promise<Server> => {
   let mod: NodeServerModule
   try {
     // A variable specifier keeps bundlers for other runtimes from resolving it.
     const specifier = "@hono/node-server"
     mod = await import(specifier) as NodeServerModule
   } catch (error) {
-    throw new ServeError("serving on Node needs the @hono/node-server package (an optional peer dependency): install it", { cause: error })
+    throw new ServeError(
+      "serving on Node needs the @hono/node-server package (an optional peer dependency): install it",
+      { cause: error }
+    )
   }
   return new Promise<Server>((resolve, reject) => {
     let server: NodeServer
-    const onError = (error: Error) => reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error.message}`, { cause: error }))
+    const onError = (error: Error) =>
+      reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error.message}`, { cause: error }))
     try {
       server = mod.serve({ fetch, port, hostname }, (info) => {
         server.off("error", onError)
@@ -199,26 +236,30 @@ const serveNode = async (fetch: (request: Request) => Response | Promise<Respons
           port: info.port,
           hostname,
           url: `http://${hostForUrl(hostname)}:${info.port}`,
-          close: () =>
-            (closing ??= withTimeout(
-              new Promise<void>((done) => {
-                // Keep-alive connections would hold close() open until their timeout: close each one as
-                // soon as it has no request in flight (those finishing later become idle later).
-                const sweep = setInterval(() => server.closeIdleConnections?.(), 25)
-                server.close(() => {
-                  clearInterval(sweep)
-                  done()
-                })
-                server.closeIdleConnections?.()
-              }),
-              grace,
-              () => server.closeAllConnections?.()
-            ))
+          close: () => (closing ??= withTimeout(
+            new Promise<void>((done) => {
+              // Keep-alive connections would hold close() open until their timeout: close each one as
+              // soon as it has no request in flight (those finishing later become idle later).
+              const sweep = setInterval(() => server.closeIdleConnections?.(), 25)
+              server.close(() => {
+                clearInterval(sweep)
+                done()
+              })
+              server.closeIdleConnections?.()
+            }),
+            grace,
+            () => server.closeAllConnections?.()
+          ))
         })
       })
       server.once("error", onError)
     } catch (error) {
-      reject(new ServeError(`cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`, { cause: error }))
+      reject(
+        new ServeError(
+          `cannot listen on ${hostname}:${port}: ${error instanceof Error ? error.message : String(error)}`,
+          { cause: error }
+        )
+      )
     }
   })
 }
@@ -241,7 +282,9 @@ export const serve = (app: Fetchable, options: Options = {}): Promise<Server> =>
     case "bun":
       return serveBun(fetch, settings.port, settings.hostname, settings.grace)
     case "workers":
-      return Promise.reject(new ServeError("a Cloudflare Worker does not listen: export { fetch: app.fetch } from the Worker module"))
+      return Promise.reject(
+        new ServeError("a Cloudflare Worker does not listen: export { fetch: app.fetch } from the Worker module")
+      )
     case "node":
       return serveNode(fetch, settings.port, settings.hostname, settings.grace)
   }
@@ -250,7 +293,10 @@ export const serve = (app: Fetchable, options: Options = {}): Promise<Server> =>
 /** {@link serve} as a scoped resource: listening until the scope closes. */
 export const scoped = (app: Fetchable, options: Options = {}): Effect.Effect<Server, ServeError, Scope.Scope> =>
   Effect.acquireRelease(
-    Effect.tryPromise({ try: () => serve(app, options), catch: (e) => e instanceof ServeError ? e : new ServeError(String(e), { cause: e }) }),
+    Effect.tryPromise({
+      try: () => serve(app, options),
+      catch: (e) => e instanceof ServeError ? e : new ServeError(String(e), { cause: e })
+    }),
     (server) => Effect.promise(() => server.close())
   )
 
@@ -275,7 +321,11 @@ export const ConfigSchema: Schema.Struct<{
  * @since 0.1.0
  * @category settings
  */
-export const environment: Settings.Environment<typeof ConfigSchema> = { component: "Serve", schema: ConfigSchema, prefix: "TIDINGS_HTTP" }
+export const environment: Settings.Environment<typeof ConfigSchema> = {
+  component: "Serve",
+  schema: ConfigSchema,
+  prefix: "TIDINGS_HTTP"
+}
 
 /**
  * The server's options from the environment (`TIDINGS_HTTP_*`, or `options.prefix`) on top of
@@ -283,10 +333,14 @@ export const environment: Settings.Environment<typeof ConfigSchema> = { componen
  * @since 0.1.0
  * @category settings
  */
-export const config = (options: Settings.EnvironmentOptions<Options> = {}): Effect.Effect<Options, InvalidConfig> => Settings.read(environment, options)
+export const config = (options: Settings.EnvironmentOptions<Options> = {}): Effect.Effect<Options, InvalidConfig> =>
+  Settings.read(environment, options)
 
 // Typed apart from the class, so that JSR's fast check reads it (no slow type).
-const ListeningKey: Context.ServiceClass<Listening, "@tidings/hono/Serve/Listening", Server> = Context.Service<Listening, Server>()("@tidings/hono/Serve/Listening")
+const ListeningKey: Context.ServiceClass<Listening, "@tidings/hono/Serve/Listening", Server> = Context.Service<
+  Listening,
+  Server
+>()("@tidings/hono/Serve/Listening")
 
 /**
  * The listening server of {@link layer}.
@@ -301,7 +355,8 @@ export class Listening extends ListeningKey {}
  * @since 0.1.0
  * @category layers
  */
-export const layer = (app: Fetchable, options: Options = {}): Layer.Layer<Listening, ServeError> => Layer.effect(Listening, scoped(app, options))
+export const layer = (app: Fetchable, options: Options = {}): Layer.Layer<Listening, ServeError> =>
+  Layer.effect(Listening, scoped(app, options))
 
 /**
  * {@link layer} with its options from the environment ({@link config}); a wrong variable fails with
@@ -309,5 +364,7 @@ export const layer = (app: Fetchable, options: Options = {}): Layer.Layer<Listen
  * @since 0.1.0
  * @category layers
  */
-export const layerConfig = (app: Fetchable, options: Settings.EnvironmentOptions<Options> = {}): Layer.Layer<Listening, ServeError | InvalidConfig> =>
-  Layer.unwrap(Effect.map(config(options), (o) => layer(app, o)))
+export const layerConfig = (
+  app: Fetchable,
+  options: Settings.EnvironmentOptions<Options> = {}
+): Layer.Layer<Listening, ServeError | InvalidConfig> => Layer.unwrap(Effect.map(config(options), (o) => layer(app, o)))

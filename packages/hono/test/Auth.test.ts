@@ -20,12 +20,26 @@ describe("Auth: admin routes are closed by default", () => {
       const app = new Hono()
       app.route("/sagas", Routes.sagas(rt))
       app.route("/admin", Routes.all(rt))
-      for (const path of [missingSaga, "/admin" + missingSaga, "/admin/outbox/stats", "/admin/outbox/failed", "/admin/inbox", "/admin/dead-letters"]) {
-        const res = await app.request(path, { headers: { authorization: "Bearer s3cret-token-value-0123456789abcdef" } })
+      for (
+        const path of [
+          missingSaga,
+          "/admin" + missingSaga,
+          "/admin/outbox/stats",
+          "/admin/outbox/failed",
+          "/admin/inbox",
+          "/admin/dead-letters"
+        ]
+      ) {
+        const res = await app.request(path, {
+          headers: { authorization: "Bearer s3cret-token-value-0123456789abcdef" }
+        })
         expect(res.status, path).toBe(403)
         expect(await errorOf(res)).toBe("Forbidden")
       }
-      const retry = await app.request("/admin/outbox/failed/retry", { method: "POST", body: JSON.stringify({ all: true }) })
+      const retry = await app.request("/admin/outbox/failed/retry", {
+        method: "POST",
+        body: JSON.stringify({ all: true })
+      })
       expect(retry.status).toBe(403)
       // Probes and metrics stay open.
       expect((await app.request("/admin/health")).status).toBe(200)
@@ -45,14 +59,27 @@ describe("Auth: admin routes are closed by default", () => {
       expect(none.status).toBe(401)
       expect(none.headers.get("www-authenticate")).toContain("Bearer")
       expect(await errorOf(none)).toBe("Unauthorized")
-      for (const header of ["Bearer wrong", "Bearer s3cret-token-value-0123456789abcde", "Bearer s3cret-token-value-0123456789abcdef2", "Basic s3cret-token-value-0123456789abcdef", "s3cret-token-value-0123456789abcdef", "Bearer "]) {
+      for (
+        const header of [
+          "Bearer wrong",
+          "Bearer s3cret-token-value-0123456789abcde",
+          "Bearer s3cret-token-value-0123456789abcdef2",
+          "Basic s3cret-token-value-0123456789abcdef",
+          "s3cret-token-value-0123456789abcdef",
+          "Bearer "
+        ]
+      ) {
         const res = await app.request(missingSaga, { headers: { authorization: header } })
         expect(res.status, header).toBe(401)
       }
-      const ok = await app.request(missingSaga, { headers: { authorization: "Bearer s3cret-token-value-0123456789abcdef" } })
+      const ok = await app.request(missingSaga, {
+        headers: { authorization: "Bearer s3cret-token-value-0123456789abcdef" }
+      })
       expect(ok.status).toBe(404) // through the guard, to the view: the saga does not exist
       expect(await errorOf(ok)).toBe("NotFound")
-      const lower = await app.request(missingSaga, { headers: { authorization: "bearer s3cret-token-value-0123456789abcdef" } })
+      const lower = await app.request(missingSaga, {
+        headers: { authorization: "bearer s3cret-token-value-0123456789abcdef" }
+      })
       expect(lower.status).toBe(404)
     } finally {
       await rt.dispose()
@@ -108,7 +135,10 @@ describe("Auth: admin routes are closed by default", () => {
       const app = new Hono()
       app.route("/", Routes.metrics(rt, { auth: token }))
       expect((await app.request("/metrics")).status).toBe(401)
-      expect((await app.request("/metrics", { headers: { authorization: "Bearer s3cret-token-value-0123456789abcdef" } })).status).toBe(200)
+      expect(
+        (await app.request("/metrics", { headers: { authorization: "Bearer s3cret-token-value-0123456789abcdef" } }))
+          .status
+      ).toBe(200)
     } finally {
       await rt.dispose()
     }

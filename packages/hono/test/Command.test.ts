@@ -3,10 +3,10 @@ import * as Event from "@tidings/core/Event"
 import * as MemoryBroker from "@tidings/core/MemoryBroker"
 import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
+import { eventually } from "@tidings/core/testing"
 import { Effect, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql"
 import { Hono } from "hono"
-import { eventually } from "@tidings/core/testing"
 import { schemaName } from "../../../test/support/pg.ts"
 import * as Command from "../src/Command.ts"
 import * as Input from "../src/Input.ts"
@@ -26,25 +26,48 @@ class OrderRejected extends Schema.TaggedError<OrderRejected>()("OrderRejected",
 
 const uuid = () => crypto.randomUUID()
 
-type Body = { error: { tag: string; message: string; issues?: Array<{ path: Array<string | number>; message: string }> } }
+type Body = {
+  error: { tag: string; message: string; issues?: Array<{ path: Array<string | number>; message: string }> }
+}
 
 /** The same command routes over any store: `write` stores the entity in the command's transaction. */
-const commandApp = <R>(rt: Runtime.Runtime<R | OutboxStore>, write: (orderId: string, total: number) => Effect.Effect<void, never, R | OutboxStore>) => {
+const commandApp = <R>(
+  rt: Runtime.Runtime<R | OutboxStore>,
+  write: (orderId: string, total: number) => Effect.Effect<void, never, R | OutboxStore>
+) => {
   const app = new Hono()
-  app.post("/orders", Command.handler(rt, { body: PlaceOrder, status: 201, statuses: { OrderRejected: 422 } }, ({ body }) =>
-    Effect.gen(function*() {
-      yield* write(body.orderId, body.total)
-      yield* Outbox.append(OrderPlaced, { aggregateId: body.orderId, payload: { orderId: body.orderId, total: body.total } })
-      // Fails after both writes: the transaction must roll them back.
-      if (body.fail === true) return yield* new OrderRejected({ message: "rejected after writing" })
-      return { id: body.orderId }
-    })))
-  app.post("/orders/:id/notes", Command.handler(rt, {
-    params: Schema.Struct({ id: Schema.String.check(Schema.isUUID()) }),
-    query: Schema.Struct({ limit: Schema.optional(Schema.NumberFromString.check(Schema.isInt())) }),
-    body: Schema.Struct({ text: Schema.String })
-  }, ({ body, params, query }) => Effect.succeed({ id: params.id, text: body.text, limit: query.limit ?? null })))
-  app.get("/items/:id", rt.handler((c) => Effect.map(Input.param(c, "id", Schema.String.check(Schema.isUUID())), (id) => ({ id }))))
+  app.post(
+    "/orders",
+    Command.handler(
+      rt,
+      { body: PlaceOrder, status: 201, statuses: { OrderRejected: 422 } },
+      ({ body }) =>
+        Effect.gen(function*() {
+          yield* write(body.orderId, body.total)
+          yield* Outbox.append(OrderPlaced, {
+            aggregateId: body.orderId,
+            payload: { orderId: body.orderId, total: body.total }
+          })
+          // Fails after both writes: the transaction must roll them back.
+          if (body.fail === true) {
+            return yield* new OrderRejected({ message: "rejected after writing" })
+          }
+          return { id: body.orderId }
+        })
+    )
+  )
+  app.post(
+    "/orders/:id/notes",
+    Command.handler(rt, {
+      params: Schema.Struct({ id: Schema.String.check(Schema.isUUID()) }),
+      query: Schema.Struct({ limit: Schema.optional(Schema.NumberFromString.check(Schema.isInt())) }),
+      body: Schema.Struct({ text: Schema.String })
+    }, ({ body, params, query }) => Effect.succeed({ id: params.id, text: body.text, limit: query.limit ?? null }))
+  )
+  app.get(
+    "/items/:id",
+    rt.handler((c) => Effect.map(Input.param(c, "id", Schema.String.check(Schema.isUUID())), (id) => ({ id })))
+  )
   return app
 }
 
@@ -68,8 +91,14 @@ const commandSuite = (
       expect(res.status).toBe(201)
       expect(await res.json()).toEqual({ id })
       await waitUntil(async () => (await ctx.entities()).includes(id), 10_000, "the entity")
-      await waitUntil(async () =>
-        (await ctx.rt.runPromise(MemoryBroker.MemoryBroker.use((b) => b.delivered))).some((d) => d.message.aggregateId === id), 10_000, "publish")
+      await waitUntil(
+        async () =>
+          (await ctx.rt.runPromise(MemoryBroker.MemoryBroker.use((b) => b.delivered))).some((d) =>
+            d.message.aggregateId === id
+          ),
+        10_000,
+        "publish"
+      )
     })
 
     it("a failing handler rolls back the entity and its event, and maps its error", async () => {
@@ -79,14 +108,22 @@ const commandSuite = (
       expect(((await res.json()) as Body).error).toEqual({ tag: "OrderRejected", message: "rejected after writing" })
       expect(await ctx.entities()).not.toContain(id)
       // once the relay has settled everything (earlier tests' events included), nothing of this one was sent
-      await ctx.rt.runPromise(eventually(OutboxStore.use((s) => s.stats).pipe(Effect.map((st) => st.pending + st.processing === 0)), "5 seconds", "a settled outbox"))
+      await ctx.rt.runPromise(eventually(
+        OutboxStore.use((s) => s.stats).pipe(Effect.map((st) => st.pending + st.processing === 0)),
+        "5 seconds",
+        "a settled outbox"
+      ))
       const delivered = await ctx.rt.runPromise(MemoryBroker.MemoryBroker.use((b) => b.delivered))
       expect(delivered.some((d) => d.message.aggregateId === id)).toBe(false)
     })
 
     it("malformed JSON is a 400 with an issue, never a 500", async () => {
       for (const raw of ["{\"orderId\": ", "not json", ""]) {
-        const res = await ctx.app.request("/orders", { method: "POST", headers: { "content-type": "application/json" }, body: raw })
+        const res = await ctx.app.request("/orders", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: raw
+        })
         const body = (await res.json()) as Body
         expect(res.status, raw).toBe(400)
         expect(body.error.tag).toBe("BadRequest")
@@ -128,7 +165,12 @@ const commandSuite = (
       const retried = await ctx.rt.runPromise(Command.transaction(flaky, Schedule.recurs(5)))
       expect([retried, attempts]).toEqual(["ok", 3])
       let permanent = 0
-      const exit = await ctx.rt.runPromiseExit(Command.transaction(Effect.suspend(() => (permanent++, Effect.fail({ _tag: "Nope", isRetryable: false }))), Schedule.recurs(5)))
+      const exit = await ctx.rt.runPromiseExit(
+        Command.transaction(
+          Effect.suspend(() => (permanent++, Effect.fail({ _tag: "Nope", isRetryable: false }))),
+          Schedule.recurs(5)
+        )
+      )
       expect([exit._tag, permanent]).toEqual(["Failure", 1])
     })
   })
@@ -152,12 +194,24 @@ commandSuite("postgres", async () => {
   const schema = schemaName("hcmd")
   const rt = await Runtime.make(pgLayer(schema))
   const table = `${schema}.orders`
-  await rt.runPromise(SqlClient.SqlClient.use((sql) => sql`CREATE TABLE ${sql(table)} (id uuid PRIMARY KEY, total int NOT NULL)`))
-  const app = commandApp(rt, (orderId, total) =>
-    SqlClient.SqlClient.use((sql) => sql`INSERT INTO ${sql(table)} (id, total) VALUES (${orderId}, ${total})`).pipe(Effect.orDie))
+  await rt.runPromise(
+    SqlClient.SqlClient.use((sql) => sql`CREATE TABLE ${sql(table)} (id uuid PRIMARY KEY, total int NOT NULL)`)
+  )
+  const app = commandApp(
+    rt,
+    (orderId, total) =>
+      SqlClient.SqlClient.use((sql) => sql`INSERT INTO ${sql(table)} (id, total) VALUES (${orderId}, ${total})`).pipe(
+        Effect.orDie
+      )
+  )
   return {
     rt,
     app,
-    entities: () => rt.runPromise(SqlClient.SqlClient.use((sql) => sql<{ id: string }>`SELECT id FROM ${sql(table)}`).pipe(Effect.map((rows) => rows.map((r) => r.id))))
+    entities: () =>
+      rt.runPromise(
+        SqlClient.SqlClient.use((sql) => sql<{ id: string }>`SELECT id FROM ${sql(table)}`).pipe(
+          Effect.map((rows) => rows.map((r) => r.id))
+        )
+      )
   }
 })

@@ -22,14 +22,23 @@ describe("Runtime.handler: the HTTP server span", () => {
     const rt = await Runtime.make(Layer.mergeAll(memoryLayer(), Layer.succeed(Tracer.Tracer, tracer)))
     try {
       const app = new Hono()
-      app.post("/orders/:id", rt.handler((c) => {
-        const id = c.req.param("id") ?? ""
-        return Effect.map(Outbox.transaction(Outbox.append(Placed, { aggregateId: id, payload: { id } })), (m) => ({ id: m.id }))
-      }, { status: 201 }))
+      app.post(
+        "/orders/:id",
+        rt.handler((c) => {
+          const id = c.req.param("id") ?? ""
+          return Effect.map(
+            Outbox.transaction(Outbox.append(Placed, { aggregateId: id, payload: { id } })),
+            (m) => ({ id: m.id })
+          )
+        }, { status: 201 })
+      )
       app.get("/fail", rt.handler(() => Effect.fail(new Boom({ message: "no" })), { statuses: { Boom: 503 } }))
       const traceId = "0af7651916cd43dd8448eb211c80319c"
       const parentId = "b7ad6b7169203331"
-      const res = await app.request("http://127.0.0.1:8080/orders/o-7", { method: "POST", headers: { traceparent: `00-${traceId}-${parentId}-01` } })
+      const res = await app.request("http://127.0.0.1:8080/orders/o-7", {
+        method: "POST",
+        headers: { traceparent: `00-${traceId}-${parentId}-01` }
+      })
       assert.strictEqual(res.status, 201)
 
       const server = spans.find((s) => s.name === "POST /orders/:id")

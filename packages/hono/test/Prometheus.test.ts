@@ -10,7 +10,9 @@ import * as Runtime from "../src/Runtime.ts"
 import { type Family, memoryLayer, parsePrometheus, waitUntil } from "./support.ts"
 
 const sample = (family: Family | undefined, name: string, labels: Record<string, string> = {}) =>
-  family?.samples.find((s) => s.name === name && JSON.stringify(Object.entries(s.labels).sort()) === JSON.stringify(Object.entries(labels).sort()))?.value
+  family?.samples.find((s) =>
+    s.name === name && JSON.stringify(Object.entries(s.labels).sort()) === JSON.stringify(Object.entries(labels).sort())
+  )?.value
 
 /** Checks the histogram invariants a scraper relies on; returns the buckets by `le`. */
 const checkHistogram = (family: Family | undefined, name: string, labels: Record<string, string> = {}) => {
@@ -70,7 +72,10 @@ describe("Prometheus", () => {
       expect([...buckets]).toEqual([["0.1", 1], ["0.5", 3], ["1", 3], ["+Inf", 4]])
       expect(sample(families.get("latency_seconds"), "latency_seconds_sum", {})).toBeCloseTo(2.65)
       // A user attribute named `le` does not clash with the bucket label.
-      const labelled = checkHistogram(families.get("latency_seconds"), "latency_seconds", { exported_le: "user", path: "/x" })
+      const labelled = checkHistogram(families.get("latency_seconds"), "latency_seconds", {
+        exported_le: "user",
+        path: "/x"
+      })
       expect(labelled.get("0.5")).toBe(1)
 
       const summary = families.get("size_bytes")
@@ -91,7 +96,9 @@ describe("Prometheus", () => {
       // Families are sorted, and the prefix option applies to all of them.
       const names = [...families.keys()]
       expect(names).toEqual([...names].sort())
-      const prefixed = parsePrometheus(yield* Prometheus.renderWith({ prefix: "app_", filter: (id) => id === "inflight" }))
+      const prefixed = parsePrometheus(
+        yield* Prometheus.renderWith({ prefix: "app_", filter: (id) => id === "inflight" })
+      )
       expect([...prefixed.keys()]).toEqual(["app_inflight"])
     }).pipe(Effect.provideService(Metric.MetricRegistry, new Map()), Effect.runPromise))
 
@@ -110,9 +117,17 @@ describe("Prometheus", () => {
     try {
       const Pinged = Event.define("metrics.pinged", { aggregateType: "ping", schema: Schema.Struct({ n: Schema.Int }) })
       const n = 5
-      await rt.runPromise(Outbox.transaction(Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) =>
-        Outbox.append(Pinged, { aggregateId: `ping-${i}`, payload: { n: i } }))))
-      await waitUntil(async () => (await rt.runPromise(MemoryBroker.MemoryBroker.use((b) => b.delivered))).length >= n, 10_000, "publishing")
+      await rt.runPromise(
+        Outbox.transaction(Effect.forEach(
+          Array.from({ length: n }, (_, i) => i),
+          (i) => Outbox.append(Pinged, { aggregateId: `ping-${i}`, payload: { n: i } })
+        ))
+      )
+      await waitUntil(
+        async () => (await rt.runPromise(MemoryBroker.MemoryBroker.use((b) => b.delivered))).length >= n,
+        10_000,
+        "publishing"
+      )
 
       const app = new Hono()
       app.route("/", Routes.metrics(rt))
@@ -126,7 +141,10 @@ describe("Prometheus", () => {
       expect(published?.help).toBe("Events published")
       expect(sample(published, "tidings_outbox_published_total")).toBeGreaterThanOrEqual(n)
 
-      const latency = checkHistogram(families.get("tidings_outbox_publish_latency_seconds"), "tidings_outbox_publish_latency_seconds")
+      const latency = checkHistogram(
+        families.get("tidings_outbox_publish_latency_seconds"),
+        "tidings_outbox_publish_latency_seconds"
+      )
       expect(latency.get("+Inf")).toBeGreaterThanOrEqual(n)
       const batches = checkHistogram(families.get("tidings_relay_batch_size"), "tidings_relay_batch_size")
       expect(batches.get("+Inf")).toBeGreaterThanOrEqual(1)

@@ -20,7 +20,9 @@ const tidingsMetrics = Effect.gen(function*() {
   yield* Metric.update(Metrics.failed, 1)
   yield* Metric.update(Metrics.reclaimed, 2)
   yield* Metric.update(Metrics.pruned, 1000)
-  for (const source of ["local", "notify", "poll"]) yield* Metric.update(Metric.withAttributes(Metrics.wakeups, { source }), 5)
+  for (const source of ["local", "notify", "poll"]) {
+    yield* Metric.update(Metric.withAttributes(Metrics.wakeups, { source }), 5)
+  }
   for (const n of [1, 7, 100]) yield* Metric.update(Metrics.batchSize, n)
   for (const consumer of ["inventory", "payment"]) {
     const c = { consumer }
@@ -35,13 +37,23 @@ const tidingsMetrics = Effect.gen(function*() {
     }
   }
   yield* Metric.update(Metrics.saga.started, 5)
-  for (const status of ["completed", "compensated"]) yield* Metric.update(Metric.withAttributes(Metrics.saga.finished, { status }), 2)
+  for (const status of ["completed", "compensated"]) {
+    yield* Metric.update(Metric.withAttributes(Metrics.saga.finished, { status }), 2)
+  }
   yield* Metric.update(Metric.withAttributes(Metrics.saga.stepDuration, { saga: "checkout", step: "reserve" }), 0.012)
   yield* Metric.update(Metric.withAttributes(Metrics.saga.compensations, { outcome: "compensated" }), 2)
   yield* Metric.update(Metrics.saga.recoveries, 1)
-  for (const status of ["running", "completed", "failed"]) yield* Metric.update(Metric.withAttributes(Metrics.saga.byStatus, { status }), 4)
-  yield* Metric.update(Metric.withAttributes(Metrics.inbox.handled, { consumer: "projection", outcome: "processed" }), 8)
-  yield* Metric.update(Metric.withAttributes(Metrics.inbox.handled, { consumer: "projection", outcome: "duplicate" }), 1)
+  for (const status of ["running", "completed", "failed"]) {
+    yield* Metric.update(Metric.withAttributes(Metrics.saga.byStatus, { status }), 4)
+  }
+  yield* Metric.update(
+    Metric.withAttributes(Metrics.inbox.handled, { consumer: "projection", outcome: "processed" }),
+    8
+  )
+  yield* Metric.update(
+    Metric.withAttributes(Metrics.inbox.handled, { consumer: "projection", outcome: "duplicate" }),
+    1
+  )
 })
 
 /** An app's own metrics, of every type, with labels that need sanitizing and escaping. */
@@ -54,14 +66,23 @@ const appMetrics = Effect.gen(function*() {
   const latency = Metric.histogram("latency_seconds", { description: "Latency", boundaries: [0.1, 0.5, 1] })
   for (const v of [0.05, 0.3, 0.3, 2]) yield* Metric.update(latency, v)
   yield* Metric.update(Metric.withAttributes(latency, { path: "/x" }), 0.2)
-  const sizes = Metric.summary("size_bytes", { description: "Sizes", maxAge: "1 minute", maxSize: 100, quantiles: [0.5, 0.9] })
+  const sizes = Metric.summary("size_bytes", {
+    description: "Sizes",
+    maxAge: "1 minute",
+    maxSize: 100,
+    quantiles: [0.5, 0.9]
+  })
   for (const v of [10, 20, 30]) yield* Metric.update(sizes, v)
   const statuses = Metric.frequency("http_status", { description: "Statuses" })
   for (const v of ["200", "200", "404"]) yield* Metric.update(statuses, v)
-  yield* Metric.update(Metric.timer("handler_duration", { description: "Handler time", boundaries: [1, 10, 100] }), Duration.millis(5))
+  yield* Metric.update(
+    Metric.timer("handler_duration", { description: "Handler time", boundaries: [1, 10, 100] }),
+    Duration.millis(5)
+  )
 })
 
-const fresh = <A, E>(effect: Effect.Effect<A, E>) => effect.pipe(Effect.provideService(Metric.MetricRegistry, new Map()), Effect.runPromise)
+const fresh = <A, E>(effect: Effect.Effect<A, E>) =>
+  effect.pipe(Effect.provideService(Metric.MetricRegistry, new Map()), Effect.runPromise)
 
 describe("Prometheus output: Effect's PrometheusMetrics, unchanged from the hand-written formatter", () => {
   it("every Tidings metric", () =>
@@ -70,7 +91,10 @@ describe("Prometheus output: Effect's PrometheusMetrics, unchanged from the hand
       const text = yield* Prometheus.render
       assert.strictEqual(text, yield* Legacy.render)
       assert.include(text, "# TYPE tidings_outbox_publish_latency_seconds histogram")
-      assert.include(text, "tidings_consumer_handle_duration_seconds_bucket{consumer=\"inventory\",outcome=\"Success\",le=\"+Inf\"} 1")
+      assert.include(
+        text,
+        "tidings_consumer_handle_duration_seconds_bucket{consumer=\"inventory\",outcome=\"Success\",le=\"+Inf\"} 1"
+      )
     })))
 
   it("an app's metrics of every type, with a prefix and a filter", () =>

@@ -24,22 +24,37 @@ const token = "readiness-admin-token-0123456789abcdef"
 
 describe("readiness checks of the drivers", () => {
   it("postgres and rabbitmq up: /ready 200; the broker connection down: 503 naming it; back up: 200", async () => {
-    const amqp = AmqpConnection.layer({ url: amqpUrl(), name: "hono-readiness", reconnect: Schedule.spaced("1500 millis"), heartbeat: "5 seconds" })
+    const amqp = AmqpConnection.layer({
+      url: amqpUrl(),
+      name: "hono-readiness",
+      reconnect: Schedule.spaced("1500 millis"),
+      heartbeat: "5 seconds"
+    })
     const rt = await Runtime.make(Layer.mergeAll(pgClientLayer(), amqp))
     try {
       const app = new Hono()
-      app.route("/", Routes.health(rt, { checks: [PgClient.readiness, AmqpConnection.readiness()], auth: Redacted.make(token) }))
+      app.route(
+        "/",
+        Routes.health(rt, { checks: [PgClient.readiness, AmqpConnection.readiness()], auth: Redacted.make(token) })
+      )
       const ready = await app.request("/ready")
       expect(ready.status).toBe(200)
-      expect(((await ready.json()) as Health.Report).checks.map((c) => [c.name, c.status])).toEqual([["postgres", "up"], ["rabbitmq", "up"]])
+      expect(((await ready.json()) as Health.Report).checks.map((c) => [c.name, c.status])).toEqual([
+        ["postgres", "up"],
+        ["rabbitmq", "up"]
+      ])
 
       await rt.runPromise(AmqpConnection.AmqpConnection.use((c) => c.restart))
       let report: Health.Report | undefined
-      await waitUntil(async () => {
-        const res = await app.request("/ready", { headers: { authorization: `Bearer ${token}` } })
-        report = (await res.json()) as Health.Report
-        return res.status === 503
-      }, 5_000, "/ready to report the broker down")
+      await waitUntil(
+        async () => {
+          const res = await app.request("/ready", { headers: { authorization: `Bearer ${token}` } })
+          report = (await res.json()) as Health.Report
+          return res.status === 503
+        },
+        5_000,
+        "/ready to report the broker down"
+      )
       expect(report!.checks.find((c) => c.name === "postgres")?.status).toBe("up")
       const broker = report!.checks.find((c) => c.name === "rabbitmq")!
       expect(broker.status).toBe("down")

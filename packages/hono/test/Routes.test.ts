@@ -21,35 +21,63 @@ const auth = { authorization: "Bearer admin-token-0123456789abcdef-0123456789" }
 const Shipped = Event.define("parcel.shipped", { aggregateType: "parcel", schema: Schema.Struct({ n: Schema.Int }) })
 
 const Checkout = Saga.make("checkout", { input: Schema.Struct({ orderId: Schema.String }) })
-  .step("reserve", { action: () => Effect.succeed({ reservation: "r1" }), result: Schema.Struct({ reservation: Schema.String }) })
+  .step("reserve", {
+    action: () => Effect.succeed({ reservation: "r1" }),
+    result: Schema.Struct({ reservation: Schema.String })
+  })
   .step("charge", { action: () => Effect.void })
 
-type FailedJson = { id: string; type: string; aggregateId: string; lastError: string | null; attempts: number; payload: unknown }
+type FailedJson = {
+  id: string
+  type: string
+  aggregateId: string
+  lastError: string | null
+  attempts: number
+  payload: unknown
+}
 type InboxJson = { messageId: string; consumer: string; status: string; lastError: string | null }
 
-const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<any>>, extraChecks: ReadonlyArray<Health.Check<any>>) =>
+const routesSuite = (
+  name: string,
+  makeRuntime: () => Promise<Runtime.Runtime<any>>,
+  extraChecks: ReadonlyArray<Health.Check<any>>
+) =>
   describe(`Routes (${name})`, () => {
     let rt: Runtime.Runtime<any>
     let app: Hono
     const get = (path: string) => app.request(path, { headers: auth })
-    const post = (path: string, body?: unknown) => app.request(path, body === undefined ? { method: "POST", headers: auth } : json(body, { headers: auth }))
-    const failedEvents = async () => ((await (await get("/admin/outbox/failed")).json()) as { events: Array<FailedJson> }).events
+    const post = (path: string, body?: unknown) =>
+      app.request(path, body === undefined ? { method: "POST", headers: auth } : json(body, { headers: auth }))
+    const failedEvents = async () =>
+      ((await (await get("/admin/outbox/failed")).json()) as { events: Array<FailedJson> }).events
     const delivered = async (aggregateId: string) =>
-      (await rt.runPromise(MemoryBroker.MemoryBroker.use((b) => b.delivered))).some((d) => d.message.aggregateId === aggregateId)
+      (await rt.runPromise(MemoryBroker.MemoryBroker.use((b) => b.delivered))).some((d) =>
+        d.message.aggregateId === aggregateId
+      )
 
     /** Appends an event that the broker refuses for good, and waits until the relay failed it. */
     const failedEvent = async (): Promise<FailedJson> => {
       const aggregateId = `poison-${crypto.randomUUID()}`
-      const message = await rt.runPromise(Outbox.transaction(Outbox.append(Shipped, { aggregateId, payload: { n: 1 } })))
+      const message = await rt.runPromise(
+        Outbox.transaction(Outbox.append(Shipped, { aggregateId, payload: { n: 1 } }))
+      )
       let found: FailedJson | undefined
-      await waitUntil(async () => (found = (await failedEvents()).find((e) => e.id === message.id)) !== undefined, 10_000, "the event to fail")
+      await waitUntil(
+        async () => (found = (await failedEvents()).find((e) => e.id === message.id)) !== undefined,
+        10_000,
+        "the event to fail"
+      )
       return found!
     }
 
     beforeAll(async () => {
       rt = await makeRuntime()
       await rt.runPromise(MemoryBroker.MemoryBroker.use((b) =>
-        b.setFault((m) => m.aggregateId.startsWith("poison-") && !m.headers["x-healed"] ? new PublishError({ message: "exchange refused it", reason: new Refused({ retryable: false }) }) : undefined)
+        b.setFault((m) =>
+          m.aggregateId.startsWith("poison-") && !m.headers["x-healed"]
+            ? new PublishError({ message: "exchange refused it", reason: new Refused({ retryable: false }) })
+            : undefined
+        )
       ))
       app = new Hono()
       app.route("/admin", Routes.all(rt, { auth: token, checks: [Health.relay, ...extraChecks] }))
@@ -62,7 +90,10 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
       const done = await rt.runPromise(Saga.run(Checkout, { orderId: "o-1" }))
       const res = await get(`/admin/sagas/${done.id}`)
       expect(res.status).toBe(200)
-      const body = (await res.json()) as { saga: { id: string; status: string; type: string; input: unknown }; steps: Array<{ name: string; status: string; result: unknown }> }
+      const body = (await res.json()) as {
+        saga: { id: string; status: string; type: string; input: unknown }
+        steps: Array<{ name: string; status: string; result: unknown }>
+      }
       expect(body.saga).toMatchObject({ id: done.id, status: "completed", type: "checkout", input: { orderId: "o-1" } })
       expect(body.steps.map((s) => [s.name, s.status])).toEqual([["reserve", "completed"], ["charge", "completed"]])
       expect(body.steps[0]!.result).toEqual({ reservation: "r1" })
@@ -72,24 +103,40 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
       expect(((await unknown.json()) as { error: { tag: string } }).error.tag).toBe("NotFound")
       const bad = await get("/admin/sagas/not-a-uuid")
       expect(bad.status).toBe(400)
-      expect(((await bad.json()) as { error: { issues: Array<{ path: Array<string> }> } }).error.issues[0]!.path).toEqual(["params", "id"])
+      expect(((await bad.json()) as { error: { issues: Array<{ path: Array<string> }> } }).error.issues[0]!.path)
+        .toEqual(["params", "id"])
     })
 
     it("outbox: stats and failed events with their errors; retrying one makes it pending and the relay publishes it", async () => {
       const event = await failedEvent()
       expect(event).toMatchObject({ type: "parcel.shipped", payload: { n: 1 }, attempts: 1 })
       expect(event.lastError).toContain("exchange refused it")
-      const stats = (await (await get("/admin/outbox/stats")).json()) as { failed: number; pending: number; published: number }
+      const stats = (await (await get("/admin/outbox/stats")).json()) as {
+        failed: number
+        pending: number
+        published: number
+      }
       expect(stats.failed).toBeGreaterThanOrEqual(1)
 
       // Heal the broker for this event only, then retry it through the route.
       await rt.runPromise(MemoryBroker.MemoryBroker.use((b) =>
-        b.setFault((m) => m.aggregateId.startsWith("poison-") && m.id !== event.id ? new PublishError({ message: "exchange refused it", reason: new Refused({ retryable: false }) }) : undefined)
+        b.setFault((m) =>
+          m.aggregateId.startsWith("poison-") && m.id !== event.id
+            ? new PublishError({ message: "exchange refused it", reason: new Refused({ retryable: false }) })
+            : undefined
+        )
       ))
       const retried = await post(`/admin/outbox/failed/${event.id}/retry`)
       expect([retried.status, await retried.json()]).toEqual([200, { retried: 1 }])
-      await waitUntil(() => delivered(event.aggregateId), 10_000, "the retried event to be published")
-      expect((await failedEvents()).some((e) => e.id === event.id)).toBe(false)
+      await waitUntil(
+        () =>
+          delivered(event.aggregateId),
+        10_000,
+        "the retried event to be published"
+      )
+      expect((await failedEvents()).some((e) =>
+        e.id === event.id
+      )).toBe(false)
       // Not failed any more: a second retry finds nothing.
       expect((await post(`/admin/outbox/failed/${event.id}/retry`)).status).toBe(404)
     })
@@ -102,11 +149,19 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
         const res = await post("/admin/outbox/failed/retry", { all: true })
         expect(res.status).toBe(200)
         expect(((await res.json()) as { retried: number }).retried).toBeGreaterThanOrEqual(2)
-        await waitUntil(async () => (await delivered(a.aggregateId)) && (await delivered(b.aggregateId)), 10_000, "both events published")
+        await waitUntil(
+          async () => (await delivered(a.aggregateId)) && (await delivered(b.aggregateId)),
+          10_000,
+          "both events published"
+        )
         expect(await failedEvents()).toEqual([])
       } finally {
         await rt.runPromise(MemoryBroker.MemoryBroker.use((broker) =>
-          broker.setFault((m) => m.aggregateId.startsWith("poison-") ? new PublishError({ message: "exchange refused it", reason: new Refused({ retryable: false }) }) : undefined)
+          broker.setFault((m) =>
+            m.aggregateId.startsWith("poison-")
+              ? new PublishError({ message: "exchange refused it", reason: new Refused({ retryable: false }) })
+              : undefined
+          )
         ))
       }
     })
@@ -116,28 +171,42 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
       const two = await failedEvent()
       const del = await app.request(`/admin/outbox/failed/${one.id}`, { method: "DELETE", headers: auth })
       expect([del.status, await del.json()]).toEqual([200, { discarded: 1 }])
-      expect((await app.request(`/admin/outbox/failed/${one.id}`, { method: "DELETE", headers: auth })).status).toBe(404)
+      expect((await app.request(`/admin/outbox/failed/${one.id}`, { method: "DELETE", headers: auth })).status).toBe(
+        404
+      )
       const bulk = await post("/admin/outbox/failed/discard", { ids: [two.id, crypto.randomUUID()] })
       expect([bulk.status, await bulk.json()]).toEqual([200, { discarded: 1 }])
-      const ids = (await failedEvents()).map((e) => e.id)
+      const ids = (await failedEvents()).map((e) =>
+        e.id
+      )
       expect(ids).not.toContain(one.id)
       expect(ids).not.toContain(two.id)
       expect(await delivered(one.aggregateId)).toBe(false)
 
-      for (const [path, body] of [
-        ["/admin/outbox/failed/discard", { ids: [] }],
-        ["/admin/outbox/failed/discard", { ids: ["nope"] }],
-        ["/admin/outbox/failed/retry", {}],
-        ["/admin/outbox/failed/retry", { all: false }]
-      ] as const) {
+      for (
+        const [path, body] of [
+          ["/admin/outbox/failed/discard", { ids: [] }],
+          ["/admin/outbox/failed/discard", { ids: ["nope"] }],
+          ["/admin/outbox/failed/retry", {}],
+          ["/admin/outbox/failed/retry", { all: false }]
+        ] as const
+      ) {
         const res = await post(path, body)
         expect(res.status, JSON.stringify(body)).toBe(400)
         expect(((await res.json()) as { error: { issues: Array<unknown> } }).error.issues.length).toBeGreaterThan(0)
       }
-      const malformed = await app.request("/admin/outbox/failed/retry", { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: "{" })
+      const malformed = await app.request("/admin/outbox/failed/retry", {
+        method: "POST",
+        headers: { ...auth, "content-type": "application/json" },
+        body: "{"
+      })
       expect(malformed.status).toBe(400)
       // JSON bodies need their content type: a form post is refused before it is read.
-      const form = await app.request("/admin/outbox/failed/retry", { method: "POST", headers: { ...auth, "content-type": "application/x-www-form-urlencoded" }, body: "all=true" })
+      const form = await app.request("/admin/outbox/failed/retry", {
+        method: "POST",
+        headers: { ...auth, "content-type": "application/x-www-form-urlencoded" },
+        body: "all=true"
+      })
       expect(form.status).toBe(415)
       expect((await app.request("/admin/outbox/failed/xyz", { method: "DELETE", headers: auth })).status).toBe(400)
       expect((await get("/admin/outbox/failed?limit=0")).status).toBe(400)
@@ -157,15 +226,34 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
           yield* s.begin("m3", c2, "i")
         })
       ))
-      const failed = ((await (await get(`/admin/inbox?status=failed&consumer=${c1}`)).json()) as { records: Array<InboxJson> }).records
-      expect(failed.map((r) => [r.messageId, r.status, r.lastError])).toEqual([["m1", "failed", "poison message: bad payload"]])
+      const failed =
+        ((await (await get(`/admin/inbox?status=failed&consumer=${c1}`)).json()) as { records: Array<InboxJson> })
+          .records
+      expect(failed.map((r) => [r.messageId, r.status, r.lastError])).toEqual([[
+        "m1",
+        "failed",
+        "poison message: bad payload"
+      ]])
       const ofC1 = ((await (await get(`/admin/inbox?consumer=${c1}`)).json()) as { records: Array<InboxJson> }).records
       expect(ofC1.map((r) => r.messageId).sort()).toEqual(["m1", "m2"])
-      const limited = ((await (await get(`/admin/inbox?consumer=${c1}&limit=1`)).json()) as { records: Array<InboxJson> }).records
+      const limited =
+        ((await (await get(`/admin/inbox?consumer=${c1}&limit=1`)).json()) as { records: Array<InboxJson> }).records
       expect(limited).toHaveLength(1)
-      expect(await (await get(`/admin/inbox/counts?consumer=${c1}`)).json()).toEqual({ processing: 0, processed: 1, failed: 1 })
-      expect(await (await get(`/admin/inbox/counts?consumer=${c2}`)).json()).toEqual({ processing: 1, processed: 0, failed: 0 })
-      const all = (await (await get("/admin/inbox/counts")).json()) as { processing: number; processed: number; failed: number }
+      expect(await (await get(`/admin/inbox/counts?consumer=${c1}`)).json()).toEqual({
+        processing: 0,
+        processed: 1,
+        failed: 1
+      })
+      expect(await (await get(`/admin/inbox/counts?consumer=${c2}`)).json()).toEqual({
+        processing: 1,
+        processed: 0,
+        failed: 0
+      })
+      const all = (await (await get("/admin/inbox/counts")).json()) as {
+        processing: number
+        processed: number
+        failed: number
+      }
       expect(all.failed).toBeGreaterThanOrEqual(1)
       const one = await get(`/admin/inbox/${c1}/m2`)
       expect(((await one.json()) as InboxJson).status).toBe("processed")
@@ -173,7 +261,10 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
       expect((await get("/admin/inbox?status=lost")).status).toBe(400)
 
       const outboxFailed = await failedEvent()
-      const dead = (await (await get(`/admin/dead-letters?consumer=${c1}`)).json()) as { inbox: Array<InboxJson>; outbox: Array<FailedJson> }
+      const dead = (await (await get(`/admin/dead-letters?consumer=${c1}`)).json()) as {
+        inbox: Array<InboxJson>
+        outbox: Array<FailedJson>
+      }
       expect(dead.inbox.map((r) => [r.messageId, r.lastError])).toEqual([["m1", "poison message: bad payload"]])
       expect(dead.outbox.find((e) => e.id === outboxFailed.id)?.lastError).toContain("exchange refused it")
     })
@@ -185,26 +276,37 @@ const routesSuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<an
       const report = (await ready.json()) as Health.Report
       expect(ready.status).toBe(200)
       expect(report.status).toBe("up")
-      expect(report.checks.map((c) => [c.name, c.status])).toEqual([["relay", "up"], ...extraChecks.map((c) => [c.name, "up"])])
+      expect(report.checks.map((c) => [c.name, c.status])).toEqual([
+        ["relay", "up"],
+        ...extraChecks.map((c) => [c.name, "up"])
+      ])
 
       const probes = new Hono()
-      probes.route("/", Routes.health(rt, {
-        auth: token,
-        timeout: "200 millis",
-        checks: [
-          Health.relay,
-          Health.up("memory"),
-          Health.make("db", Effect.fail(new PublishError({ message: "db unreachable", reason: new Refused({ retryable: true }) }))),
-          Health.make("broker", Effect.succeed(false), "broker not connected"),
-          Health.make("slow", Effect.never)
-        ]
-      }))
+      probes.route(
+        "/",
+        Routes.health(rt, {
+          auth: token,
+          timeout: "200 millis",
+          checks: [
+            Health.relay,
+            Health.up("memory"),
+            Health.make(
+              "db",
+              Effect.fail(new PublishError({ message: "db unreachable", reason: new Refused({ retryable: true }) }))
+            ),
+            Health.make("broker", Effect.succeed(false), "broker not connected"),
+            Health.make("slow", Effect.never)
+          ]
+        })
+      )
       // Anonymous: names and states only.
       const anonymous = await probes.request("/ready")
       expect(anonymous.status).toBe(503)
       expect(await anonymous.json()).toEqual({
         status: "down",
-        checks: [["relay", "up"], ["memory", "up"], ["db", "down"], ["broker", "down"], ["slow", "down"]].map(([name, status]) => ({ name, status }))
+        checks: [["relay", "up"], ["memory", "up"], ["db", "down"], ["broker", "down"], ["slow", "down"]].map((
+          [name, status]
+        ) => ({ name, status }))
       })
       // The admin: why each one is down.
       const down = await probes.request("/ready", { headers: auth })
@@ -229,7 +331,9 @@ const retrySuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<any
       try {
         const app = new Hono()
         app.route("/outbox", Routes.outbox(rt, { auth: token }))
-        const message = await rt.runPromise(Outbox.transaction(Outbox.append(Shipped, { aggregateId: "p-1", payload: { n: 7 } })))
+        const message = await rt.runPromise(
+          Outbox.transaction(Outbox.append(Shipped, { aggregateId: "p-1", payload: { n: 7 } }))
+        )
         await rt.runPromise(OutboxStore.use((s) =>
           Effect.gen(function*() {
             const claimed = yield* s.claim({ relayId: "test", batchSize: 10, lease: Duration.seconds(30) })
@@ -243,7 +347,9 @@ const retrySuite = (name: string, makeRuntime: () => Promise<Runtime.Runtime<any
         expect([res.status, await res.json()]).toEqual([200, { retried: 1 }])
         const after = (await (await app.request("/outbox/stats", { headers: auth })).json()) as OutboxStoreNs.Stats
         expect([after.failed, after.pending]).toEqual([0, 1])
-        const again = await rt.runPromise(OutboxStore.use((s) => s.claim({ relayId: "test", batchSize: 10, lease: Duration.seconds(30) })))
+        const again = await rt.runPromise(
+          OutboxStore.use((s) => s.claim({ relayId: "test", batchSize: 10, lease: Duration.seconds(30) }))
+        )
         expect(again.map((c) => [c.message.id, c.attempts])).toEqual([[message.id, 1]])
       } finally {
         await rt.dispose()

@@ -10,11 +10,17 @@ class Counter extends Context.Service<Counter, { readonly next: Effect.Effect<nu
 /** A layer that records how often it was built and released. */
 const tracked = () => {
   const events: Array<string> = []
-  const layer = Layer.effect(Counter, Effect.gen(function*() {
-    yield* Effect.acquireRelease(Effect.sync(() => events.push("built")), () => Effect.sync(() => void events.push("released")))
-    let n = 0
-    return Counter.of({ next: Effect.sync(() => ++n) })
-  }))
+  const layer = Layer.effect(
+    Counter,
+    Effect.gen(function*() {
+      yield* Effect.acquireRelease(
+        Effect.sync(() => events.push("built")),
+        () => Effect.sync(() => void events.push("released"))
+      )
+      let n = 0
+      return Counter.of({ next: Effect.sync(() => ++n) })
+    })
+  )
   return { events, layer }
 }
 
@@ -45,8 +51,13 @@ describe("Runtime", () => {
 
   it("rejects with RuntimeBuildError when the layers fail, after releasing what was built", async () => {
     const { events, layer } = tracked()
-    const failing = Layer.effectDiscard(Effect.fail(new StoreError({ operation: "connect", message: "db down", reason: new Unavailable() })))
-    const error = await Runtime.make(Layer.merge(layer, failing.pipe(Layer.provide(layer)))).then(() => undefined, (e: unknown) => e)
+    const failing = Layer.effectDiscard(
+      Effect.fail(new StoreError({ operation: "connect", message: "db down", reason: new Unavailable() }))
+    )
+    const error = await Runtime.make(Layer.merge(layer, failing.pipe(Layer.provide(layer)))).then(
+      () => undefined,
+      (e: unknown) => e
+    )
     expect(error).toBeInstanceOf(Runtime.RuntimeBuildError)
     expect((error as Runtime.RuntimeBuildError).failure).toBeInstanceOf(StoreError)
     expect((error as Error).message).toContain("StoreError")
@@ -59,7 +70,10 @@ describe("Runtime", () => {
       const app = new Hono()
       app.get("/raw", rt.handler(() => Effect.succeed(new Response("hi", { status: 202, headers: { "x-a": "1" } }))))
       app.get("/none", rt.handler(() => Effect.void))
-      app.post("/created", rt.handler(() => Effect.succeed({ id: "a", at: new Date(0), big: 2n ** 70n }), { status: 201 }))
+      app.post(
+        "/created",
+        rt.handler(() => Effect.succeed({ id: "a", at: new Date(0), big: 2n ** 70n }), { status: 201 })
+      )
       const raw = await app.request("/raw")
       expect([raw.status, await raw.text(), raw.headers.get("x-a")]).toEqual([202, "hi", "1"])
       const none = await app.request("/none")
@@ -82,20 +96,43 @@ describe("Runtime", () => {
     try {
       const app = new Hono()
       app.get("/nf", rt.handler(() => new HttpErrors.NotFound({ message: "no order 1" })))
-      app.get("/bad", rt.handler(() => new HttpErrors.BadRequest({ message: "nope", issues: [{ path: ["body", "x"], message: "Expected a number" }] })))
+      app.get(
+        "/bad",
+        rt.handler(() =>
+          new HttpErrors.BadRequest({
+            message: "nope",
+            issues: [{ path: ["body", "x"], message: "Expected a number" }]
+          })
+        )
+      )
       app.get("/oos", rt.handler(() => new OutOfStock({ sku: "a" })))
       app.get("/oos-override", rt.handler(() => new OutOfStock({ sku: "a" }), { statuses: { OutOfStock: 422 } }))
-      app.get("/busy", rt.handler(() => new StoreError({ operation: "claim", message: "connection refused to 10.0.0.1", reason: new Unavailable() })))
-      app.get("/broken", rt.handler(() => new StoreError({ operation: "claim", message: "syntax error at SELECT secret", reason: new Rejected() })))
+      app.get(
+        "/busy",
+        rt.handler(() =>
+          new StoreError({ operation: "claim", message: "connection refused to 10.0.0.1", reason: new Unavailable() })
+        )
+      )
+      app.get(
+        "/broken",
+        rt.handler(() =>
+          new StoreError({ operation: "claim", message: "syntax error at SELECT secret", reason: new Rejected() })
+        )
+      )
       app.get("/defect", rt.handler(() => Effect.die(new Error("bug with secret detail"))))
-      app.get("/throws", rt.handler(() => {
-        throw new Error("thrown secret")
-      }))
+      app.get(
+        "/throws",
+        rt.handler(() => {
+          throw new Error("thrown secret")
+        })
+      )
 
       const nf = await app.request("/nf")
       expect([nf.status, await body(nf)]).toEqual([404, { error: { tag: "NotFound", message: "no order 1" } }])
       const bad = await app.request("/bad")
-      expect([bad.status, await body(bad)]).toEqual([400, { error: { tag: "BadRequest", message: "nope", issues: [{ path: ["body", "x"], message: "Expected a number" }] } }])
+      expect([bad.status, await body(bad)]).toEqual([400, {
+        error: { tag: "BadRequest", message: "nope", issues: [{ path: ["body", "x"], message: "Expected a number" }] }
+      }])
       expect((await app.request("/oos")).status).toBe(409)
       expect((await app.request("/oos-override")).status).toBe(422)
       const busy = await app.request("/busy")
@@ -113,12 +150,13 @@ describe("Runtime", () => {
       }
       // What the client does not see is logged, with the cause; client errors are not.
       expect(logged.map((l) => l.level)).toEqual(["Error", "Error", "Error", "Error"])
-      expect(logged.map((l) => /connection refused|syntax error|bug with secret|thrown secret/.exec(l.text)?.[0])).toEqual([
-        "connection refused",
-        "syntax error",
-        "bug with secret",
-        "thrown secret"
-      ])
+      expect(logged.map((l) => /connection refused|syntax error|bug with secret|thrown secret/.exec(l.text)?.[0]))
+        .toEqual([
+          "connection refused",
+          "syntax error",
+          "bug with secret",
+          "thrown secret"
+        ])
     } finally {
       await rt.dispose()
     }
@@ -130,11 +168,15 @@ describe("Runtime", () => {
       const started = await rt.runPromise(Deferred.make<void>())
       const interrupted = await rt.runPromise(Deferred.make<void>())
       const app = new Hono()
-      app.get("/slow", rt.handler(() =>
-        Deferred.succeed(started, undefined).pipe(
-          Effect.andThen(Effect.never),
-          Effect.onInterrupt(() => Deferred.succeed(interrupted, undefined))
-        )))
+      app.get(
+        "/slow",
+        rt.handler(() =>
+          Deferred.succeed(started, undefined).pipe(
+            Effect.andThen(Effect.never),
+            Effect.onInterrupt(() => Deferred.succeed(interrupted, undefined))
+          )
+        )
+      )
       const abort = new AbortController()
       const pending = app.request("/slow", { signal: abort.signal })
       await rt.runPromise(Deferred.await(started))

@@ -25,7 +25,10 @@ const appWith = (rt: Runtime.Runtime<OutboxStore.OutboxStore>, gate = makeGate()
   app.onError(HttpErrors.onError)
   app.notFound(HttpErrors.notFound)
   app.route("/admin", Routes.all(rt, { auth: Redacted.make("t0ken-0123456789abcdef-0123456789ab") }))
-  app.get("/slow", rt.handler(() => Effect.promise(() => (gate.arrive(), gate.released)).pipe(Effect.as({ slow: true }))))
+  app.get(
+    "/slow",
+    rt.handler(() => Effect.promise(() => (gate.arrive(), gate.released)).pipe(Effect.as({ slow: true })))
+  )
   app.post("/echo", rt.handler((c) => Effect.promise(() => c.req.json())))
   return app
 }
@@ -41,13 +44,19 @@ describe(`Serve on ${typeof Deno !== "undefined" ? "Deno (Deno.serve)" : "Node (
 
       const health = await fetch(`${server.url}/admin/health`)
       expect([health.status, await health.json()]).toEqual([200, { status: "up" }])
-      const stats = await fetch(`${server.url}/admin/outbox/stats`, { headers: { authorization: "Bearer t0ken-0123456789abcdef-0123456789ab" } })
+      const stats = await fetch(`${server.url}/admin/outbox/stats`, {
+        headers: { authorization: "Bearer t0ken-0123456789abcdef-0123456789ab" }
+      })
       expect(stats.status).toBe(200)
       expect(((await stats.json()) as OutboxStore.Stats).pending).toBe(0)
       const denied = await fetch(`${server.url}/admin/outbox/stats`)
       expect(denied.status).toBe(401)
       await denied.body?.cancel()
-      const echo = await fetch(`${server.url}/echo`, { method: "POST", body: JSON.stringify({ a: [1, "b"] }), headers: { "content-type": "application/json" } })
+      const echo = await fetch(`${server.url}/echo`, {
+        method: "POST",
+        body: JSON.stringify({ a: [1, "b"] }),
+        headers: { "content-type": "application/json" }
+      })
       expect(await echo.json()).toEqual({ a: [1, "b"] })
       const missing = await fetch(`${server.url}/nope`)
       expect([missing.status, ((await missing.json()) as HttpErrors.ErrorBody).error.tag]).toEqual([404, "NotFound"])
@@ -86,7 +95,9 @@ describe(`Serve on ${typeof Deno !== "undefined" ? "Deno (Deno.serve)" : "Node (
   it("a port in use or out of range is a ServeError", async () => {
     const first = await Serve.serve(() => new Response("first"))
     try {
-      await expect(Serve.serve(() => new Response("second"), { port: first.port })).rejects.toBeInstanceOf(Serve.ServeError)
+      await expect(Serve.serve(() => new Response("second"), { port: first.port })).rejects.toBeInstanceOf(
+        Serve.ServeError
+      )
       expect(await (await fetch(first.url)).text()).toBe("first")
     } finally {
       await first.close()

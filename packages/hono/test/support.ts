@@ -3,11 +3,11 @@
  * a bounded wait, and a small parser of the Prometheus text format (strict enough to fail on what a
  * scraper would reject).
  */
-import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
 import * as MemoryBroker from "@tidings/core/MemoryBroker"
+import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
 import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
-import * as Relay from "@tidings/core/Relay"
 import * as MemorySagaStore from "@tidings/core/MemorySagaStore"
+import * as Relay from "@tidings/core/Relay"
 import * as Migrator from "@tidings/postgres/Migrator"
 import * as PgInboxStore from "@tidings/postgres/PgInboxStore"
 import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
@@ -40,7 +40,10 @@ const withRelay = <A, E, R>(stores: Layer.Layer<A, E, R>, options: LayerOptions)
 
 /** Memory stores, the memory broker and a relay. */
 export const memoryLayer = (options: LayerOptions = {}) =>
-  withRelay(Layer.mergeAll(MemoryOutboxStore.layer, MemorySagaStore.layer, MemoryInboxStore.layer, MemoryBroker.layer()), options)
+  withRelay(
+    Layer.mergeAll(MemoryOutboxStore.layer, MemorySagaStore.layer, MemoryInboxStore.layer, MemoryBroker.layer()),
+    options
+  )
 
 /** A migrated schema for the runtime's life, dropped when it is disposed. */
 const schemaLayer = (schema: string) =>
@@ -51,7 +54,12 @@ const schemaLayer = (schema: string) =>
 
 /** Postgres stores on a fresh schema (over our PgClient), the memory broker and a relay; also exposes SqlClient. */
 export const pgLayer = (schema = schemaName("hono"), options: LayerOptions = {}) => {
-  const stores = Layer.mergeAll(PgOutboxStore.layer({ schema }), PgSagaStore.layer({ schema }), PgInboxStore.layer({ schema }), MemoryBroker.layer())
+  const stores = Layer.mergeAll(
+    PgOutboxStore.layer({ schema }),
+    PgSagaStore.layer({ schema }),
+    PgInboxStore.layer({ schema }),
+    MemoryBroker.layer()
+  )
   return withRelay(stores, options).pipe(
     Layer.provideMerge(schemaLayer(schema)),
     Layer.provideMerge(pgClientLayer())
@@ -59,8 +67,11 @@ export const pgLayer = (schema = schemaName("hono"), options: LayerOptions = {})
 }
 
 /** Polls `check` until it returns true (no cap a loaded machine can hit: see test/support/progress.ts). */
-export const waitUntil = (check: () => Promise<boolean> | boolean, expectedMs = 10_000, what = "condition"): Promise<void> =>
-  until(what, check, expectedMs)
+export const waitUntil = (
+  check: () => Promise<boolean> | boolean,
+  expectedMs = 10_000,
+  what = "condition"
+): Promise<void> => until(what, check, expectedMs)
 
 /** One sample line. */
 export interface Sample {
@@ -155,7 +166,11 @@ export const parsePrometheus = (text: string): Map<string, Family> => {
     const [, name, labelText, value] = match
     const family = familyOf(name!)
     if (family === undefined || families.get(family)!.type === "") throw new Error(`sample without TYPE: ${line}`)
-    families.get(family)!.samples.push({ name: name!, labels: labelText === undefined ? {} : parseLabels(labelText), value: parseValue(value!) })
+    families.get(family)!.samples.push({
+      name: name!,
+      labels: labelText === undefined ? {} : parseLabels(labelText),
+      value: parseValue(value!)
+    })
   }
   return families
 }

@@ -30,7 +30,7 @@ export const splitStatements = (script: string): Array<string> => {
       current += " "
       continue
     }
-    if (c === "'" || c === '"') {
+    if (c === "'" || c === "\"") {
       let j = i + 1
       while (j < script.length) {
         if (script[j] === c && script[j + 1] === c) j += 2
@@ -81,7 +81,9 @@ export const compile = (): string => {
     const transactions = splitTransactions(sql).map((statements) =>
       `      [\n${statements.map((st) => `        ${JSON.stringify(st)}`).join(",\n")}\n      ]`
     ).join(",\n")
-    return `  {\n    version: ${version},\n    name: ${JSON.stringify(name)},\n    transactions: [\n${transactions}\n    ]\n  }`
+    return `  {\n    version: ${version},\n    name: ${
+      JSON.stringify(name)
+    },\n    transactions: [\n${transactions}\n    ]\n  }`
   })
   return `// Generated from migrations/*.sql by packages/postgres/scripts/compile-migrations.ts. Do not edit.\n` +
     `export interface Migration {\n  readonly version: number\n  readonly name: string\n` +
@@ -95,7 +97,9 @@ if (process.argv[1] === import.meta.filename) {
   if (process.argv.includes("--check")) {
     const current = fs.existsSync(target) ? fs.readFileSync(target, "utf8") : ""
     if (current !== out) {
-      console.error("src/internal/migrations.ts is out of date: run node packages/postgres/scripts/compile-migrations.ts")
+      console.error(
+        "src/internal/migrations.ts is out of date: run node packages/postgres/scripts/compile-migrations.ts"
+      )
       process.exit(1)
     }
   } else {

@@ -18,8 +18,8 @@ import { InvalidConfig, type StoreError } from "@tidings/core/Errors"
 import { Effect } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
-import { bootstrap, grantStatements, migrationTransactions, script } from "./internal/migrationSql.ts"
 import { migrations } from "./internal/migrations.ts"
+import { bootstrap, grantStatements, migrationTransactions, script } from "./internal/migrationSql.ts"
 import { mapSqlError } from "./internal/storeError.ts"
 
 /** SqlErrors become StoreErrors; InvalidConfig stays as it is. */
@@ -89,7 +89,10 @@ const roles = (grantTo: Options["grantTo"]): Effect.Effect<ReadonlyArray<string>
   for (const role of list) {
     if (typeof role !== "string" || role === "" || role.includes("\0") || new TextEncoder().encode(role).length > 63) {
       return Effect.fail(
-        new InvalidConfig({ path: "grantTo", message: `invalid role name ${JSON.stringify(role).slice(0, 80)}: 1-63 bytes, no NUL` })
+        new InvalidConfig({
+          path: "grantTo",
+          message: `invalid role name ${JSON.stringify(role).slice(0, 80)}: 1-63 bytes, no NUL`
+        })
       )
     }
   }
@@ -98,13 +101,17 @@ const roles = (grantTo: Options["grantTo"]): Effect.Effect<ReadonlyArray<string>
 
 /** Runs statements in one transaction. */
 const transaction = (statements: ReadonlyArray<string>) =>
-  SqlClient.SqlClient.use((sql) => sql.withTransaction(Effect.forEach(statements, (st) => sql.unsafe(st), { discard: true })))
+  SqlClient.SqlClient.use((sql) =>
+    sql.withTransaction(Effect.forEach(statements, (st) => sql.unsafe(st), { discard: true }))
+  )
 
 /** The versions recorded in the schema (none when it or its table does not exist). */
 const appliedVersions = (schema: string) =>
   SqlClient.SqlClient.use((sql) =>
     Effect.gen(function*() {
-      const [table] = yield* sql<{ exists: boolean }>`SELECT to_regclass(${`"${schema}".tidings_migrations`}) IS NOT NULL AS exists`
+      const [table] = yield* sql<
+        { exists: boolean }
+      >`SELECT to_regclass(${`"${schema}".tidings_migrations`}) IS NOT NULL AS exists`
       if (table?.exists !== true) return new Set<number>()
       const rows = yield* sql<{ version: number }>`SELECT version FROM ${sql(`${schema}.tidings_migrations`)}`
       return new Set(rows.map((r) => Number(r.version)))
@@ -117,7 +124,9 @@ const appliedVersions = (schema: string) =>
  * @since 0.1.0
  * @category combinators
  */
-export const run = (options: Options = {}): Effect.Effect<ReadonlyArray<Applied>, InvalidConfig | StoreError, SqlClient.SqlClient> =>
+export const run = (
+  options: Options = {}
+): Effect.Effect<ReadonlyArray<Applied>, InvalidConfig | StoreError, SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const schema = yield* resolveSchema(options.schema)
     const grantees = yield* roles(options.grantTo)
@@ -135,7 +144,9 @@ export const run = (options: Options = {}): Effect.Effect<ReadonlyArray<Applied>
         ran = yield* sql.withTransaction(Effect.gen(function*() {
           yield* sql.unsafe(statements[0]!)
           // Another migrator may have applied it while we waited for the lock.
-          const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${table} WHERE version = ${migration.version}`
+          const [row] = yield* sql<
+            { n: number }
+          >`SELECT count(*)::int AS n FROM ${table} WHERE version = ${migration.version}`
           if (row!.n > 0) return false
           for (const statement of statements.slice(1)) yield* sql.unsafe(statement)
           return true
@@ -153,7 +164,9 @@ export const run = (options: Options = {}): Effect.Effect<ReadonlyArray<Applied>
  * @since 0.1.0
  * @category combinators
  */
-export const pending = (options: Pick<Options, "schema"> = {}): Effect.Effect<ReadonlyArray<Pending>, InvalidConfig | StoreError, SqlClient.SqlClient> =>
+export const pending = (
+  options: Pick<Options, "schema"> = {}
+): Effect.Effect<ReadonlyArray<Pending>, InvalidConfig | StoreError, SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const schema = yield* resolveSchema(options.schema)
     const done = yield* appliedVersions(schema)
@@ -177,7 +190,9 @@ export const render = (options: Options = {}): Effect.Effect<string, InvalidConf
     const parts = [
       `-- tidings migrations for schema ${schema}`,
       script([bootstrap(schema)]),
-      ...all.map((m) => `-- ${String(m.version).padStart(4, "0")} ${m.name}\n${script(migrationTransactions(schema, m))}`),
+      ...all.map((m) =>
+        `-- ${String(m.version).padStart(4, "0")} ${m.name}\n${script(migrationTransactions(schema, m))}`
+      ),
       ...(grantees.length > 0 ? [`-- grants\n${script([grantStatements(schema, grantees)])}`] : [])
     ]
     return `${parts.join("\n\n")}\n`

@@ -26,22 +26,50 @@
  *
  * @module
  */
+import type { InvalidConfig } from "@tidings/core/Errors"
 import * as Health from "@tidings/core/Health"
 import * as Retry from "@tidings/core/Retry"
-import { Cause, Clock, Config, Context, Duration, Effect, Exit, Layer, Option, Pull, Redacted, Schedule, Schema, type Stream } from "effect"
+import * as Settings from "@tidings/core/Settings"
+import {
+  Cause,
+  Clock,
+  Config,
+  Context,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Option,
+  Pull,
+  Redacted,
+  Schedule,
+  Schema,
+  type Stream
+} from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient, type SqlConnection, SqlError, Statement } from "effect/sql"
 import postgres from "postgres"
+import * as Environment from "./internal/environment.ts"
 import { InvalidSetting, resolve, type ResolvedConfig } from "./internal/pgConfig.ts"
-import { heldAccess, makeConnection, type PgConnection, poolAccess, type QueryOptions } from "./internal/pgConnection.ts"
-import { clientSqlError, errorCode, isConnectionCode, isRetryableCode, scrubString, toSqlError } from "./internal/pgError.ts"
+import {
+  heldAccess,
+  makeConnection,
+  type PgConnection,
+  poolAccess,
+  type QueryOptions
+} from "./internal/pgConnection.ts"
+import {
+  clientSqlError,
+  errorCode,
+  isConnectionCode,
+  isRetryableCode,
+  scrubString,
+  toSqlError
+} from "./internal/pgError.ts"
 import { makeListener } from "./internal/pgListener.ts"
 import { closeSockets, makePool } from "./internal/pgPool.ts"
-import { connectionError, type SocketRegistry, socketFactory } from "./internal/pgSocket.ts"
+import { connectionError, socketFactory, type SocketRegistry } from "./internal/pgSocket.ts"
 import { type ArrayType, builtinArrayTypes, registerArrayTypes, userArrayTypesQuery } from "./internal/pgTypes.ts"
-import * as Environment from "./internal/environment.ts"
-import * as Settings from "@tidings/core/Settings"
-import type { InvalidConfig } from "@tidings/core/Errors"
 
 /** Settings of {@link layer}. Only `url` is required. */
 export interface PgClientConfig {
@@ -75,9 +103,13 @@ export interface PgClientConfig {
   readonly prepare?: boolean | undefined
 }
 
-const PgConfigErrorBase: Schema.Class<PgConfigError, Schema.TaggedStruct<"PgConfigError", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<PgConfigError>()("PgConfigError", {
+const PgConfigErrorBase: Schema.Class<
+  PgConfigError,
+  Schema.TaggedStruct<"PgConfigError", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<PgConfigError>()("PgConfigError", {
   message: Schema.String
 })
 
@@ -187,10 +219,13 @@ const resolveConfig = (config: PgClientConfig): Effect.Effect<ResolvedConfig, Pg
 
 /** PostgreSQL says `ROLLBACK` to a `COMMIT` of a transaction in which a statement failed. */
 const commit = (conn: SqlConnection.Connection): Effect.Effect<void, SqlError.SqlError> =>
-  Effect.flatMap(conn.executeRaw("COMMIT", []), (result) =>
-    (result as { readonly command?: unknown }).command === "ROLLBACK"
-      ? Effect.fail(clientSqlError("COMMIT rolled back an aborted transaction", "commit"))
-      : Effect.void)
+  Effect.flatMap(
+    conn.executeRaw("COMMIT", []),
+    (result) =>
+      (result as { readonly command?: unknown }).command === "ROLLBACK"
+        ? Effect.fail(clientSqlError("COMMIT rolled back an aborted transaction", "commit"))
+        : Effect.void
+  )
 
 /** Whether the server could not be reached (as opposed to refusing us): worth another try at start-up. */
 const isUnreachable = (error: SqlError.SqlError): boolean =>
@@ -213,7 +248,9 @@ const retryUntil = <A>(effect: Effect.Effect<A, SqlError.SqlError>, timeoutMilli
       const error = Option.getOrUndefined(Cause.findErrorOption(exit.cause))
       const now = yield* Clock.currentTimeMillis
       if (error === undefined || !isUnreachable(error) || now >= deadline) return yield* Effect.failCause(exit.cause)
-      const [, delay] = yield* step(now, error).pipe(Pull.catchDone(() => Effect.succeed([undefined, Duration.seconds(5)] as const)))
+      const [, delay] = yield* step(now, error).pipe(
+        Pull.catchDone(() => Effect.succeed([undefined, Duration.seconds(5)] as const))
+      )
       yield* Effect.logWarning(`PgClient: start-up attempt ${attempt} failed, retrying: ${error.message}`)
       yield* Effect.sleep(Duration.millis(Math.min(Duration.toMillis(delay), deadline - now)))
     }
@@ -279,7 +316,10 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
   let rawInstance: postgres.Sql | undefined
   const rawSql = (): postgres.Sql => {
     if (raw !== undefined) return raw
-    const instance = postgres(resolved.originalUrl, { ...options, max: 2 } as postgres.Options<{}>) as unknown as postgres.Sql
+    const instance = postgres(
+      resolved.originalUrl,
+      { ...options, max: 2 } as postgres.Options<{}>
+    ) as unknown as postgres.Sql
     rawInstance = instance
     registerArrayTypes(instance, arrayTypes)
     // Ending it ends the whole client, as when it was the client's own pool.
@@ -337,7 +377,11 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
       // a failure without a SQLSTATE (postgres.js' own, at connect) is the connection's
       error.reason._tag === "UnknownError" && errorCode(error.reason.cause) === undefined
         ? new SqlError.SqlError({
-          reason: new SqlError.ConnectionError({ cause: error.reason.cause, message: error.reason.message, operation: "connect" })
+          reason: new SqlError.ConnectionError({
+            cause: error.reason.cause,
+            message: error.reason.message,
+            operation: "connect"
+          })
         })
         : error
     )

@@ -9,10 +9,10 @@ import { type InboxRecord, InboxStore, type Service } from "@tidings/core/InboxS
 import * as Settings from "@tidings/core/Settings"
 import { Duration, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
+import * as Environment from "./internal/environment.ts"
 import { resolveSchema } from "./internal/identifier.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
-import * as Environment from "./internal/environment.ts"
 
 /**
  * Options of the Postgres inbox store.
@@ -42,7 +42,9 @@ export const OptionsSchema: Schema.Struct<{
   readonly bookkeepingCommit: Settings.Defaulted<Schema.Literals<readonly ["async", "sync"]>>
 }> = Schema.Struct({
   schema: Schema.optional(Schema.String),
-  bookkeepingCommit: Schema.Literals(["async", "sync"]).pipe(Schema.withDecodingDefault(Effect.succeed("async" as const)))
+  bookkeepingCommit: Schema.Literals(["async", "sync"]).pipe(
+    Schema.withDecodingDefault(Effect.succeed("async" as const))
+  )
 })
 
 interface Row {
@@ -78,7 +80,8 @@ const returning = `message_id, consumer, status, attempts, finished_attempts, cr
  * @since 0.1.0
  * @category combinators
  */
-export const projectionLockKey = (schema: string, projection: string): string => `tidings.projection.${schema}.${projection}`
+export const projectionLockKey = (schema: string, projection: string): string =>
+  `tidings.projection.${schema}.${projection}`
 
 /**
  * Builds the store; fails with `InvalidConfig` for a bad schema name.
@@ -102,7 +105,11 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
     const requireTx = Effect.flatMap(Effect.serviceOption(sql.transactionService), (open) =>
       Option.isSome(open)
         ? Effect.void
-        : Effect.fail(new NotInTransaction({ message: "this inbox operation must run inside the caller's transaction (sql.withTransaction)" })))
+        : Effect.fail(
+          new NotInTransaction({
+            message: "this inbox operation must run inside the caller's transaction (sql.withTransaction)"
+          })
+        ))
 
     const get = (messageId: string, consumer: string) =>
       sql<Row>`SELECT ${cols} FROM ${inbox} WHERE message_id = ${messageId} AND consumer = ${consumer}`.pipe(
@@ -113,13 +120,14 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
     return InboxStore.of({
       withTransaction: (effect) =>
         sql.withTransaction(effect).pipe(
-          Effect.catchIf(SqlError.isSqlError, (e) =>
-            Effect.fail(fromSqlError("inbox.transaction", e)))
+          Effect.catchIf(SqlError.isSqlError, (e) => Effect.fail(fromSqlError("inbox.transaction", e)))
         ),
 
       begin: (messageId, consumer, instance) =>
         Effect.gen(function*() {
-          const [row] = yield* sql<Row>`WITH ${commitMode} INSERT INTO ${inbox} AS i (message_id, consumer, attempts, started_by)
+          const [row] = yield* sql<
+            Row
+          >`WITH ${commitMode} INSERT INTO ${inbox} AS i (message_id, consumer, attempts, started_by)
             SELECT ${messageId}, ${consumer}, 1, ${instance} FROM commit_mode
             ON CONFLICT (message_id, consumer) DO UPDATE SET
               attempts = i.attempts + 1,
@@ -129,43 +137,59 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
             WHERE i.status = 'processing'
             RETURNING ${cols}`
           if (row !== undefined) return toRecord(row)
-          const [current] = yield* sql<Row>`SELECT ${cols} FROM ${inbox} WHERE message_id = ${messageId} AND consumer = ${consumer}`
+          const [current] = yield* sql<
+            Row
+          >`SELECT ${cols} FROM ${inbox} WHERE message_id = ${messageId} AND consumer = ${consumer}`
           if (current === undefined) return yield* Effect.die(new Error("inbox row vanished while starting an attempt"))
           return toRecord(current)
         }).pipe(mapSqlError("inbox.begin")),
 
       markProcessed: (messageId, consumer) =>
         requireTx.pipe(
-          Effect.andThen(sql<{ n: number }>`INSERT INTO ${inbox} AS i (message_id, consumer, status, attempts, finished_attempts, processed_at)
+          Effect.andThen(
+            sql<
+              { n: number }
+            >`INSERT INTO ${inbox} AS i (message_id, consumer, status, attempts, finished_attempts, processed_at)
             VALUES (${messageId}, ${consumer}, 'processed', 1, 1, now())
             ON CONFLICT (message_id, consumer) DO UPDATE
               SET status = 'processed', finished_attempts = i.finished_attempts + 1, processed_at = now(), last_error = NULL
               WHERE i.status = 'processing'
-            RETURNING 1 AS n`.pipe(Effect.map((rows) => rows.length > 0), mapSqlError("inbox.markProcessed")))
+            RETURNING 1 AS n`.pipe(Effect.map((rows) => rows.length > 0), mapSqlError("inbox.markProcessed"))
+          )
         ),
 
       recordFailure: (messageId, consumer, error) =>
         sql`WITH ${commitMode} UPDATE ${inbox} SET finished_attempts = finished_attempts + 1, last_error = ${error}
-          FROM commit_mode WHERE message_id = ${messageId} AND consumer = ${consumer} AND status = 'processing'`.pipe(Effect.asVoid, mapSqlError("inbox.recordFailure")),
+          FROM commit_mode WHERE message_id = ${messageId} AND consumer = ${consumer} AND status = 'processing'`.pipe(
+          Effect.asVoid,
+          mapSqlError("inbox.recordFailure")
+        ),
 
       markFailed: (messageId, consumer, reason) =>
         sql`INSERT INTO ${inbox} AS i (message_id, consumer, status, last_error) VALUES (${messageId}, ${consumer}, 'failed', ${reason})
-          ON CONFLICT (message_id, consumer) DO UPDATE SET status = 'failed', last_error = ${reason}`.pipe(Effect.asVoid, mapSqlError("inbox.markFailed")),
+          ON CONFLICT (message_id, consumer) DO UPDATE SET status = 'failed', last_error = ${reason}`.pipe(
+          Effect.asVoid,
+          mapSqlError("inbox.markFailed")
+        ),
 
       get,
 
       resetFailed: (messageId, consumer) =>
-        sql`DELETE FROM ${inbox} WHERE message_id = ${messageId} AND consumer = ${consumer} AND status = 'failed' RETURNING 1`.pipe(
-          Effect.map((rows) => rows.length > 0),
-          mapSqlError("inbox.resetFailed")
-        ),
+        sql`DELETE FROM ${inbox} WHERE message_id = ${messageId} AND consumer = ${consumer} AND status = 'failed' RETURNING 1`
+          .pipe(
+            Effect.map((rows) => rows.length > 0),
+            mapSqlError("inbox.resetFailed")
+          ),
 
       list: ({ consumer, limit, status }) =>
         sql<Row>`SELECT ${cols} FROM ${inbox}
           WHERE ${status === undefined ? sql`TRUE` : sql`status = ${status}`}
             AND ${consumer === undefined ? sql`TRUE` : sql`consumer = ${consumer}`}
           ORDER BY received_at DESC, message_id, consumer
-          LIMIT ${Math.max(0, Math.floor(limit))}`.pipe(Effect.map((rows) => rows.map(toRecord)), mapSqlError("inbox.list")),
+          LIMIT ${Math.max(0, Math.floor(limit))}`.pipe(
+          Effect.map((rows) => rows.map(toRecord)),
+          mapSqlError("inbox.list")
+        ),
 
       count: (options = {}) =>
         sql<{ status: InboxRecord["status"]; n: number }>`SELECT status, count(*)::int AS n FROM ${inbox}
@@ -198,22 +222,34 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         requireTx.pipe(
           // A shared lock on the projection (a rebuild takes it exclusively, see PgProjection), then the
           // no-op update takes the row lock and returns the committed position (0 for a new aggregate).
-          Effect.andThen(sql<{ position: string | number }>`INSERT INTO ${positions} AS p (projection, aggregate_id, position)
-            SELECT ${projection}, ${aggregateId}, 0 FROM (SELECT pg_advisory_xact_lock_shared(hashtext(${projectionLockKey(schema, projection)}))) AS l
+          Effect.andThen(
+            sql<{ position: string | number }>`INSERT INTO ${positions} AS p (projection, aggregate_id, position)
+            SELECT ${projection}, ${aggregateId}, 0 FROM (SELECT pg_advisory_xact_lock_shared(hashtext(${
+              projectionLockKey(schema, projection)
+            }))) AS l
             ON CONFLICT (projection, aggregate_id) DO UPDATE SET position = p.position
-            RETURNING position`.pipe(Effect.map((rows) => Number(rows[0]?.position ?? 0)), mapSqlError("projection.lockPosition")))
+            RETURNING position`.pipe(
+              Effect.map((rows) => Number(rows[0]?.position ?? 0)),
+              mapSqlError("projection.lockPosition")
+            )
+          )
         ),
 
       setPosition: (projection, aggregateId, position) =>
         requireTx.pipe(
-          Effect.andThen(sql`UPDATE ${positions} SET position = ${position} WHERE projection = ${projection} AND aggregate_id = ${aggregateId}`.pipe(
-            Effect.asVoid,
-            mapSqlError("projection.setPosition")
-          ))
+          Effect.andThen(
+            sql`UPDATE ${positions} SET position = ${position} WHERE projection = ${projection} AND aggregate_id = ${aggregateId}`
+              .pipe(
+                Effect.asVoid,
+                mapSqlError("projection.setPosition")
+              )
+          )
         ),
 
       position: (projection, aggregateId) =>
-        sql<{ position: string | number }>`SELECT position FROM ${positions} WHERE projection = ${projection} AND aggregate_id = ${aggregateId}`.pipe(
+        sql<
+          { position: string | number }
+        >`SELECT position FROM ${positions} WHERE projection = ${projection} AND aggregate_id = ${aggregateId}`.pipe(
           Effect.map((rows) => Number(rows[0]?.position ?? 0)),
           mapSqlError("projection.position")
         )
@@ -248,5 +284,7 @@ export const environment: Settings.Environment<typeof ConfigSchema> = Environmen
  * @since 0.1.0
  * @category layers
  */
-export const layerConfig = (options: Settings.EnvironmentOptions<Options> = {}): Layer.Layer<InboxStore, InvalidConfig, SqlClient.SqlClient> =>
+export const layerConfig = (
+  options: Settings.EnvironmentOptions<Options> = {}
+): Layer.Layer<InboxStore, InvalidConfig, SqlClient.SqlClient> =>
   Layer.unwrap(Effect.map(Settings.read(environment, options), layer))

@@ -8,16 +8,16 @@
 import * as EagerDispatch from "@tidings/core/EagerDispatch"
 import { type InvalidConfig, NotInTransaction } from "@tidings/core/Errors"
 import { OutboxStore, type Service } from "@tidings/core/OutboxStore"
+import * as Settings from "@tidings/core/Settings"
 import { Context, Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
+import * as Environment from "./internal/environment.ts"
 import { resolveSchema } from "./internal/identifier.ts"
 import { instanceId } from "./internal/instance.ts"
 import { outboxAdmin } from "./internal/outboxAdmin.ts"
 import { claimedEvents, failedEvent, outboxSql, seconds, settlementRows } from "./internal/outboxSql.ts"
 import { pruneUnderLock } from "./internal/prune.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
-import * as Environment from "./internal/environment.ts"
-import * as Settings from "@tidings/core/Settings"
 
 /**
  * Options of the Postgres outbox store.
@@ -85,7 +85,11 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       // On shutdown, a commit still waiting for its NOTIFY gets it (best effort, bounded).
       yield* Effect.addFinalizer(() =>
         Queue.poll(mailbox).pipe(
-          Effect.flatMap((pending) => Option.isSome(pending) ? Effect.asVoid(sql`SELECT pg_notify(${notifyChannel}, ${instanceId()})`) : Effect.void),
+          Effect.flatMap((pending) =>
+            Option.isSome(pending)
+              ? Effect.asVoid(sql`SELECT pg_notify(${notifyChannel}, ${instanceId()})`)
+              : Effect.void
+          ),
           Effect.timeout("1 second"),
           Effect.ignore
         )
@@ -100,7 +104,8 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         Effect.gen(function*() {
           if (!(yield* inTransaction)) {
             return yield* new NotInTransaction({
-              message: "Outbox.append must run inside the caller's transaction (sql.withTransaction); it never opens its own"
+              message:
+                "Outbox.append must run inside the caller's transaction (sql.withTransaction); it never opens its own"
             })
           }
           const rows = JSON.stringify(messages.map((m) => ({
@@ -114,7 +119,8 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
             headers: m.headers,
             occurred_at: m.occurredAt.toISOString()
           })))
-          const recordset = sql`json_to_recordset(${rows}::json) AS x(id uuid, aggregate_type text, aggregate_id text, ordering_key text,
+          const recordset =
+            sql`json_to_recordset(${rows}::json) AS x(id uuid, aggregate_type text, aggregate_id text, ordering_key text,
               event_type text, event_version integer, payload json, headers json, occurred_at timestamptz)`
           yield* (claim === undefined
             ? sql`INSERT INTO ${q.outbox} (id, aggregate_type, aggregate_id, ordering_key, event_type, event_version, payload, headers, occurred_at)
@@ -127,8 +133,9 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
                 FROM ${recordset}`).pipe(mapSqlError("append"))
           // Claimed rows are this process's relay's to publish: no other relay needs waking.
           if (claim !== undefined) return
-          if (options.notify === "in-transaction") yield* sql`SELECT pg_notify(${notifyChannel}, ${instanceId()})`.pipe(mapSqlError("append"))
-          else if (notifier !== undefined) yield* sql.afterCommit(notifier)
+          if (options.notify === "in-transaction") {
+            yield* sql`SELECT pg_notify(${notifyChannel}, ${instanceId()})`.pipe(mapSqlError("append"))
+          } else if (notifier !== undefined) yield* sql.afterCommit(notifier)
         }),
 
       // SqlErrors of the transaction (BEGIN/COMMIT, or the caller's own queries) become StoreErrors.
@@ -141,7 +148,8 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       inTransaction,
       defersAfterCommit: inTransaction,
 
-      claim: (options) => q.claim(options).pipe(Effect.map((rows) => claimedEvents(rows, options.ordering)), mapSqlError("claim")),
+      claim: (options) =>
+        q.claim(options).pipe(Effect.map((rows) => claimedEvents(rows, options.ordering)), mapSqlError("claim")),
 
       settle: (relayId, settlement) => {
         const rows = settlementRows(settlement)
@@ -152,7 +160,10 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       settleAndClaim: (relayId, settlement, next) => {
         const rows = settlementRows(settlement)
         if (rows.length === 0) return store.claim(next)
-        return q.settleAndClaim(relayId, rows, next).pipe(Effect.map((rows) => claimedEvents(rows, next.ordering)), mapSqlError("settleAndClaim"))
+        return q.settleAndClaim(relayId, rows, next).pipe(
+          Effect.map((rows) => claimedEvents(rows, next.ordering)),
+          mapSqlError("settleAndClaim")
+        )
       },
 
       release: (relayId, ids) => store.settle(relayId, { published: [], retry: [], failed: [], released: ids }),
@@ -164,7 +175,10 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         ),
 
       claimSuspect: ({ lease, ordering, relayId }) =>
-        q.claimSuspect(relayId, lease, ordering).pipe(Effect.map((rows) => claimedEvents(rows)[0]), mapSqlError("claimSuspect")),
+        q.claimSuspect(relayId, lease, ordering).pipe(
+          Effect.map((rows) => claimedEvents(rows)[0]),
+          mapSqlError("claimSuspect")
+        ),
 
       // One pruner at a time per schema; the others skip this round.
       prune: ({ limit, olderThan }) => pruneUnderLock(sql, lockKey, "prune", q.prune(olderThan, limit)),
@@ -176,17 +190,23 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           published: Number(r?.published ?? 0),
           failed: Number(r?.failed ?? 0),
           suspect: Number(r?.suspect ?? 0),
-          oldestPendingAgeMs: r?.oldest_ms === null || r?.oldest_ms === undefined ? null : Math.max(0, Number(r.oldest_ms))
+          oldestPendingAgeMs: r?.oldest_ms === null || r?.oldest_ms === undefined
+            ? null
+            : Math.max(0, Number(r.oldest_ms))
         })),
         mapSqlError("stats")
       ),
 
-      listFailed: ({ limit }) => q.listFailed(limit).pipe(Effect.map((rows) => rows.map(failedEvent)), mapSqlError("listFailed")),
+      listFailed: ({ limit }) =>
+        q.listFailed(limit).pipe(Effect.map((rows) => rows.map(failedEvent)), mapSqlError("listFailed")),
 
-      retryFailed: (ids) => q.retryFailed(ids).pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("retryFailed")),
+      retryFailed: (ids) =>
+        q.retryFailed(ids).pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("retryFailed")),
 
       discardFailed: (ids) =>
-        ids.length === 0 ? Effect.succeed(0) : q.discardFailed(ids).pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("discardFailed")),
+        ids.length === 0
+          ? Effect.succeed(0)
+          : q.discardFailed(ids).pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("discardFailed")),
 
       ...outboxAdmin(sql, `${schema}.outbox`)
     }
@@ -200,7 +220,12 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
  * @category layers
  */
 export const layer = (options: Options = {}): Layer.Layer<OutboxStore, InvalidConfig, SqlClient.SqlClient> =>
-  Layer.effectContext(Effect.map(make(options), (store) => Context.make(OutboxStore, store).pipe(Context.add(EagerDispatch.Lanes, EagerDispatch.make()))))
+  Layer.effectContext(
+    Effect.map(
+      make(options),
+      (store) => Context.make(OutboxStore, store).pipe(Context.add(EagerDispatch.Lanes, EagerDispatch.make()))
+    )
+  )
 
 /**
  * The options as a schema, read by {@link layerConfig}.
@@ -219,5 +244,7 @@ export const environment: Settings.Environment<typeof ConfigSchema> = Environmen
  * @since 0.1.0
  * @category layers
  */
-export const layerConfig = (options: Settings.EnvironmentOptions<Options> = {}): Layer.Layer<OutboxStore, InvalidConfig, SqlClient.SqlClient> =>
+export const layerConfig = (
+  options: Settings.EnvironmentOptions<Options> = {}
+): Layer.Layer<OutboxStore, InvalidConfig, SqlClient.SqlClient> =>
   Layer.unwrap(Effect.map(Settings.read(environment, options), layer))

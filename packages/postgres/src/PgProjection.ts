@@ -11,22 +11,26 @@
  * @module
  */
 import type { InvalidConfig, StoreError } from "@tidings/core/Errors"
-import * as Settings from "@tidings/core/Settings"
-import { fromSqlError } from "./internal/storeError.ts"
 import type { Message } from "@tidings/core/Message"
 import type { Definition } from "@tidings/core/Projection"
+import * as Settings from "@tidings/core/Settings"
 import { type Cause, Effect, Schema } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import { resolveSchema } from "./internal/identifier.ts"
-import { projectionLockKey } from "./PgInboxStore.ts"
 import { type OutboxRow, toMessage } from "./internal/outboxRow.ts"
+import { fromSqlError } from "./internal/storeError.ts"
+import { projectionLockKey } from "./PgInboxStore.ts"
 
-const RebuildGapBase: Schema.Class<RebuildGap, Schema.TaggedStruct<"RebuildGap", {
-  readonly projection: Schema.String
-  readonly aggregateId: Schema.String
-  readonly applied: Schema.Int
-  readonly version: Schema.Int
-}>, Cause.YieldableError> = Schema.TaggedError<RebuildGap>()("RebuildGap", {
+const RebuildGapBase: Schema.Class<
+  RebuildGap,
+  Schema.TaggedStruct<"RebuildGap", {
+    readonly projection: Schema.String
+    readonly aggregateId: Schema.String
+    readonly applied: Schema.Int
+    readonly version: Schema.Int
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<RebuildGap>()("RebuildGap", {
   projection: Schema.String,
   aggregateId: Schema.String,
   applied: Schema.Int,
@@ -102,7 +106,10 @@ export const rebuild = <A, E, R>(
     const settings = yield* Settings.decode(OptionsSchema, options)
     const schema = yield* resolveSchema(settings.schema)
     if (!identifier.test(projection.table)) {
-      return yield* Settings.invalid([{ path: "table", message: `invalid table name ${JSON.stringify(projection.table).slice(0, 80)}` }])
+      return yield* Settings.invalid([{
+        path: "table",
+        message: `invalid table name ${JSON.stringify(projection.table).slice(0, 80)}`
+      }])
     }
     const sql = yield* SqlClient.SqlClient
     const parts = projection.table.split(".")
@@ -119,7 +126,9 @@ export const rebuild = <A, E, R>(
       let applied = 0
       let after = 0n
       while (true) {
-        const rows = yield* sql<Row>`SELECT id, seq, event_type, event_version, aggregate_type, aggregate_id, ordering_key,
+        const rows = yield* sql<
+          Row
+        >`SELECT id, seq, event_type, event_version, aggregate_type, aggregate_id, ordering_key,
             payload::text AS payload, headers::text AS headers, (extract(epoch FROM occurred_at) * 1000)::float8 AS occurred_at_ms
           FROM ${sql(`${schema}.outbox`)} WHERE seq > ${after.toString()} ORDER BY seq LIMIT ${batchSize}`
         for (const row of rows) {
@@ -128,7 +137,9 @@ export const rebuild = <A, E, R>(
           const { aggregateId, version } = projection.position(event)
           const current = positions.get(aggregateId) ?? 0
           if (version <= current) continue
-          if (version > current + 1) return yield* new RebuildGap({ projection: projection.name, aggregateId, applied: current, version })
+          if (version > current + 1) {
+            return yield* new RebuildGap({ projection: projection.name, aggregateId, applied: current, version })
+          }
           yield* projection.apply(event, { table: fresh })
           positions.set(aggregateId, version)
           applied++
@@ -148,7 +159,6 @@ export const rebuild = <A, E, R>(
       yield* sql`DROP TABLE ${sql(`${prefix}${old}`)}`
       return { applied, aggregates: positions.size }
     })).pipe(
-      Effect.catchIf(SqlError.isSqlError, (e) =>
-        Effect.fail(fromSqlError("projection.rebuild", e)))
+      Effect.catchIf(SqlError.isSqlError, (e) => Effect.fail(fromSqlError("projection.rebuild", e)))
     )
   }).pipe(Effect.withSpan("tidings.projection.rebuild", { attributes: { "tidings.projection": projection.name } }))

@@ -21,12 +21,12 @@ import {
   type StepRecord,
   type StepUpdate
 } from "@tidings/core/SagaStore"
+import * as Settings from "@tidings/core/Settings"
 import { Duration, Effect, Layer } from "effect"
 import { SqlClient, SqlError } from "effect/sql"
+import * as Environment from "./internal/environment.ts"
 import { resolveSchema } from "./internal/identifier.ts"
 import { fromSqlError, mapSqlError } from "./internal/storeError.ts"
-import * as Environment from "./internal/environment.ts"
-import * as Settings from "@tidings/core/Settings"
 
 /**
  * Options of the Postgres saga store.
@@ -132,7 +132,17 @@ const stepRows = (updates: ReadonlyArray<StepUpdate>) => {
   }>()
   for (const u of updates) {
     const row = rows.get(u.index) ??
-      { index: u.index, set_result: false, result: null, set_error: false, error: null, attempts_inc: 0, comp_inc: 0, comp_reset: false, finished: false }
+      {
+        index: u.index,
+        set_result: false,
+        result: null,
+        set_error: false,
+        error: null,
+        attempts_inc: 0,
+        comp_inc: 0,
+        comp_reset: false,
+        finished: false
+      }
     if (u.status !== undefined) row.status = u.status
     if (u.result !== undefined) Object.assign(row, { set_result: true, result: u.result ?? null })
     if (u.error !== undefined) Object.assign(row, { set_error: true, error: u.error })
@@ -163,13 +173,22 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       // SqlErrors of the transaction (BEGIN/COMMIT, or the caller's own queries) become StoreErrors.
       withTransaction: (effect) =>
         sql.withTransaction(effect).pipe(
-          Effect.catchIf(SqlError.isSqlError, (e) =>
-            Effect.fail(fromSqlError("transaction", e)))
+          Effect.catchIf(SqlError.isSqlError, (e) => Effect.fail(fromSqlError("transaction", e)))
         ),
 
       create: (input: NewSaga) => {
         // The steps' first values: defaults with the initial updates applied.
-        const steps = input.steps.map((name, index) => ({ index, name, status: "pending", result: null, error: null, attempts: 0, compensation_attempts: 0, started: false, finished: false }))
+        const steps = input.steps.map((name, index) => ({
+          index,
+          name,
+          status: "pending",
+          result: null,
+          error: null,
+          attempts: 0,
+          compensation_attempts: 0,
+          started: false,
+          finished: false
+        }))
         for (const r of stepRows(input.stepUpdates ?? [])) {
           const s = steps[r.index]
           if (s === undefined) continue
@@ -216,7 +235,9 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
             (SELECT coalesce(json_agg(${sql.literal(stepDoc("t"))} ORDER BY t.index), '[]'::json)::text
               FROM ${sagaStep} t WHERE t.saga_id = g.id) AS steps
           FROM ${saga} g WHERE g.id = ${id}`.pipe(
-          Effect.map(([row]): Execution | undefined => row === undefined ? undefined : { saga: toSaga(row.doc), steps: toSteps(row.steps) }),
+          Effect.map(([row]): Execution | undefined =>
+            row === undefined ? undefined : { saga: toSaga(row.doc), steps: toSteps(row.steps) }
+          ),
           mapSqlError("load")
         ),
 
@@ -225,9 +246,15 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
         const params = JSON.stringify({
           ...(update.status === undefined ? {} : { status: update.status }),
           ...(update.currentStep === undefined ? {} : { current_step: update.currentStep }),
-          ...(update.deadline === undefined ? {} : { deadline: update.deadline === null ? null : seconds(update.deadline) }),
+          ...(update.deadline === undefined
+            ? {}
+            : { deadline: update.deadline === null ? null : seconds(update.deadline) }),
           ...(update.error === undefined ? {} : { error: update.error }),
-          ...(update.claim === undefined ? {} : { claim: update.claim === null ? null : { owner: update.claim.owner, lease: seconds(update.claim.lease) } }),
+          ...(update.claim === undefined
+            ? {}
+            : {
+              claim: update.claim === null ? null : { owner: update.claim.owner, lease: seconds(update.claim.lease) }
+            }),
           steps: stepRows(update.steps ?? [])
         })
         return sql<{ doc: string | null; current: number | null }>`WITH p AS (SELECT ${params}::json AS j),
@@ -267,7 +294,9 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
           mapSqlError("update"),
           Effect.flatMap(([row]): Effect.Effect<SagaRecord, SagaConflict | SagaNotFound> => {
             if (row?.doc !== null && row?.doc !== undefined) return Effect.succeed(toSaga(row.doc))
-            if (row?.current === null || row?.current === undefined) return Effect.fail(new SagaNotFound({ sagaId: id }))
+            if (row?.current === null || row?.current === undefined) {
+              return Effect.fail(new SagaNotFound({ sagaId: id }))
+            }
             return Effect.fail(new SagaConflict({ sagaId: id, expectedVersion, actualVersion: Number(row.current) }))
           })
         )
@@ -295,26 +324,42 @@ export const make = (options: Options = {}): Effect.Effect<Service, InvalidConfi
       findRecoverable: ({ limit, stuckAfter, types }) =>
         sql<{ doc: string }>`SELECT ${docOf("g")} AS doc FROM ${saga} g
           WHERE g.status IN ${active}
-            ${types === undefined ? sql`` : sql`AND g.type IN (SELECT json_array_elements_text(${JSON.stringify(types)}::json))`}
+            ${
+          types === undefined
+            ? sql``
+            : sql`AND g.type IN (SELECT json_array_elements_text(${JSON.stringify(types)}::json))`
+        }
             AND (
             (g.claimed_until IS NOT NULL AND g.claimed_until < now())
             OR (g.claimed_until IS NULL AND g.deadline IS NOT NULL AND g.deadline < now())
-            OR (g.claimed_until IS NULL AND g.deadline IS NULL AND g.updated_at < now() - make_interval(secs => ${seconds(stuckAfter)}))
+            OR (g.claimed_until IS NULL AND g.deadline IS NULL AND g.updated_at < now() - make_interval(secs => ${
+          seconds(stuckAfter)
+        }))
           )
           ORDER BY coalesce(g.claimed_until, g.deadline, g.updated_at + make_interval(secs => ${seconds(stuckAfter)}))
           LIMIT ${limit}`.pipe(Effect.map((rows) => rows.map((r) => toSaga(r.doc))), mapSqlError("findRecoverable")),
 
       list: ({ limit, status, type }) =>
         sql<{ doc: string }>`SELECT ${docOf("g")} AS doc FROM ${saga} g
-          WHERE ${status === undefined ? sql`TRUE` : sql`g.status = ${status}`} AND ${type === undefined ? sql`TRUE` : sql`g.type = ${type}`}
+          WHERE ${status === undefined ? sql`TRUE` : sql`g.status = ${status}`} AND ${
+          type === undefined ? sql`TRUE` : sql`g.type = ${type}`
+        }
           ORDER BY g.created_at DESC, g.id DESC LIMIT ${Math.max(0, Math.floor(limit))}`.pipe(
           Effect.map((rows) => rows.map((r) => toSaga(r.doc))),
           mapSqlError("list")
         ),
 
-      countByStatus: sql<{ status: SagaStatus; n: number | string }>`SELECT status, count(*)::int AS n FROM ${saga} GROUP BY status`.pipe(
+      countByStatus: sql<
+        { status: SagaStatus; n: number | string }
+      >`SELECT status, count(*)::int AS n FROM ${saga} GROUP BY status`.pipe(
         Effect.map((rows) => {
-          const counts: Record<SagaStatus, number> = { running: 0, completed: 0, compensating: 0, compensated: 0, failed: 0 }
+          const counts: Record<SagaStatus, number> = {
+            running: 0,
+            completed: 0,
+            compensating: 0,
+            compensated: 0,
+            failed: 0
+          }
           for (const r of rows) counts[r.status] = Number(r.n)
           return counts
         }),
@@ -352,5 +397,7 @@ export const environment: Settings.Environment<typeof ConfigSchema> = Environmen
  * @since 0.1.0
  * @category layers
  */
-export const layerConfig = (options: Settings.EnvironmentOptions<Options> = {}): Layer.Layer<SagaStore, InvalidConfig, SqlClient.SqlClient> =>
+export const layerConfig = (
+  options: Settings.EnvironmentOptions<Options> = {}
+): Layer.Layer<SagaStore, InvalidConfig, SqlClient.SqlClient> =>
   Layer.unwrap(Effect.map(Settings.read(environment, options), layer))

@@ -9,8 +9,8 @@
 import * as Retry from "@tidings/core/Retry"
 import { Wakeups } from "@tidings/core/Wakeup"
 import { Effect, Layer, Stream } from "effect"
-import { PgClient } from "./PgClient.ts"
 import { instanceId } from "./internal/instance.ts"
+import { PgClient } from "./PgClient.ts"
 import { channel } from "./PgOutboxStore.ts"
 
 /**

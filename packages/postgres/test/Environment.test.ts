@@ -28,13 +28,16 @@ describe("Postgres settings from the environment", () => {
     Effect.gen(function*() {
       const Database = PgClient.layerConfig()
       const Stores = Layer.mergeAll(PgOutboxStore.layerConfig(), PgInboxStore.layerConfig(), PgSagaStore.layerConfig())
-      const app = Stores.pipe(Layer.provideMerge(Database), Layer.provide(env({
-        TIDINGS_PG_URL: url,
-        TIDINGS_PG_APPLICATION_NAME: "env-test",
-        TIDINGS_PG_MAX_CONNECTIONS: "3",
-        TIDINGS_SCHEMA: schema,
-        TIDINGS_OUTBOX_NOTIFY: "in-transaction"
-      })))
+      const app = Stores.pipe(
+        Layer.provideMerge(Database),
+        Layer.provide(env({
+          TIDINGS_PG_URL: url,
+          TIDINGS_PG_APPLICATION_NAME: "env-test",
+          TIDINGS_PG_MAX_CONNECTIONS: "3",
+          TIDINGS_SCHEMA: schema,
+          TIDINGS_OUTBOX_NOTIFY: "in-transaction"
+        }))
+      )
       yield* Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         yield* Migrator.run({ schema })
@@ -57,10 +60,12 @@ describe("Postgres settings from the environment", () => {
         TIDINGS_SCHEMA: "Bad-Schema",
         TIDINGS_OUTBOX_BOOKKEEPING_COMMIT: "later"
       })
-      const all = yield* Effect.exit(Settings.all({
-        pg: Settings.read(PgClient.environment),
-        outbox: Settings.read(PgOutboxStore.environment)
-      }).pipe(Effect.provide(vars)))
+      const all = yield* Effect.exit(
+        Settings.all({
+          pg: Settings.read(PgClient.environment),
+          outbox: Settings.read(PgOutboxStore.environment)
+        }).pipe(Effect.provide(vars))
+      )
       const error = invalidOf(all)
       assert.deepStrictEqual(error.issues!.map((i) => i.path), [
         "TIDINGS_PG_URL",
@@ -72,8 +77,17 @@ describe("Postgres settings from the environment", () => {
       assert.notInclude(error.message, "Secret-Pa55")
       // The layer fails the same way.
       const built = yield* Effect.exit(Layer.build(PgClient.layerConfig()).pipe(Effect.scoped, Effect.provide(vars)))
-      assert.deepStrictEqual(invalidOf(built).issues!.map((i) => i.path), ["TIDINGS_PG_URL", "TIDINGS_PG_MAX_CONNECTIONS", "TIDINGS_PG_CONNECT_TIMEOUT"])
-      const missing = yield* Effect.exit(Layer.build(PgClient.layerConfig()).pipe(Effect.scoped, Effect.provide(env({}))))
-      assert.deepStrictEqual(invalidOf(missing).issues, [{ path: "TIDINGS_PG_URL", message: "is required but not set" }])
+      assert.deepStrictEqual(invalidOf(built).issues!.map((i) => i.path), [
+        "TIDINGS_PG_URL",
+        "TIDINGS_PG_MAX_CONNECTIONS",
+        "TIDINGS_PG_CONNECT_TIMEOUT"
+      ])
+      const missing = yield* Effect.exit(
+        Layer.build(PgClient.layerConfig()).pipe(Effect.scoped, Effect.provide(env({})))
+      )
+      assert.deepStrictEqual(invalidOf(missing).issues, [{
+        path: "TIDINGS_PG_URL",
+        message: "is required but not set"
+      }])
     }))
 })

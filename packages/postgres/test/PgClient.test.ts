@@ -1,5 +1,18 @@
 import { assert, describe, expect, it, layer } from "@effect/vitest"
-import { Cause, Config, ConfigProvider, Context, Deferred, Effect, Exit, Fiber, Layer, Redacted, Ref, Stream } from "effect"
+import {
+  Cause,
+  Config,
+  ConfigProvider,
+  Context,
+  Deferred,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Redacted,
+  Ref,
+  Stream
+} from "effect"
 import { SqlClient, SqlError } from "effect/sql"
 import * as net from "node:net"
 import { inject } from "vitest"
@@ -60,7 +73,8 @@ const names = Effect.gen(function*() {
   const rows = yield* sql<{ name: string }>`SELECT name FROM ${sql(table("items"))} ORDER BY name`
   return rows.map((row) => row.name)
 })
-const insert = (name: string) => SqlClient.SqlClient.use((sql) => sql`INSERT INTO ${sql(table("items"))} (name) VALUES (${name})`)
+const insert = (name: string) =>
+  SqlClient.SqlClient.use((sql) => sql`INSERT INTO ${sql(table("items"))} (name) VALUES (${name})`)
 const clear = SqlClient.SqlClient.use((sql) => sql`TRUNCATE ${sql(table("items"))}`)
 
 class Boom extends Error {}
@@ -96,7 +110,9 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       yield* clear
-      const failed = yield* Effect.exit(sql.withTransaction(Effect.andThen(insert("failed"), Effect.fail("nope" as const))))
+      const failed = yield* Effect.exit(
+        sql.withTransaction(Effect.andThen(insert("failed"), Effect.fail("nope" as const)))
+      )
       assert.strictEqual(failureOf(failed), "nope")
       const died = yield* Effect.exit(sql.withTransaction(Effect.andThen(insert("died"), Effect.die(new Boom("bug")))))
       assert.isTrue(Exit.isFailure(died) && Cause.hasDies(died.cause))
@@ -109,7 +125,9 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
       yield* clear
       yield* sql.withTransaction(Effect.gen(function*() {
         yield* insert("outer-1")
-        const inner = yield* Effect.exit(sql.withTransaction(Effect.andThen(insert("inner"), Effect.fail("inner failed"))))
+        const inner = yield* Effect.exit(
+          sql.withTransaction(Effect.andThen(insert("inner"), Effect.fail("inner failed")))
+        )
         assert.isTrue(Exit.isFailure(inner))
         yield* insert("outer-2")
         // a successful nested transaction is kept too
@@ -144,9 +162,11 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
       assert.strictEqual(a![0]!.pid, b![0]!.pid)
       // now() is the transaction's start time: equal only inside one transaction
       assert.strictEqual(a![0]!.ts.getTime(), b![0]!.ts.getTime())
-      const [{ level }] = (yield* sql.withTransaction(sql<{ level: string }>`SELECT current_setting('transaction_isolation') AS level`).pipe(
-        Effect.provideService(SqlClient.BeginTransaction, "BEGIN ISOLATION LEVEL SERIALIZABLE")
-      )) as [{ level: string }]
+      const [{ level }] =
+        (yield* sql.withTransaction(sql<{ level: string }>`SELECT current_setting('transaction_isolation') AS level`)
+          .pipe(
+            Effect.provideService(SqlClient.BeginTransaction, "BEGIN ISOLATION LEVEL SERIALIZABLE")
+          )) as [{ level: string }]
       assert.strictEqual(level, "serializable")
     }))
 
@@ -157,7 +177,9 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
       const fiber = yield* sql.unsafe(`SELECT pg_sleep(30) /* ${marker} */`).pipe(Effect.forkChild)
       const running = (label: string) =>
         sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
-          WHERE state = 'active' AND query LIKE ${`%${label}%`} AND pid <> pg_backend_pid()`.pipe(Effect.map((rows) => rows[0]!.n))
+          WHERE state = 'active' AND query LIKE ${`%${label}%`} AND pid <> pg_backend_pid()`.pipe(
+          Effect.map((rows) => rows[0]!.n)
+        )
       // the query runs on the server before the interrupt
       while ((yield* running(marker)) === 0) yield* Effect.sleep("20 millis")
       assert.strictEqual(yield* running(marker), 1)
@@ -199,7 +221,11 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
         assert.deepStrictEqual(yield* Ref.get(log), [], "not before COMMIT")
       }))
       assert.deepStrictEqual(yield* Ref.get(log), ["committed:x"])
-      yield* Effect.exit(sql.withTransaction(Effect.andThen(sql.afterCommit(Ref.update(log, (l) => [...l, "rolled back"])), Effect.fail("no"))))
+      yield* Effect.exit(
+        sql.withTransaction(
+          Effect.andThen(sql.afterCommit(Ref.update(log, (l) => [...l, "rolled back"])), Effect.fail("no"))
+        )
+      )
       assert.deepStrictEqual(yield* Ref.get(log), ["committed:x"])
     }))
 
@@ -209,9 +235,13 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
       const doc = { id: 1, nested: { list: [1, "two", null], ok: true }, text: "quote \" and unicode é" }
       const at = new Date("2030-01-02T03:04:05.678Z")
       const big = 9007199254740993n // 2^53 + 1: not representable as a JS number
-      yield* sql`INSERT INTO ${sql(table("docs"))} (doc, at, big, tags) VALUES (${JSON.stringify(doc)}::jsonb, ${at}, ${big}, ${[1, 2]})`
+      yield* sql`INSERT INTO ${sql(table("docs"))} (doc, at, big, tags) VALUES (${
+        JSON.stringify(doc)
+      }::jsonb, ${at}, ${big}, ${[1, 2]})`
       yield* sql`INSERT INTO ${sql(table("docs"))} ${sql.insert({ doc, at, big: "42", tags: [] })}`
-      const [json] = yield* sql<{ doc: unknown; text: unknown }>`SELECT ${jsonb(doc)} AS doc, ${JSON.stringify("text")}::jsonb AS text`
+      const [json] = yield* sql<{ doc: unknown; text: unknown }>`SELECT ${jsonb(doc)} AS doc, ${
+        JSON.stringify("text")
+      }::jsonb AS text`
       assert.deepStrictEqual(json!.doc, doc)
       assert.strictEqual(json!.text, "text")
       const rows = yield* sql<{ id: string; doc: unknown; at: Date; big: string; tags: Array<number>; kind: string }>`
@@ -244,7 +274,9 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
       // one connection, so whatever runs next runs on the backend the stream used
       const context = yield* Layer.build(pgLayer({ url, maxConnections: 1 }))
       const sql = Context.get(context, SqlClient.SqlClient)
-      const taken = yield* Stream.runCollect(Stream.take(sql<{ n: number }>`SELECT n FROM generate_series(1, 10000) AS n`.stream, 3))
+      const taken = yield* Stream.runCollect(
+        Stream.take(sql<{ n: number }>`SELECT n FROM generate_series(1, 10000) AS n`.stream, 3)
+      )
       assert.strictEqual(taken.length, 3)
       for (let i = 0; i < 4; i++) yield* sql`SELECT pg_sleep(0.05)`
       // left while waiting for rows: the query is cancelled and the connection comes back quickly
@@ -267,7 +299,9 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
       assert.strictEqual((duplicate.reason.cause as { code?: string }).code, "23505")
       assert.isFalse(isRetryableSqlError(duplicate))
       const raise = (code: string) =>
-        Effect.exit(sql.unsafe(`DO $$ BEGIN RAISE EXCEPTION 'simulated' USING ERRCODE = '${code}'; END $$`)).pipe(Effect.map(failureOf))
+        Effect.exit(sql.unsafe(`DO $$ BEGIN RAISE EXCEPTION 'simulated' USING ERRCODE = '${code}'; END $$`)).pipe(
+          Effect.map(failureOf)
+        )
       for (const code of ["40001", "40P01", "57P01", "08006"]) {
         const error = yield* raise(code)
         assert.strictEqual((error.reason.cause as { code?: string }).code, code)
@@ -277,7 +311,9 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
       const syntax = failureOf(yield* Effect.exit(sql`SELEC 1`))
       assert.strictEqual(syntax.reason._tag, "SqlSyntaxError")
       const reset = new SqlError.SqlError({
-        reason: new SqlError.UnknownError({ cause: Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }) })
+        reason: new SqlError.UnknownError({
+          cause: Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" })
+        })
       })
       assert.isTrue(isRetryableSqlError(reset))
     }))
@@ -291,21 +327,32 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
       assert.notInclude(stack, "<redacted>")
       assert.include(error.message, "\"postgres\"", "data echoed by the server is not a credential")
       // Credentials wherever a driver or runtime may echo them: URL userinfo, password fields.
-      const echoed = Object.assign(new Error(
-        "connect to postgres://postgres:postgres@127.0.0.1:5432/postgres failed " +
-          "(host=127.0.0.1 user=postgres password=postgres dbname=postgres) " +
-          "{ user: 'postgres', pass: 'postgres', password: \"postgres\" } {\"password\":\"postgres\",\"database\":\"postgres\"}"
-      ), { code: "ECONNREFUSED" })
+      const echoed = Object.assign(
+        new Error(
+          "connect to postgres://postgres:postgres@127.0.0.1:5432/postgres failed " +
+            "(host=127.0.0.1 user=postgres password=postgres dbname=postgres) " +
+            "{ user: 'postgres', pass: 'postgres', password: \"postgres\" } {\"password\":\"postgres\",\"database\":\"postgres\"}"
+        ),
+        { code: "ECONNREFUSED" }
+      )
       const wrapped = toSqlError(echoed, "connect")
-      for (const text of [wrapped.message, (wrapped.reason.cause as Error).message, (wrapped.reason.cause as Error).stack ?? ""]) {
+      for (
+        const text of [
+          wrapped.message,
+          (wrapped.reason.cause as Error).message,
+          (wrapped.reason.cause as Error).stack ?? ""
+        ]
+      ) {
         assert.include(text, "postgres://postgres:<redacted>@127.0.0.1:5432/postgres")
         assert.include(text, "password=<redacted> dbname=postgres")
         assert.include(text, "pass: <redacted>, password: <redacted> }")
         assert.include(text, "{\"password\":<redacted>,\"database\":\"postgres\"}")
         assert.notMatch(text, /pass(word)?\W+postgres/)
       }
-      assert.strictEqual(scrubString("/srv/node_modules/.pnpm/postgres@3.4.9/node_modules/postgres/src/index.js"),
-        "/srv/node_modules/.pnpm/postgres@3.4.9/node_modules/postgres/src/index.js")
+      assert.strictEqual(
+        scrubString("/srv/node_modules/.pnpm/postgres@3.4.9/node_modules/postgres/src/index.js"),
+        "/srv/node_modules/.pnpm/postgres@3.4.9/node_modules/postgres/src/index.js"
+      )
       assert.strictEqual(scrubString("bypass: 1, passes: 2"), "bypass: 1, passes: 2")
     }))
 
@@ -325,14 +372,16 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("PgClient", (it) => 
   it.effect("a transaction whose connection is killed fails with a retryable error and the pool recovers", () =>
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const exit = yield* Effect.exit(sql.withTransaction(Effect.gen(function*() {
-        const [{ pid }] = (yield* sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`) as [{ pid: number }]
-        // terminate our own backend from another connection, then wait for the socket to close
-        const pg = yield* PgClient
-        yield* Effect.promise(() => pg.sql`SELECT pg_terminate_backend(${pid})`)
-        yield* Effect.sleep("300 millis")
-        yield* sql`SELECT 1`
-      })).pipe(Effect.timeout("10 seconds")))
+      const exit = yield* Effect.exit(
+        sql.withTransaction(Effect.gen(function*() {
+          const [{ pid }] = (yield* sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`) as [{ pid: number }]
+          // terminate our own backend from another connection, then wait for the socket to close
+          const pg = yield* PgClient
+          yield* Effect.promise(() => pg.sql`SELECT pg_terminate_backend(${pid})`)
+          yield* Effect.sleep("300 millis")
+          yield* sql`SELECT 1`
+        })).pipe(Effect.timeout("10 seconds"))
+      )
       const error = failureOf(exit)
       assert.instanceOf(error, SqlError.SqlError)
       assert.isTrue(isRetryableSqlError(error), error.message)
@@ -347,12 +396,14 @@ describe("PgClient layer construction", () => {
 
   it.effect("invalid config fails with PgConfigError and no credentials", () =>
     Effect.gen(function*() {
-      for (const config of [
-        { url: "mysql://user:Hunter2Secret@localhost/db" },
-        { url: "postgres://user:Hunter2Secret@[broken/db" },
-        { url: Redacted.make(url), maxConnections: 0 },
-        { url: Redacted.make(url), connectTimeout: "soon" as never }
-      ]) {
+      for (
+        const config of [
+          { url: "mysql://user:Hunter2Secret@localhost/db" },
+          { url: "postgres://user:Hunter2Secret@[broken/db" },
+          { url: Redacted.make(url), maxConnections: 0 },
+          { url: Redacted.make(url), connectTimeout: "soon" as never }
+        ]
+      ) {
         const error = failureOf(yield* build(pgLayer(config)))
         assert.instanceOf(error, PgConfigError)
         assert.strictEqual(error._tag, "PgConfigError")
@@ -364,14 +415,21 @@ describe("PgClient layer construction", () => {
     Effect.gen(function*() {
       const port = yield* freePort()
       const started = Date.now()
-      const exit = yield* build(pgLayer({ url: Redacted.make(`postgres://tidings:Sup3r-S3cret-Pw@127.0.0.1:${port}/tidings`), startupTimeout: 0 }))
+      const exit = yield* build(
+        pgLayer({
+          url: Redacted.make(`postgres://tidings:Sup3r-S3cret-Pw@127.0.0.1:${port}/tidings`),
+          startupTimeout: 0
+        })
+      )
       const error = failureOf(exit)
       assert.instanceOf(error, SqlError.SqlError)
       assert.strictEqual((error as SqlError.SqlError).reason._tag, "ConnectionError")
       assert.isTrue(isRetryableSqlError(error as SqlError.SqlError))
       assert.strictEqual(((error as SqlError.SqlError).reason.cause as { code?: string }).code, "ECONNREFUSED")
       assert.isBelow(Date.now() - started, 5_000)
-      for (const text of [error.message, String(error), Cause.pretty(Exit.isFailure(exit) ? exit.cause : Cause.empty)]) {
+      for (
+        const text of [error.message, String(error), Cause.pretty(Exit.isFailure(exit) ? exit.cause : Cause.empty)]
+      ) {
         assert.notInclude(text, "Sup3r-S3cret-Pw")
       }
     }))
@@ -383,7 +441,13 @@ describe("PgClient layer construction", () => {
       assert.strictEqual(error.reason._tag, "AuthenticationError")
       assert.strictEqual((error.reason.cause as { code?: string }).code, "28P01")
       assert.isFalse(isRetryableSqlError(error))
-      for (const text of [error.message, String(error.reason.cause), Cause.pretty(Exit.isFailure(exit) ? exit.cause : Cause.empty)]) {
+      for (
+        const text of [
+          error.message,
+          String(error.reason.cause),
+          Cause.pretty(Exit.isFailure(exit) ? exit.cause : Cause.empty)
+        ]
+      ) {
         assert.notInclude(text, "Wr0ng-Pa55word-x")
       }
     }))
@@ -395,15 +459,25 @@ describe("PgClient layer construction", () => {
       )
       const rows = yield* Effect.scoped(
         Effect.flatMap(Layer.build(live), (context) =>
-          SqlClient.SqlClient.use((sql) => sql<{ name: string }>`SELECT current_setting('application_name') AS name`).pipe(
+          SqlClient.SqlClient.use((sql) =>
+            sql<{ name: string }>`SELECT current_setting('application_name') AS name`
+          ).pipe(
             Effect.provideContext(context)
           ))
       )
-      assert.deepStrictEqual(rows.map((row) => row.name), ["pgclient-test"])
-      const missing = failureOf(yield* build(layerConfig({ url: Config.Redacted("NOT_SET_ANYWHERE") }).pipe(
-        Layer.provide(ConfigProvider.layer(ConfigProvider.fromUnknown({})))
-      )))
+      assert.deepStrictEqual(
+        rows.map((row) =>
+          row.name
+        ),
+        ["pgclient-test"]
+      )
+      const missing = failureOf(
+        yield* build(
+          layerConfig({ url: Config.Redacted("NOT_SET_ANYWHERE") }).pipe(
+            Layer.provide(ConfigProvider.layer(ConfigProvider.fromUnknown({})))
+          )
+        )
+      )
       expect(missing._tag).toBe("ConfigError")
     }))
 })
-

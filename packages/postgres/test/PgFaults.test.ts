@@ -54,11 +54,15 @@ const startClient = async (url: string, name: string, env: Record<string, string
   const exit = exited(child)
   const counts = (): Counts => {
     const lines = child.output().split("\n").filter((line) => line.startsWith("status "))
-    return lines.length === 0 ? { ok: 0, failed: 0, heard: 0, listenFailures: 0 } : JSON.parse(lines[lines.length - 1]!.slice(7))
+    return lines.length === 0
+      ? { ok: 0, failed: 0, heard: 0, listenFailures: 0 }
+      : JSON.parse(lines[lines.length - 1]!.slice(7))
   }
   const alive = () => {
     if (child.exitCode !== null || child.signalCode !== null) {
-      throw new Error(`the client process exited (${child.exitCode ?? child.signalCode}):\n${child.output().slice(-3000)}`)
+      throw new Error(
+        `the client process exited (${child.exitCode ?? child.signalCode}):\n${child.output().slice(-3000)}`
+      )
     }
   }
   /**
@@ -75,7 +79,9 @@ const startClient = async (url: string, name: string, env: Record<string, string
         last = now
         since = Date.now()
       } else if (Date.now() - since > stallMillis) {
-        throw new Error(`the client made no progress for 2 minutes waiting for ${what}:\n${child.output().slice(-3000)}`)
+        throw new Error(
+          `the client made no progress for 2 minutes waiting for ${what}:\n${child.output().slice(-3000)}`
+        )
       }
       await sleep(50)
     }
@@ -109,46 +115,50 @@ const untilHeard = async (admin: postgres.Sql, client: Awaited<ReturnType<typeof
 }
 
 describe("PgClient under connection faults", () => {
-  it.live("backends terminated in a loop while the client connects and queries: no exit, queries resume", () =>
-    Effect.promise(async () => {
-      const name = `faults_${Math.random().toString(36).slice(2, 10)}`
-      const admin = postgres(pgUrl(), { max: 1, fetch_types: false, onnotice: () => {} })
-      // The client names its connections (APP): the URL must not name them otherwise (pgUrl() names
-      // them after the test file, for the leak check), or the storm below would find none of them.
-      const client = await startClient(withoutApplicationName(pgUrl()), name, { END_TIMEOUT_MS: "300000" })
-      try {
-        // The storm, from the moment the client starts connecting: every 100 ms, terminate every
-        // backend of the client (pool, transactions, LISTEN), until 60 rounds found at least one and
-        // the client did 100 units of work in between. (A connection lost while postgres.js fetched
-        // its array types ended the process within seconds.)
-        let rounds = 0
-        let terminated = 0
-        let workedFrom: number | undefined
-        while (rounds < 60 || workedFrom === undefined || client.counts().ok < workedFrom + 100) {
-          const [row] = await admin<Array<{ n: number }>>`
+  it.live(
+    "backends terminated in a loop while the client connects and queries: no exit, queries resume",
+    () =>
+      Effect.promise(async () => {
+        const name = `faults_${Math.random().toString(36).slice(2, 10)}`
+        const admin = postgres(pgUrl(), { max: 1, fetch_types: false, onnotice: () => {} })
+        // The client names its connections (APP): the URL must not name them otherwise (pgUrl() names
+        // them after the test file, for the leak check), or the storm below would find none of them.
+        const client = await startClient(withoutApplicationName(pgUrl()), name, { END_TIMEOUT_MS: "300000" })
+        try {
+          // The storm, from the moment the client starts connecting: every 100 ms, terminate every
+          // backend of the client (pool, transactions, LISTEN), until 60 rounds found at least one and
+          // the client did 100 units of work in between. (A connection lost while postgres.js fetched
+          // its array types ended the process within seconds.)
+          let rounds = 0
+          let terminated = 0
+          let workedFrom: number | undefined
+          while (rounds < 60 || workedFrom === undefined || client.counts().ok < workedFrom + 100) {
+            const [row] = await admin<Array<{ n: number }>>`
             SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = ${name}`
-          if (row!.n > 0) rounds++
-          terminated += row!.n
-          if (workedFrom === undefined && client.child.output().includes("ready")) workedFrom = client.counts().ok
-          client.alive()
-          await sleep(100)
+            if (row!.n > 0) rounds++
+            terminated += row!.n
+            if (workedFrom === undefined && client.child.output().includes("ready")) workedFrom = client.counts().ok
+            client.alive()
+            await sleep(100)
+          }
+          const afterStorm = client.counts()
+          assert.isAbove(afterStorm.failed, 0, "the storm failed some work")
+          // queries resume, and so does LISTEN
+          await client.until((c) => c.ok >= afterStorm.ok + 50)
+          await untilHeard(admin, client, name)
+          const { code, done } = await client.stop()
+          assert.strictEqual(code, 0, "the client exits normally")
+          assert.deepStrictEqual(done.unexpected, [], "every failure was a retryable SqlError, every result right")
+          assert.isAbove(terminated, 60)
+          // endTimeout is 5 minutes: closing does not wait for it with nothing in flight
+          assert.isBelow(done.closeMillis, 150_000)
+        } finally {
+          await client.cleanup()
+          await admin.end()
         }
-        const afterStorm = client.counts()
-        assert.isAbove(afterStorm.failed, 0, "the storm failed some work")
-        // queries resume, and so does LISTEN
-        await client.until((c) => c.ok >= afterStorm.ok + 50)
-        await untilHeard(admin, client, name)
-        const { code, done } = await client.stop()
-        assert.strictEqual(code, 0, "the client exits normally")
-        assert.deepStrictEqual(done.unexpected, [], "every failure was a retryable SqlError, every result right")
-        assert.isAbove(terminated, 60)
-        // endTimeout is 5 minutes: closing does not wait for it with nothing in flight
-        assert.isBelow(done.closeMillis, 150_000)
-      } finally {
-        await client.cleanup()
-        await admin.end()
-      }
-    }), 900_000)
+      }),
+    900_000
+  )
 
   it.live("PostgreSQL restarted under load: the client carries on", () =>
     Effect.promise(async () => {
@@ -188,7 +198,13 @@ describe("closing the client", () => {
       const name = `sleeper_${Math.random().toString(36).slice(2, 10)}`
       const sleeper = yield* Effect.forkDetach(Effect.exit(sql.unsafe(`SELECT pg_sleep(300) /* ${name} */`)))
       // wait until the server runs it
-      while ((yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE ${`%${name}%`} AND pid <> pg_backend_pid()`)[0]!.n === 0) {
+      while (
+        (yield* sql<
+          { n: number }
+        >`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE ${`%${name}%`} AND pid <> pg_backend_pid()`)[
+          0
+        ]!.n === 0
+      ) {
         yield* Effect.sleep("20 millis")
       }
       const started = Date.now()
@@ -218,7 +234,10 @@ describe("closing the client", () => {
       try {
         const closeMillis = await Effect.runPromise(Effect.gen(function*() {
           const scope = yield* Scope.make()
-          const context = yield* Layer.buildWithScope(pgLayer({ url: server.url, maxConnections: 4, endTimeout: "300 seconds" }), scope)
+          const context = yield* Layer.buildWithScope(
+            pgLayer({ url: server.url, maxConnections: 4, endTimeout: "300 seconds" }),
+            scope
+          )
           const sql = Context.get(context, SqlClient.SqlClient)
           yield* Effect.forEach([1, 2, 3, 4], () => sql.withTransaction(sql`SELECT pg_sleep(0.05)`), { concurrency: 4 })
           yield* Effect.promise(() => server.stop())

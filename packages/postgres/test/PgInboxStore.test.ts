@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
+import { inboxContract } from "@tidings/core/testing"
 import { Deferred, Duration, Effect, Fiber, Layer } from "effect"
 import { SqlClient } from "effect/sql"
-import { inboxContract } from "@tidings/core/testing"
 import { freshSchema, pgClientLayer, sqlPgLayer } from "../../../test/support/pg.ts"
 import * as PgInboxStore from "../src/PgInboxStore.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
@@ -18,7 +18,9 @@ const makeStores = (client: Layer.Layer<SqlClient.SqlClient, unknown>) =>
         outbox: yield* PgOutboxStore.make({ schema }),
         // Rows made older in the database itself: retention is tested without waiting for real time.
         backdate: (age: Duration.Duration) =>
-          sql`UPDATE ${sql(`${schema}.inbox`)} SET received_at = received_at - make_interval(secs => ${Duration.toMillis(age) / 1000})`.pipe(Effect.asVoid)
+          sql`UPDATE ${sql(`${schema}.inbox`)} SET received_at = received_at - make_interval(secs => ${
+            Duration.toMillis(age) / 1000
+          })`.pipe(Effect.asVoid)
       }
     }).pipe(Effect.provideContext(context))
   })

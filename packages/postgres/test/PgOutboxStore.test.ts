@@ -1,8 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { OutboxStore } from "@tidings/core/OutboxStore"
+import { outboxStoreContract, seed } from "@tidings/core/testing"
 import { Deferred, Duration, Effect, Fiber } from "effect"
 import { SqlClient } from "effect/sql"
-import { outboxStoreContract, seed } from "@tidings/core/testing"
 import { freshSchema, makePgStore, pgClientLayer, sqlPgLayer } from "../../../test/support/pg.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 
@@ -62,7 +62,11 @@ describe("Postgres store specifics", () => {
       })).pipe(Effect.forkScoped)
       yield* Deferred.await(locked)
       const started = Date.now()
-      const next = yield* store.settleAndClaim("r1", { published: [ids[0]!], retry: [], failed: [] }, { relayId: "r1", batchSize: 1, lease })
+      const next = yield* store.settleAndClaim("r1", { published: [ids[0]!], retry: [], failed: [] }, {
+        relayId: "r1",
+        batchSize: 1,
+        lease
+      })
       yield* Fiber.join(other)
       assert.deepStrictEqual(next.map((c) => c.message.id), [ids[1]])
       assert.isBelow(Date.now() - started, 900)
@@ -90,7 +94,11 @@ describe("Postgres store specifics", () => {
         return Number(row?.n ?? 0)
       })
       const before = yield* scans
-      const settled = yield* store.settle("r1", { published: mine.slice(0, 5).map((c) => c.message.id), retry: [], failed: [] })
+      const settled = yield* store.settle("r1", {
+        published: mine.slice(0, 5).map((c) => c.message.id),
+        retry: [],
+        failed: []
+      })
       const next = yield* store.settleAndClaim("r1", {
         published: [mine[5]!.message.id],
         retry: [{ id: mine[6]!.message.id, delay: Duration.seconds(1), error: "broker down" }],
@@ -101,7 +109,10 @@ describe("Postgres store specifics", () => {
       assert.strictEqual(yield* scans, before)
       const rows = yield* sql<{ status: string; n: number }>`SELECT status, count(*)::int AS n FROM ${outbox}
         WHERE claimed_by IS DISTINCT FROM 'others' GROUP BY status ORDER BY status`
-      assert.deepStrictEqual(rows.map((r) => [r.status, r.n]), [["failed", 1], ["pending", 1], ["processing", 2], ["published", 6]])
+      assert.deepStrictEqual(rows.map((r) => [r.status, r.n]), [["failed", 1], ["pending", 1], ["processing", 2], [
+        "published",
+        6
+      ]])
     })).pipe(Effect.provide(pgClientLayer(undefined, 1))))
 
   it.live("a row is claimed exactly when it is processing (checked by the table)", () =>
@@ -110,8 +121,14 @@ describe("Postgres store specifics", () => {
       const [id] = yield* seed(1).pipe(Effect.provideService(OutboxStore, store))
       const violates = (update: Effect.Effect<unknown, unknown>) =>
         Effect.map(Effect.flip(update), (e) => String((e as { cause?: unknown }).cause ?? e))
-      assert.include(yield* violates(sql`UPDATE ${outbox} SET status = 'processing' WHERE id = ${id!}`), "outbox_claim_check")
-      assert.include(yield* violates(sql`UPDATE ${outbox} SET claimed_by = 'r1' WHERE id = ${id!}`), "outbox_claim_check")
+      assert.include(
+        yield* violates(sql`UPDATE ${outbox} SET status = 'processing' WHERE id = ${id!}`),
+        "outbox_claim_check"
+      )
+      assert.include(
+        yield* violates(sql`UPDATE ${outbox} SET claimed_by = 'r1' WHERE id = ${id!}`),
+        "outbox_claim_check"
+      )
       const [claimed] = yield* store.claim({ relayId: "r1", batchSize: 1, lease: Duration.seconds(30) })
       assert.strictEqual(claimed!.message.id, id)
     })).pipe(Effect.provide(pgClientLayer())))

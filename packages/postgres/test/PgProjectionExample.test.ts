@@ -15,7 +15,9 @@ describe("examples/orders-view", () => {
     Effect.gen(function*() {
       const { code, output } = yield* Effect.promise(() => runExample(script, { TIDINGS_PG_URL: pgUrl() }))
       assert.strictEqual(code, 0, output)
-      const lines = output.split("\n").filter((l) => l.startsWith("[orders-view]")).map((l) => l.slice("[orders-view] ".length))
+      const lines = output.split("\n").filter((l) => l.startsWith("[orders-view]")).map((l) =>
+        l.slice("[orders-view] ".length)
+      )
       // Read-your-writes: each query waited for the write just made.
       assert.deepStrictEqual(lines.filter((l) => l.startsWith("alice:")), [
         "alice: 01 shipped via DHL 42.00 | 02 placed 19.99",
@@ -30,6 +32,9 @@ describe("examples/orders-view", () => {
       // 8 events, each delivered twice: applied once each, the copies ignored.
       assert.match(lines.find((l) => l.startsWith("deliveries:")) ?? "", /^deliveries: 8 applied, 8 duplicates ignored/)
       assert.match(lines.find((l) => l.startsWith("damaged alice:")) ?? "", /garbled/)
-      assert.match(lines.find((l) => l.startsWith("rebuilt from the outbox:")) ?? "", /^rebuilt from the outbox: \d+ events, \d+ orders$/)
+      assert.match(
+        lines.find((l) => l.startsWith("rebuilt from the outbox:")) ?? "",
+        /^rebuilt from the outbox: \d+ events, \d+ orders$/
+      )
     }))
 })

@@ -10,23 +10,31 @@ import { OutboxStore } from "@tidings/core/OutboxStore"
 import * as Relay from "@tidings/core/Relay"
 import * as Saga from "@tidings/core/Saga"
 import { SagaStore } from "@tidings/core/SagaStore"
+import { eventually } from "@tidings/core/testing"
 import { Cause, Deferred, Effect, Exit, Fiber, Layer, Option, type Scope, Stream } from "effect"
 import { SqlClient } from "effect/sql"
-import { eventually } from "@tidings/core/testing"
-import { commandOrder, localOrder, makeScript } from "../../core/test/SagaFixtures.ts"
-import { orderScenario, participantTables, participate } from "./fixtures/sagaParticipants.ts"
 import { freshSchema, pgClientLayer } from "../../../test/support/pg.ts"
+import { commandOrder, localOrder, makeScript } from "../../core/test/SagaFixtures.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 import * as PgSagaStore from "../src/PgSagaStore.ts"
+import { orderScenario, participantTables, participate } from "./fixtures/sagaParticipants.ts"
 
-type Env = SagaStore | OutboxStore | SqlClient.SqlClient | MemoryBroker.MemoryBroker | import("@tidings/core/Publisher").Publisher | Scope.Scope
+type Env =
+  | SagaStore
+  | OutboxStore
+  | SqlClient.SqlClient
+  | MemoryBroker.MemoryBroker
+  | import("@tidings/core/Publisher").Publisher
+  | Scope.Scope
 
 /** A fresh schema with the saga and outbox stores on it, for one test. */
 const withPg = <A, E>(body: (schema: string) => Effect.Effect<A, E, Env>) =>
   Effect.scoped(Effect.gen(function*() {
     const schema = yield* freshSchema("saga")
     return yield* body(schema).pipe(
-      Effect.provide(Layer.mergeAll(PgSagaStore.layer({ schema }), PgOutboxStore.layer({ schema }), MemoryBroker.layer()))
+      Effect.provide(
+        Layer.mergeAll(PgSagaStore.layer({ schema }), PgOutboxStore.layer({ schema }), MemoryBroker.layer())
+      )
     )
   })).pipe(Effect.provide(pgClientLayer()))
 
@@ -41,8 +49,12 @@ const rows = (schema: string, id: string) =>
     const sql = yield* SqlClient.SqlClient
     const [saga] = yield* sql<{ status: string; error: string | null; version: number; claimed_by: string | null }>`
       SELECT status, error, version, claimed_by FROM ${sql(`${schema}.saga`)} WHERE id = ${id}`
-    const steps = yield* sql<{ name: string; status: string; attempts: number; compensation_attempts: number; error: string | null }>`
-      SELECT name, status, attempts, compensation_attempts, error FROM ${sql(`${schema}.saga_step`)} WHERE saga_id = ${id} ORDER BY index`
+    const steps = yield* sql<
+      { name: string; status: string; attempts: number; compensation_attempts: number; error: string | null }
+    >`
+      SELECT name, status, attempts, compensation_attempts, error FROM ${
+      sql(`${schema}.saga_step`)
+    } WHERE saga_id = ${id} ORDER BY index`
     return { saga: saga!, steps }
   })
 
@@ -70,7 +82,8 @@ describe("Saga.run on Postgres", () => {
           "undo:reserve",
           "released res-o-1 until 2030-01-01T00:00:00.000Z"
         ])
-      })))
+      })
+    ))
 
   it.live("a failing compensation is retried by its schedule and then marks the saga failed", () =>
     withPg((schema) =>
@@ -93,7 +106,8 @@ describe("Saga.run on Postgres", () => {
         const state = yield* Saga.get(error.sagaId)
         assert.strictEqual(state.status, "failed")
         assert.strictEqual(state.steps[1]!.status, "compensation_failed")
-      })))
+      })
+    ))
 
   it.live("the caller's interruption during compensation does not stop it", () =>
     withPg((schema) =>
@@ -101,7 +115,11 @@ describe("Saga.run on Postgres", () => {
         const script = makeScript({ failAction: { confirm: Infinity }, slowCompensation: { reserve: "400 millis" } })
         const id = "0193b4a2-7c1e-7000-8000-0000000000a1"
         const fiber = yield* Effect.forkChild(Saga.run(localOrder(script), order, { id }))
-        yield* eventually(Effect.sync(() => script.log.includes("undo:reserve")), "10 seconds", "the compensation to start")
+        yield* eventually(
+          Effect.sync(() => script.log.includes("undo:reserve")),
+          "10 seconds",
+          "the compensation to start"
+        )
         const before = yield* rows(schema, id)
         assert.strictEqual(before.saga.status, "compensating")
         yield* Fiber.interrupt(fiber)
@@ -111,11 +129,16 @@ describe("Saga.run on Postgres", () => {
         // the caller sees its interruption, next to the saga's own outcome
         assert.isTrue(Exit.isFailure(exit) && Cause.hasInterrupts(exit.cause), String(exit))
         assert.strictEqual(firstError(exit)?._tag, "SagaStepFailed")
-        assert.includeMembers(script.log, ["refunded pay-res-o-1-2030", "undo:reserve", "released res-o-1 until 2030-01-01T00:00:00.000Z"])
+        assert.includeMembers(script.log, [
+          "refunded pay-res-o-1-2030",
+          "undo:reserve",
+          "released res-o-1 until 2030-01-01T00:00:00.000Z"
+        ])
         const after = yield* rows(schema, id)
         assert.strictEqual(after.saga.status, "compensated")
         assert.deepStrictEqual(after.steps.map((s) => s.status), ["compensated", "compensated", "failed"])
-      })))
+      })
+    ))
 })
 
 /**
@@ -164,8 +187,15 @@ describe("Saga.start on Postgres, through the outbox, the relay and the in-memor
         yield* participantTables(schema)
         const definition = commandOrder()
         // the relay lives as long as the test's scope (closed before the schema is dropped)
-        yield* Layer.build(Relay.layer({ statsInterval: false, retention: false, pollInterval: { base: "20 millis", max: "100 millis" } }))
+        yield* Layer.build(
+          Relay.layer({
+            statsInterval: false,
+            retention: false,
+            pollInterval: { base: "20 millis", max: "100 millis" }
+          })
+        )
         const outcomes = yield* startConsumers(schema, Saga.registry(definition))
         yield* orderScenario(schema, definition, outcomes)
-      })))
+      })
+    ))
 })

@@ -25,7 +25,10 @@ describe("examples/sagas", () => {
       assert.match(find(/-5: completed/)!, /confirm-order=completed/)
       assert.match(find(/-6: compensated/)!, /reserve-inventory=compensated, charge-payment=failed/)
       // 10 in stock: 2 sold synchronously, 1 asynchronously; every compensated order gave its stock back
-      assert.deepStrictEqual(lines.filter((l) => l.includes("stock of book")).map((l) => Number(l.split(": ").at(-1))), [10, 8, 8, 8, 8, 7])
+      assert.deepStrictEqual(
+        lines.filter((l) => l.includes("stock of book")).map((l) => Number(l.split(": ").at(-1))),
+        [10, 8, 8, 8, 8, 7]
+      )
       assert.match(find(/events through the outbox/)!, /inventory\.release/)
     }))
 })

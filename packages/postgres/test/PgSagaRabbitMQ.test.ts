@@ -11,12 +11,12 @@ import * as AmqpPublisher from "@tidings/rabbitmq/AmqpPublisher"
 import * as EventRegistry from "@tidings/rabbitmq/EventRegistry"
 import * as Topology from "@tidings/rabbitmq/Topology"
 import { Effect, Layer, Option } from "effect"
+import { freshSchema, pgClientLayer } from "../../../test/support/pg.ts"
 import { Charge, commandOrder, Confirm, Refund, Release, Reserve } from "../../core/test/SagaFixtures.ts"
 import { connectionLayer, rawChannel, unique } from "../../rabbitmq/test/helpers.ts"
-import { freshSchema, pgClientLayer } from "../../../test/support/pg.ts"
-import { orderScenario, participantTables, participate } from "./fixtures/sagaParticipants.ts"
 import * as PgOutboxStore from "../src/PgOutboxStore.ts"
 import * as PgSagaStore from "../src/PgSagaStore.ts"
+import { orderScenario, participantTables, participate } from "./fixtures/sagaParticipants.ts"
 
 /** A delivery as sagas read it. */
 const received = (d: AmqpConsumer.Delivery<EventRegistry.Decoded>): Saga.Received => ({
@@ -32,7 +32,12 @@ const scenario = (schema: string) =>
     yield* participantTables(schema)
     const exchange = unique("saga.x")
     const queue = (name: string, routingKeys: ReadonlyArray<string>) =>
-      Topology.consumerQueue({ queue: unique(name), exchange: { name: exchange, autoDelete: true }, routingKeys, retryDelays: ["200 millis"] })
+      Topology.consumerQueue({
+        queue: unique(name),
+        exchange: { name: exchange, autoDelete: true },
+        routingKeys,
+        retryDelays: ["200 millis"]
+      })
     const participantsQueue = queue("saga.participants", ["inventory.#", "payment.#", "order.#"])
     const orchestratorQueue = queue("saga.orchestrator", [Saga.ReplyEvent.type])
     const raw = yield* rawChannel()
@@ -64,7 +69,11 @@ const scenario = (schema: string) =>
       registry: EventRegistry.make([Saga.ReplyEvent]),
       handler: (d) => Effect.map(Saga.handleReply(registry, received(d)), (outcome) => void outcomes.push(outcome))
     })
-    const relay = Relay.layer({ statsInterval: false, retention: false, pollInterval: { base: "20 millis", max: "100 millis" } }).pipe(
+    const relay = Relay.layer({
+      statsInterval: false,
+      retention: false,
+      pollInterval: { base: "20 millis", max: "100 millis" }
+    }).pipe(
       Layer.provide(AmqpPublisher.layer({ exchange }))
     )
     yield* Layer.build(Layer.mergeAll(participants, orchestrator, relay).pipe(Layer.provide(connectionLayer())))
@@ -76,6 +85,8 @@ describe("Saga.start over RabbitMQ", () => {
   it.live("sagas run to completion, and with a failing participant to compensated", () =>
     Effect.scoped(Effect.gen(function*() {
       const schema = yield* freshSchema("sagamq")
-      return yield* scenario(schema).pipe(Effect.provide(Layer.mergeAll(PgSagaStore.layer({ schema }), PgOutboxStore.layer({ schema }))))
+      return yield* scenario(schema).pipe(
+        Effect.provide(Layer.mergeAll(PgSagaStore.layer({ schema }), PgOutboxStore.layer({ schema })))
+      )
     })).pipe(Effect.provide(pgClientLayer())))
 })

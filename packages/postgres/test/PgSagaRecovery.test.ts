@@ -9,8 +9,8 @@ import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import * as path from "node:path"
 import { freshSchema, pgClientLayer, pgUrl } from "../../../test/support/pg.ts"
-import { eventually } from "../../../test/support/progress.ts"
 import { exited, spawnScript, waitForOutput } from "../../../test/support/processes.ts"
+import { eventually } from "../../../test/support/progress.ts"
 import * as PgSagaStore from "../src/PgSagaStore.ts"
 
 const script = path.join(import.meta.dirname, "fixtures", "sagaProcess.ts")
@@ -32,7 +32,9 @@ describe("saga recovery across processes", () => {
       yield* Effect.addFinalizer(() => Effect.sync(() => doomed.exitCode === null && doomed.kill("SIGKILL")))
       yield* Effect.promise(() => waitForOutput(doomed, "between"))
       const workers = [1, 2, 3].map(() => spawnScript(script, { ...env, MODE: "recover" }))
-      yield* Effect.addFinalizer(() => Effect.sync(() => workers.forEach((w) => w.exitCode === null && w.kill("SIGKILL"))))
+      yield* Effect.addFinalizer(() =>
+        Effect.sync(() => workers.forEach((w) => w.exitCode === null && w.kill("SIGKILL")))
+      )
       yield* Effect.promise(() => Promise.all(workers.map((w) => waitForOutput(w, "ready"))))
 
       // the sagas are claimed by the doomed process, steps 1 and 2 done, step 3 running
@@ -44,7 +46,8 @@ describe("saga recovery across processes", () => {
       assert.strictEqual(yield* Effect.promise(() => exited(doomed)), "SIGKILL")
       const killedAt = Date.now()
 
-      const states = () => Effect.forEach(before, (s) => Saga.get(s.id)).pipe(Effect.provide(PgSagaStore.layer({ schema })))
+      const states = () =>
+        Effect.forEach(before, (s) => Saga.get(s.id)).pipe(Effect.provide(PgSagaStore.layer({ schema })))
       // Recovery starts once the doomed process's claims expire; the wait goes on while the sagas move.
       yield* eventually(states(), (ss) => ss.every((s) => s.status === "compensated"), {
         what: "every saga compensated",
@@ -63,7 +66,12 @@ describe("saga recovery across processes", () => {
       const workerPids = new Set(workers.map((w) => w.pid))
       for (const s of before) {
         const mine = effects.filter((e) => e.saga_id === s.id)
-        assert.deepStrictEqual(mine.map((e) => `${e.kind}:${e.step}`), ["action:reserve", "action:charge", "compensate:charge", "compensate:reserve"], s.id)
+        assert.deepStrictEqual(mine.map((e) => `${e.kind}:${e.step}`), [
+          "action:reserve",
+          "action:charge",
+          "compensate:charge",
+          "compensate:reserve"
+        ], s.id)
         assert.strictEqual(mine[0]!.pid, doomed.pid)
         const compensators = new Set(mine.slice(2).map((e) => e.pid))
         assert.strictEqual(compensators.size, 1, "one worker compensated the whole saga")
@@ -71,14 +79,19 @@ describe("saga recovery across processes", () => {
       }
       const final = yield* states()
       for (const state of final) {
-        assert.deepStrictEqual(state.steps.map((st) => [st.status, st.compensationAttempts]), [["compensated", 1], ["compensated", 1], ["failed", 0]])
+        assert.deepStrictEqual(state.steps.map((st) => [st.status, st.compensationAttempts]), [["compensated", 1], [
+          "compensated",
+          1
+        ], ["failed", 0]])
         assert.match(state.error!, /step confirm was interrupted: its executor saga-\w+ stopped \(claim expired\)/)
         assert.isNull(state.claimedBy)
       }
       const printed = workers.flatMap((w) => w.output().split("\n").filter((l) => l.startsWith("compensated ")))
       assert.strictEqual(printed.length, COUNT * 2, workers.map((w) => w.output()).join("\n---\n"))
-      console.log(`recovered ${COUNT} sagas ${recoveredAfter} ms after the kill; compensations by worker: ${
-        workers.map((w) => w.output().split("\n").filter((l) => l.startsWith("compensated ")).length).join("/")
-      }`)
+      console.log(
+        `recovered ${COUNT} sagas ${recoveredAfter} ms after the kill; compensations by worker: ${
+          workers.map((w) => w.output().split("\n").filter((l) => l.startsWith("compensated ")).length).join("/")
+        }`
+      )
     })).pipe(Effect.provide(Layer.fresh(pgClientLayer()))))
 })

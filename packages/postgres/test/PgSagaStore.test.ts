@@ -1,7 +1,7 @@
 import { sagaStoreContract } from "@tidings/core/testing"
-import { freshSchema, pgClientLayer, sqlPgLayer } from "../../../test/support/pg.ts"
 import { Effect, Layer } from "effect"
 import type { SqlClient } from "effect/sql"
+import { freshSchema, pgClientLayer, sqlPgLayer } from "../../../test/support/pg.ts"
 import * as PgSagaStore from "../src/PgSagaStore.ts"
 
 /** A fresh saga store on a fresh schema, over the given SqlClient layer, living as long as the scope. */

@@ -39,43 +39,53 @@ const failure = (exit: Exit.Exit<unknown, unknown>): SqlError.SqlError => {
 }
 
 describe("TLS", () => {
-  it.live("sslmode require, verify-ca, verify-full (by IP and by name), prefer and disable", () =>
-    Effect.promise(async () => {
-      const server = await startDedicatedPostgres({ tls: { cert: read("server.crt"), key: read("server.key") } })
-      try {
-        const url = (query: string, host = "127.0.0.1") => {
-          const u = new URL(server.url)
-          u.hostname = host
-          return `${u.toString()}?${query}`
+  it.live(
+    "sslmode require, verify-ca, verify-full (by IP and by name), prefer and disable",
+    () =>
+      Effect.promise(async () => {
+        const server = await startDedicatedPostgres({ tls: { cert: read("server.crt"), key: read("server.key") } })
+        try {
+          const url = (query: string, host = "127.0.0.1") => {
+            const u = new URL(server.url)
+            u.hostname = host
+            return `${u.toString()}?${query}`
+          }
+          const ca = `sslrootcert=${encodeURIComponent(path.join(tls, "ca.crt"))}`
+          const run = <A, E>(effect: Effect.Effect<A, E>) => Effect.runPromise(Effect.exit(effect))
+          for (
+            const [query, host, expected] of [
+              ["sslmode=require", "127.0.0.1", true],
+              [`sslmode=verify-ca&${ca}`, "127.0.0.1", true],
+              [`sslmode=verify-full&${ca}`, "127.0.0.1", true],
+              [`sslmode=verify-full&${ca}`, "localhost", true],
+              ["sslmode=prefer", "127.0.0.1", true],
+              ["sslmode=disable", "127.0.0.1", false],
+              ["", "127.0.0.1", false]
+            ] as const
+          ) {
+            const exit = await run(overTls(url(query, host)))
+            assert.isTrue(Exit.isSuccess(exit), `${query} ${host}: ${String(exit)}`)
+            assert.strictEqual((exit as Exit.Success<boolean>).value, expected, `${query} ${host}`)
+          }
+          // a certificate the client cannot verify is a connection failure, typed, not a crash
+          const untrusted = failure(await run(overTls(url("sslmode=verify-full"))))
+          assert.strictEqual(untrusted.reason._tag, "ConnectionError")
+        } finally {
+          await server.remove()
         }
-        const ca = `sslrootcert=${encodeURIComponent(path.join(tls, "ca.crt"))}`
-        const run = <A, E>(effect: Effect.Effect<A, E>) => Effect.runPromise(Effect.exit(effect))
-        for (const [query, host, expected] of [
-          ["sslmode=require", "127.0.0.1", true],
-          [`sslmode=verify-ca&${ca}`, "127.0.0.1", true],
-          [`sslmode=verify-full&${ca}`, "127.0.0.1", true],
-          [`sslmode=verify-full&${ca}`, "localhost", true],
-          ["sslmode=prefer", "127.0.0.1", true],
-          ["sslmode=disable", "127.0.0.1", false],
-          ["", "127.0.0.1", false]
-        ] as const) {
-          const exit = await run(overTls(url(query, host)))
-          assert.isTrue(Exit.isSuccess(exit), `${query} ${host}: ${String(exit)}`)
-          assert.strictEqual((exit as Exit.Success<boolean>).value, expected, `${query} ${host}`)
-        }
-        // a certificate the client cannot verify is a connection failure, typed, not a crash
-        const untrusted = failure(await run(overTls(url("sslmode=verify-full"))))
-        assert.strictEqual(untrusted.reason._tag, "ConnectionError")
-      } finally {
-        await server.remove()
-      }
-    }), 900_000)
+      }),
+    900_000
+  )
 
-  it.live("a server without TLS: require fails with a retryable connection error, prefer falls back", () =>
-    Effect.gen(function*() {
-      const refused = failure(yield* Effect.exit(overTls(withSslmode(pgUrl(), "require"))))
-      assert.strictEqual(refused.reason._tag, "ConnectionError")
-      assert.match(refused.message, /SSL_REFUSED/)
-      assert.isFalse(yield* overTls(withSslmode(pgUrl(), "prefer")))
-    }), 600_000)
+  it.live(
+    "a server without TLS: require fails with a retryable connection error, prefer falls back",
+    () =>
+      Effect.gen(function*() {
+        const refused = failure(yield* Effect.exit(overTls(withSslmode(pgUrl(), "require"))))
+        assert.strictEqual(refused.reason._tag, "ConnectionError")
+        assert.match(refused.message, /SSL_REFUSED/)
+        assert.isFalse(yield* overTls(withSslmode(pgUrl(), "prefer")))
+      }),
+    600_000
+  )
 })

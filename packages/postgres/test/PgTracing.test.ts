@@ -4,14 +4,14 @@
  * event does.
  */
 import { assert, describe, it } from "@effect/vitest"
-import * as MemoryBroker from "@tidings/core/MemoryBroker"
 import * as Event from "@tidings/core/Event"
+import * as MemoryBroker from "@tidings/core/MemoryBroker"
 import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import * as Relay from "@tidings/core/Relay"
+import { eventually } from "@tidings/core/testing"
 import { Effect, Exit, Layer, Schema, Scope, Tracer } from "effect"
 import { makePgStore, pgClientLayer, pgUrl } from "../../../test/support/pg.ts"
-import { eventually } from "@tidings/core/testing"
 
 const Pinged = Event.define("ping", { aggregateType: "ping", schema: Schema.Struct({ n: Schema.Int }) })
 
@@ -26,13 +26,21 @@ describe("PostgreSQL relay tracing", () => {
       const store = OutboxStore.of({
         ...inner,
         claim: (options) => Effect.suspend(() => (claims++, inner.claim(options))),
-        settleAndClaim: (holder, settlement, options) => Effect.suspend(() => (claims++, inner.settleAndClaim(holder, settlement, options)))
+        settleAndClaim: (holder, settlement, options) =>
+          Effect.suspend(() => (claims++, inner.settleAndClaim(holder, settlement, options)))
       })
       // Built after the store, so closed before it (the test's scope closes in reverse order).
       const scope = yield* Scope.make()
       yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
       const context = yield* Layer.buildWithScope(
-        Relay.layer({ concurrency: 4, dispatch: "poll", coalesceClaims: false, pollInterval: { base: "10 millis", max: "20 millis" }, lease: "2 seconds", statsInterval: "50 millis" })
+        Relay.layer({
+          concurrency: 4,
+          dispatch: "poll",
+          coalesceClaims: false,
+          pollInterval: { base: "10 millis", max: "20 millis" },
+          lease: "2 seconds",
+          statsInterval: "50 millis"
+        })
           .pipe(Layer.provideMerge(Layer.mergeAll(Layer.succeed(OutboxStore, store), MemoryBroker.layer()))),
         scope
       ).pipe(Effect.provideService(Tracer.Tracer, tracer))
@@ -43,8 +51,18 @@ describe("PostgreSQL relay tracing", () => {
         Effect.provideService(OutboxStore, store),
         Effect.withTracerEnabled(false)
       )
-      yield* eventually(MemoryBroker.MemoryBroker.use((b) => Effect.map(b.delivered, (d) => d.length === 1)).pipe(Effect.provideContext(context)), "30 seconds", "the delivery")
-      yield* eventually(Effect.sync(() => spans.some((s) => s.name === "settle outbox" && s.status._tag === "Ended")), "30 seconds", "the settle span")
+      yield* eventually(
+        MemoryBroker.MemoryBroker.use((b) => Effect.map(b.delivered, (d) => d.length === 1)).pipe(
+          Effect.provideContext(context)
+        ),
+        "30 seconds",
+        "the delivery"
+      )
+      yield* eventually(
+        Effect.sync(() => spans.some((s) => s.name === "settle outbox" && s.status._tag === "Ended")),
+        "30 seconds",
+        "the settle span"
+      )
       yield* Scope.close(scope, Exit.void)
       const names = spans.map((s) => s.name)
       assert.strictEqual(names.filter((n) => n === "receive outbox").length, 1, names.join(", "))

@@ -11,9 +11,19 @@ const schema = `pgtypes_${Math.random().toString(36).slice(2, 10)}`
 describe("array text form", () => {
   it("parses quoting, escapes, NULL, nesting, bounds and the box delimiter", () => {
     assert.deepStrictEqual(parseArray("{}", undefined), [])
-    assert.deepStrictEqual(parseArray("{a,\"b c\",NULL,\"NULL\",\"\",\"q\\\"x\",\"back\\\\slash\",\"{,}\"}", undefined), [
-      "a", "b c", null, "NULL", "", "q\"x", "back\\slash", "{,}"
-    ])
+    assert.deepStrictEqual(
+      parseArray("{a,\"b c\",NULL,\"NULL\",\"\",\"q\\\"x\",\"back\\\\slash\",\"{,}\"}", undefined),
+      [
+        "a",
+        "b c",
+        null,
+        "NULL",
+        "",
+        "q\"x",
+        "back\\slash",
+        "{,}"
+      ]
+    )
     assert.deepStrictEqual(parseArray("{{1,2},{3,NULL}}", Number), [[1, 2], [3, null]])
     assert.deepStrictEqual(parseArray("[0:1]={7,8}", Number), [7, 8])
     assert.deepStrictEqual(parseArray("{(3,4),(1,2);(7,8),(5,6)}", undefined, ";"), ["(3,4),(1,2)", "(7,8),(5,6)"])
@@ -21,7 +31,10 @@ describe("array text form", () => {
 
   it("writes every element quoted, NULL for null and undefined, nested arrays as dimensions", () => {
     assert.strictEqual(serializeArray([], undefined), "{}")
-    assert.strictEqual(serializeArray(["a", null, undefined, "q\"x", "b\\s"], undefined), "{\"a\",NULL,NULL,\"q\\\"x\",\"b\\\\s\"}")
+    assert.strictEqual(
+      serializeArray(["a", null, undefined, "q\"x", "b\\s"], undefined),
+      "{\"a\",NULL,NULL,\"q\\\"x\",\"b\\\\s\"}"
+    )
     assert.strictEqual(serializeArray([[1, 2], [3, 4]], String), "{{\"1\",\"2\"},{\"3\",\"4\"}}")
     assert.strictEqual(serializeArray("{1,2}", String), "{1,2}", "a ready-made literal is passed on")
     assert.strictEqual(serializeArray([[1, 2], { a: 1 }], JSON.stringify, ",", true), "{\"[1,2]\",\"{\\\"a\\\":1}\"}")
@@ -42,7 +55,8 @@ const Setup = Layer.effectDiscard(Effect.gen(function*() {
 }))
 
 layer(Setup, { timeout: 600_000 })("arrays on PostgreSQL", (it) => {
-  const client = () => Layer.build(pgLayer({ url, maxConnections: 2 })).pipe(Effect.map((ctx) => Context.get(ctx, SqlClient.SqlClient)))
+  const client = () =>
+    Layer.build(pgLayer({ url, maxConnections: 2 })).pipe(Effect.map((ctx) => Context.get(ctx, SqlClient.SqlClient)))
 
   it.effect("parameters and results of every common array type round-trip", () =>
     Effect.scoped(Effect.gen(function*() {
@@ -63,8 +77,12 @@ layer(Setup, { timeout: 600_000 })("arrays on PostgreSQL", (it) => {
         grid: [[1, 2], [3, 4]],
         blobs: [new Uint8Array([0, 1, 255])]
       }
-      const [inserted] = yield* sql<{ id: number }>`INSERT INTO ${sql(`${schema}.things`)} ${sql.insert(row)} RETURNING id`
-      const [back] = yield* sql<Record<string, any>>`SELECT * FROM ${sql(`${schema}.things`)} WHERE id = ${inserted!.id}`
+      const [inserted] = yield* sql<{ id: number }>`INSERT INTO ${sql(`${schema}.things`)} ${
+        sql.insert(row)
+      } RETURNING id`
+      const [back] = yield* sql<Record<string, any>>`SELECT * FROM ${sql(`${schema}.things`)} WHERE id = ${
+        inserted!.id
+      }`
       assert.deepStrictEqual(back!.tags, row.tags)
       assert.deepStrictEqual(back!.ids, ids)
       assert.deepStrictEqual(back!.nums, row.nums)
@@ -78,7 +96,9 @@ layer(Setup, { timeout: 600_000 })("arrays on PostgreSQL", (it) => {
       assert.deepStrictEqual(back!.grid, row.grid)
       assert.deepStrictEqual([...back!.blobs[0]], [0, 1, 255])
       // arrays as `= ANY(...)` parameters: the server infers uuid[] and int[]
-      const found = yield* sql<{ id: number }>`SELECT id FROM ${sql(`${schema}.things`)} WHERE ${ids[1]!}::uuid = ANY(ids) AND id = ANY(${[inserted!.id, -1]})`
+      const found = yield* sql<{ id: number }>`SELECT id FROM ${
+        sql(`${schema}.things`)
+      } WHERE ${ids[1]!}::uuid = ANY(ids) AND id = ANY(${[inserted!.id, -1]})`
       assert.deepStrictEqual(found.map((r) => r.id), [inserted!.id])
       const byUuid = yield* sql`SELECT 1 FROM ${sql(`${schema}.things`)} WHERE ids[1] = ANY(${ids})`
       assert.strictEqual(byUuid.length, 1)

@@ -1,8 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as MemoryBroker from "@tidings/core/MemoryBroker"
-import * as Wakeup from "@tidings/core/Wakeup"
 import * as Metrics from "@tidings/core/Metrics"
 import { eventually, seed, startRelay } from "@tidings/core/testing"
+import * as Wakeup from "@tidings/core/Wakeup"
 import { Effect, Layer, Metric, Stream } from "effect"
 import { SqlClient } from "effect/sql"
 import { freshSchema, pgUrl } from "../../../test/support/pg.ts"
@@ -19,7 +19,10 @@ const listening = (schema: string) =>
     const sql = yield* SqlClient.SqlClient
     const statement = `listen "${PgOutboxStore.channel(schema)}"`
     yield* eventually(
-      Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE lower(query) = ${statement}`, ([row]) => (row?.n ?? 0) > 0),
+      Effect.map(
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE lower(query) = ${statement}`,
+        ([row]) => (row?.n ?? 0) > 0
+      ),
       "5 seconds",
       "LISTEN"
     )
@@ -32,11 +35,19 @@ const scenario = (notify: boolean | "in-transaction") =>
     const schema = yield* freshSchema("wk")
     const remote = Wakeup.makeHub()
     // One process plays both sides here, so the listener must not skip "its own" notifications.
-    const relayLayers = Layer.mergeAll(PgWakeup.layer({ schema, ignoreOwn: false }), PgOutboxStore.layer({ schema }), MemoryBroker.layer())
+    const relayLayers = Layer.mergeAll(
+      PgWakeup.layer({ schema, ignoreOwn: false }),
+      PgOutboxStore.layer({ schema }),
+      MemoryBroker.layer()
+    )
     const { broker, relay, stop } = yield* Effect.gen(function*() {
       const context = yield* Layer.build(relayLayers)
       const broker = Layer.succeedContext(context)
-      const started = yield* startRelay({ statsInterval: false, retention: false, pollInterval: { base: "4 seconds", max: "4 seconds" } }).pipe(
+      const started = yield* startRelay({
+        statsInterval: false,
+        retention: false,
+        pollInterval: { base: "4 seconds", max: "4 seconds" }
+      }).pipe(
         Effect.provide(broker)
       )
       return { broker: context, relay: started.relay, stop: started.stop }
@@ -49,7 +60,10 @@ const scenario = (notify: boolean | "in-transaction") =>
     const started = Date.now()
     yield* seed(1).pipe(Effect.provideContext(producer))
     const delivered = yield* eventually(
-      Effect.map(MemoryBroker.MemoryBroker.use((b) => b.delivered).pipe(Effect.provide(Layer.succeedContext(broker))), (d) => d.length === 1),
+      Effect.map(
+        MemoryBroker.MemoryBroker.use((b) => b.delivered).pipe(Effect.provide(Layer.succeedContext(broker))),
+        (d) => d.length === 1
+      ),
       "1500 millis",
       "delivery"
     ).pipe(Effect.as(Date.now() - started), Effect.catchDefect(() => Effect.succeed(undefined)))
@@ -77,14 +91,21 @@ describe("PgWakeup", () => {
       const schema = yield* freshSchema("wk")
       const pg = yield* PgClient.PgClient
       const heard: Array<number> = []
-      yield* pg.listen(PgOutboxStore.channel(schema)).pipe(Stream.runForEach(() => Effect.sync(() => void heard.push(Date.now()))), Effect.forkScoped)
+      yield* pg.listen(PgOutboxStore.channel(schema)).pipe(
+        Stream.runForEach(() => Effect.sync(() => void heard.push(Date.now()))),
+        Effect.forkScoped
+      )
       yield* listening(schema)
       const producer = yield* Layer.build(PgOutboxStore.layer({ schema, notify: true }))
       const lastCommit = yield* Effect.gen(function*() {
         yield* Effect.forEach(Array.from({ length: 8 }), () => seed(25), { concurrency: 8, discard: true })
         return Date.now()
       }).pipe(Effect.provideContext(producer))
-      yield* eventually(Effect.sync(() => (heard.at(-1) ?? 0) >= lastCommit - 5), "5 seconds", "a NOTIFY after the last commit")
+      yield* eventually(
+        Effect.sync(() => (heard.at(-1) ?? 0) >= lastCommit - 5),
+        "5 seconds",
+        "a NOTIFY after the last commit"
+      )
       assert.isAbove(heard.length, 0)
       assert.isBelow(heard.length, 200, `${heard.length} NOTIFYs for 200 commits`)
       assert.isAtLeast(heard.at(-1)!, lastCommit - 5, "a NOTIFY follows the last commit")
@@ -97,7 +118,10 @@ describe("PgWakeup", () => {
       const mailbox = yield* hub.subscribe
       yield* Layer.build(PgWakeup.layer({ schema })).pipe(Effect.provideService(Wakeup.Wakeups, hub))
       const pg = yield* PgClient.PgClient
-      const woken = Effect.map(Metric.value(Metric.withAttributes(Metrics.wakeups, { source: "notify" })), (c) => c.count)
+      const woken = Effect.map(
+        Metric.value(Metric.withAttributes(Metrics.wakeups, { source: "notify" })),
+        (c) => c.count
+      )
       yield* listening(schema)
       const producer = yield* Layer.build(PgOutboxStore.layer({ schema, notify: true }))
       const before = yield* woken
@@ -107,7 +131,7 @@ describe("PgWakeup", () => {
       yield* pg.notify(PgOutboxStore.channel(schema), "another-process")
       yield* eventually(Effect.map(woken, (n) => n > before), "5 seconds", "the foreign wake-up")
       assert.strictEqual((yield* woken) - before, 1, "no wake-up from our own NOTIFYs, one from the foreign one")
-      assert.strictEqual((yield* mailbox.take), "notify")
+      assert.strictEqual(yield* mailbox.take, "notify")
     })).pipe(Effect.provide(PgClient.layer({ url: pgUrl() }))))
 
   it.live("without NOTIFY the other process's relay waits for its poll (control)", () =>

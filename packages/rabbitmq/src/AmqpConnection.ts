@@ -13,11 +13,24 @@
  * @since 0.1.0
  * @module
  */
-import * as Health from "@tidings/core/Health"
 import type { InvalidConfig } from "@tidings/core/Errors"
+import * as Health from "@tidings/core/Health"
 import * as Retry from "@tidings/core/Retry"
 import * as Settings from "@tidings/core/Settings"
-import { Context, Deferred, Duration, Effect, Fiber, Layer, PubSub, type Redacted, Schedule, Schema, type Scope, Stream } from "effect"
+import {
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Fiber,
+  Layer,
+  PubSub,
+  type Redacted,
+  Schedule,
+  Schema,
+  type Scope,
+  Stream
+} from "effect"
 import { AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
 import { scrub } from "./internal/amqpError.ts"
 import { closeConnection } from "./internal/amqpSocket.ts"
@@ -84,14 +97,22 @@ export const ConfigSchema: Schema.Struct<{
   readonly closeTimeout: Settings.Defaulted<Settings.DurationSetting>
   readonly name: Settings.Defaulted<Schema.String>
 }> = Schema.Struct({
-  url: Settings.secret({ check: (url) => /^amqps?:\/\//i.test(url) ? undefined : "must be an amqp:// or amqps:// URL" }),
+  url: Settings.secret({
+    check: (url) => /^amqps?:\/\//i.test(url) ? undefined : "must be an amqp:// or amqps:// URL"
+  }),
   reconnectDelay: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 second"))),
   reconnectMaxDelay: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))),
-  heartbeat: Settings.duration({ allowZero: true }).pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))),
+  heartbeat: Settings.duration({ allowZero: true }).pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))
+  ),
   connectTimeout: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))),
-  startupTimeout: Settings.duration({ allowZero: true }).pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))),
+  startupTimeout: Settings.duration({ allowZero: true }).pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))
+  ),
   closeTimeout: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 second"))),
-  name: Schema.String.check(Schema.makeFilter((s: string) => s.length >= 1 && s.length <= 200 ? undefined : "must be 1-200 characters"))
+  name: Schema.String.check(
+    Schema.makeFilter((s: string) => s.length >= 1 && s.length <= 200 ? undefined : "must be 1-200 characters")
+  )
     .pipe(Schema.withDecodingDefault(Effect.succeed("tidings")))
 })
 
@@ -126,7 +147,8 @@ export interface Service {
   readonly scrub: (text: string) => string
 }
 
-const AmqpConnectionBase: Context.ServiceClass<AmqpConnection, "@tidings/rabbitmq/AmqpConnection", Service> = Context.Service<AmqpConnection, Service>()("@tidings/rabbitmq/AmqpConnection")
+const AmqpConnectionBase: Context.ServiceClass<AmqpConnection, "@tidings/rabbitmq/AmqpConnection", Service> = Context
+  .Service<AmqpConnection, Service>()("@tidings/rabbitmq/AmqpConnection")
 
 /**
  * The connection of a layer.
@@ -140,7 +162,10 @@ export class AmqpConnection extends AmqpConnectionBase {}
  * @since 0.1.0
  * @category constructors
  */
-export const defaultReconnect: Schedule.Schedule<unknown, AmqpConnectionError> = Retry.exponentialBackoff({ base: "1 second", max: "30 seconds" })
+export const defaultReconnect: Schedule.Schedule<unknown, AmqpConnectionError> = Retry.exponentialBackoff({
+  base: "1 second",
+  max: "30 seconds"
+})
 
 const defaultChannelRetry: Schedule.Schedule<unknown, AmqpConnectionError | TopologyError> = Retry.exponentialBackoff({
   base: "100 millis",
@@ -152,7 +177,9 @@ const defaultChannelRetry: Schedule.Schedule<unknown, AmqpConnectionError | Topo
  * @since 0.1.0
  * @category constructors
  */
-export const make = (config: Config): Effect.Effect<Service, InvalidConfig | AmqpConnectionError | TopologyError, Scope.Scope> =>
+export const make = (
+  config: Config
+): Effect.Effect<Service, InvalidConfig | AmqpConnectionError | TopologyError, Scope.Scope> =>
   Effect.gen(function*() {
     const s = yield* Settings.decode(ConfigSchema, config)
     const resolved = yield* resolveUrl(config.url, Math.ceil(Duration.toMillis(s.heartbeat) / 1000))
@@ -174,7 +201,14 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
     const startupMs = Duration.toMillis(s.startupTimeout)
     const lastError = () => "lastError" in core.state ? core.state.lastError : undefined
     const notConnected = () =>
-      Effect.fail(lastError() ?? new AmqpConnectionError({ operation: "connect", message: `not connected within ${Duration.format(s.startupTimeout)}`, retryable: true }))
+      Effect.fail(
+        lastError() ??
+          new AmqpConnectionError({
+            operation: "connect",
+            message: `not connected within ${Duration.format(s.startupTimeout)}`,
+            retryable: true
+          })
+      )
     const first = yield* c.connectWithRetry(undefined, started + startupMs).pipe(
       // The last attempt is made at the deadline; it may take a moment (at most a second) to answer.
       // One that reached the broker in time is not cut off: its declaration (and, if the broker
@@ -186,7 +220,11 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
             Effect.andThen(Effect.suspend(() => core.reachedInTime ? Effect.never : notConnected()))
           )
         ),
-      Effect.tapError((error) => Effect.sync(() => c.setState({ _tag: "Closed", ...(error._tag === "AmqpConnectionError" ? { lastError: error } : {}) })))
+      Effect.tapError((error) =>
+        Effect.sync(() =>
+          c.setState({ _tag: "Closed", ...(error._tag === "AmqpConnectionError" ? { lastError: error } : {}) })
+        )
+      )
     )
     yield* Effect.logDebug("RabbitMQ connected").pipe(core.annotate)
     const supervisor = yield* Effect.forkScoped(c.supervise(first))
@@ -196,15 +234,20 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
         core.closing = true
         yield* Fiber.interrupt(supervisor)
         core.current = undefined
-        yield* Effect.forEach([...core.openModels], (model) => closeConnection(model, s.closeTimeout), { concurrency: "unbounded", discard: true })
+        yield* Effect.forEach([...core.openModels], (model) => closeConnection(model, s.closeTimeout), {
+          concurrency: "unbounded",
+          discard: true
+        })
         Deferred.doneUnsafe(core.shutdown, Effect.void)
         c.setState({ _tag: "Closed" })
       })
     )
 
     const changes = Stream.unwrap(Effect.map(PubSub.subscribe(core.hub), (subscription) =>
-      Stream.concat(Stream.sync(() => core.state), Stream.fromSubscription(subscription))
-    ))
+      Stream.concat(
+        Stream.sync(() => core.state),
+        Stream.fromSubscription(subscription)
+      )))
     const service: Service = {
       description,
       state: Effect.sync(() => core.state),
@@ -218,20 +261,31 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
               Effect.fail(
                 "lastError" in core.state && core.state.lastError !== undefined
                   ? core.state.lastError
-                  : new AmqpConnectionError({ operation: "awaitReady", message: `not connected within ${Duration.format(Duration.fromInputUnsafe(timeout))}`, retryable: true })
+                  : new AmqpConnectionError({
+                    operation: "awaitReady",
+                    message: `not connected within ${Duration.format(Duration.fromInputUnsafe(timeout))}`,
+                    retryable: true
+                  })
               )
           })
         ),
       awaitAvailable: Effect.suspend(() =>
-        c.readyNow() ? Effect.void : changes.pipe(Stream.filter(() => c.readyNow() || core.closing), Stream.take(1), Stream.runDrain)
+        c.readyNow()
+          ? Effect.void
+          : changes.pipe(Stream.filter(() => c.readyNow() || core.closing), Stream.take(1), Stream.runDrain)
       ),
       declare: (topology) =>
         Effect.suspend(() => {
           topologies.push(topology)
           return core.current === undefined ? Effect.void : c.declareOn(core.current, topology)
         }),
-      register: makeRegister(c, { channelRetry: config.channelRetry ?? defaultChannelRetry, closeTimeout: s.closeTimeout }),
-      restart: Effect.suspend(() => core.current === undefined ? Effect.void : closeConnection(core.current.model, s.closeTimeout)),
+      register: makeRegister(c, {
+        channelRetry: config.channelRetry ?? defaultChannelRetry,
+        closeTimeout: s.closeTimeout
+      }),
+      restart: Effect.suspend(() =>
+        core.current === undefined ? Effect.void : closeConnection(core.current.model, s.closeTimeout)
+      ),
       scrub
     }
     return service
@@ -244,7 +298,9 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
  * @since 0.1.0
  * @category layers
  */
-export const layer = (config: Config): Layer.Layer<AmqpConnection, InvalidConfig | AmqpConnectionError | TopologyError> =>
+export const layer = (
+  config: Config
+): Layer.Layer<AmqpConnection, InvalidConfig | AmqpConnectionError | TopologyError> =>
   Layer.effect(AmqpConnection, make(config))
 
 const describeState = (state: State): string => {
@@ -252,7 +308,9 @@ const describeState = (state: State): string => {
     case "Connected":
       return state.blocked ? "the broker blocked the connection (resource alarm)" : "the connection is being set up"
     case "Connecting":
-      return `connecting (attempt ${state.attempt})${state.lastError === undefined ? "" : `: ${state.lastError.message}`}`
+      return `connecting (attempt ${state.attempt})${
+        state.lastError === undefined ? "" : `: ${state.lastError.message}`
+      }`
     case "Reconnecting":
       return `reconnecting (attempt ${state.attempt}): ${state.lastError.message}`
     case "Closed":
@@ -273,7 +331,10 @@ export const readiness = (name = "rabbitmq"): Health.Check<AmqpConnection> => ({
     Effect.flatMap(connection.isReady, (ready) =>
       ready
         ? Effect.void
-        : Effect.flatMap(connection.state, (state) => Effect.fail(new Health.CheckFailed({ check: name, message: describeState(state) }))))
+        : Effect.flatMap(
+          connection.state,
+          (state) => Effect.fail(new Health.CheckFailed({ check: name, message: describeState(state) }))
+        ))
   )
 })
 
@@ -283,7 +344,11 @@ export const readiness = (name = "rabbitmq"): Health.Check<AmqpConnection> => ({
  * @since 0.1.0
  * @category settings
  */
-export const environment: Settings.Environment<typeof ConfigSchema> = { component: "AmqpConnection", schema: ConfigSchema, prefix: "TIDINGS_AMQP" }
+export const environment: Settings.Environment<typeof ConfigSchema> = {
+  component: "AmqpConnection",
+  schema: ConfigSchema,
+  prefix: "TIDINGS_AMQP"
+}
 
 /**
  * {@link layer} with its settings from the environment (`TIDINGS_AMQP_*`, or `options.prefix`) on

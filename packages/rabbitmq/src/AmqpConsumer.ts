@@ -105,20 +105,28 @@ export interface Config<A, E, R> {
  * @since 0.1.0
  * @category settings
  */
-export const ConfigSchema: Schema.Struct<typeof Consumer.settingsFields & {
-  readonly name: Schema.String
-  readonly concurrency: Settings.Defaulted<Settings.IntSetting>
-  readonly prefetch: Schema.optional<Settings.IntSetting>
-  readonly maxBodyBytes: Settings.Defaulted<Settings.IntSetting>
-  readonly retry: Schema.optional<Schema.Literals<readonly ["delayed", "requeue"]>>
-  readonly retryConfirmTimeout: Settings.Defaulted<Settings.DurationSetting>
-}> = Schema.Struct({
-  name: Schema.String.check(Schema.makeFilter((s: string) => /^[\w.:-]{1,100}$/.test(s) ? undefined : "must be 1-100 characters of [A-Za-z0-9_.:-]")),
+export const ConfigSchema: Schema.Struct<
+  typeof Consumer.settingsFields & {
+    readonly name: Schema.String
+    readonly concurrency: Settings.Defaulted<Settings.IntSetting>
+    readonly prefetch: Schema.optional<Settings.IntSetting>
+    readonly maxBodyBytes: Settings.Defaulted<Settings.IntSetting>
+    readonly retry: Schema.optional<Schema.Literals<readonly ["delayed", "requeue"]>>
+    readonly retryConfirmTimeout: Settings.Defaulted<Settings.DurationSetting>
+  }
+> = Schema.Struct({
+  name: Schema.String.check(
+    Schema.makeFilter((s: string) =>
+      /^[\w.:-]{1,100}$/.test(s) ? undefined : "must be 1-100 characters of [A-Za-z0-9_.:-]"
+    )
+  ),
   concurrency: Settings.int(1, 1000).pipe(Schema.withDecodingDefault(Effect.succeed(10))),
   prefetch: Schema.optional(Settings.int(1, 65535)),
   maxBodyBytes: Settings.int(1, 512 * 1024 * 1024).pipe(Schema.withDecodingDefault(Effect.succeed(1024 * 1024))),
   retry: Schema.optional(Schema.Literals(["delayed", "requeue"])),
-  retryConfirmTimeout: Settings.duration().pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))),
+  retryConfirmTimeout: Settings.duration().pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))
+  ),
   ...Consumer.settingsFields
 })
 
@@ -191,7 +199,10 @@ export const make = <A, E, R>(
     const retryQueues = typeof config.queue === "string" ? [] : config.queue.retryQueues
     const retryMode = s.retry ?? (retryQueues.length > 0 ? "delayed" : "requeue")
     if (retryMode === "delayed" && retryQueues.length === 0) {
-      return yield* Settings.invalid([{ path: "retry", message: "delayed retries need a consumer queue with retry queues (Topology.consumerQueue)" }])
+      return yield* Settings.invalid([{
+        path: "retry",
+        message: "delayed retries need a consumer queue with retry queues (Topology.consumerQueue)"
+      }])
     }
     const annotate = Effect.annotateLogs({ consumer: s.name, queue })
     const inbox = yield* Queue.unbounded<Item, Cause.Done>()
@@ -200,7 +211,11 @@ export const make = <A, E, R>(
     // Registered before the subscription, the workers and the shutdown finalizer: scopes release in
     // reverse, so the channels close last, after the graceful shutdown below. The confirm channel
     // carries retry copies (to retry queues, or back to a classic work queue that cannot count).
-    const retries = yield* ConfirmPublisher.make(connection, { name: `consumer:${s.name}/retry`, channels: 1, unroutableRetryable: true })
+    const retries = yield* ConfirmPublisher.make(connection, {
+      name: `consumer:${s.name}/retry`,
+      channels: 1,
+      unroutableRetryable: true
+    })
     const subscription = yield* subscribe(connection, {
       name: s.name,
       queue,
@@ -208,7 +223,10 @@ export const make = <A, E, R>(
       prefetch: s.prefetch ?? s.concurrency * 2,
       inbox,
       // Arrived after shutdown began: given back at once.
-      onRequeued: () => Effect.runSyncWith(services)(Metric.update(Metric.withAttributes(Consumer.metrics.retried, { consumer: s.name, mode: "shutdown" }), 1))
+      onRequeued: () =>
+        Effect.runSyncWith(services)(
+          Metric.update(Metric.withAttributes(Consumer.metrics.retried, { consumer: s.name, mode: "shutdown" }), 1)
+        )
     })
     const settle = makeSettle({
       name: s.name,
@@ -219,7 +237,13 @@ export const make = <A, E, R>(
       retries,
       retryConfirmMs: Duration.toMillis(s.retryConfirmTimeout)
     })
-    const runner = yield* ConsumerRunner.makeRunner<E>({ name: s.name, system: "rabbitmq", queue, settings: s, decide: config.decide })
+    const runner = yield* ConsumerRunner.makeRunner<E>({
+      name: s.name,
+      system: "rabbitmq",
+      queue,
+      settings: s,
+      decide: config.decide
+    })
     const handler = (delivery: Consumer.Delivery<A>) => Effect.provideContext(config.handler(delivery), handlerContext)
 
     const worker = Effect.gen(function*() {
@@ -254,13 +278,21 @@ export const make = <A, E, R>(
         for (const item of yield* Queue.clear(inbox)) {
           if (item.channel !== subscription.channel()) continue
           const attempt = attemptOf(item.message)
-          const decision = Consumer.decide(shutdown, { attempt, maxAttempts: s.maxAttempts, unknownType: s.unknownType }, config.decide)
+          const decision = Consumer.decide(shutdown, {
+            attempt,
+            maxAttempts: s.maxAttempts,
+            unknownType: s.unknownType
+          }, config.decide)
           yield* settle(item)(decision, shutdown)
         }
         yield* Queue.end(inbox)
         const finished = yield* Fiber.awaitAll(workers).pipe(Effect.timeoutOption(s.shutdownTimeout))
         if (Option.isNone(finished)) {
-          yield* Effect.logWarning(`consumer shutdown: handlers still running after ${Duration.format(s.shutdownTimeout)}; interrupting them (their deliveries are requeued)`)
+          yield* Effect.logWarning(
+            `consumer shutdown: handlers still running after ${
+              Duration.format(s.shutdownTimeout)
+            }; interrupting them (their deliveries are requeued)`
+          )
           yield* Fiber.interruptAll(workers)
         }
       }).pipe(annotate)
@@ -283,7 +315,8 @@ export const make = <A, E, R>(
  */
 export const layer = <A, E, R>(
   config: Config<A, E, R>
-): Layer.Layer<never, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | R> => Layer.effectDiscard(make(config))
+): Layer.Layer<never, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | R> =>
+  Layer.effectDiscard(make(config))
 
 /**
  * A consumer's environment variables, under `TIDINGS_CONSUMER_<NAME>` (its name in upper case:
@@ -310,6 +343,9 @@ export const layerConfig = <A, E, R>(
   options: { readonly prefix?: string } = {}
 ): Layer.Layer<never, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | R> =>
   Layer.unwrap(Effect.map(
-    Settings.read(environment, { prefix: options.prefix ?? Settings.envName("TIDINGS_CONSUMER", [config.name]), defaults: config }),
+    Settings.read(environment, {
+      prefix: options.prefix ?? Settings.envName("TIDINGS_CONSUMER", [config.name]),
+      defaults: config
+    }),
     (s) => layer({ ...config, ...s })
   ))

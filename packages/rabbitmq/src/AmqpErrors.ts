@@ -10,13 +10,17 @@ import { type Cause, Schema } from "effect"
 
 const Code = Schema.optional(Schema.Union([Schema.Number, Schema.String]))
 
-const AmqpConnectionErrorBase: Schema.Class<AmqpConnectionError, Schema.TaggedStruct<"AmqpConnectionError", {
-  readonly operation: Schema.String
-  readonly message: Schema.String
-  /** AMQP reply code (e.g. 320, 403) or socket error code (e.g. `ECONNREFUSED`). */
-  readonly code: Schema.optional<Schema.Union<readonly [Schema.Number, Schema.String]>>
-  readonly retryable: Schema.Boolean
-}>, Cause.YieldableError> = Schema.TaggedError<AmqpConnectionError>()("AmqpConnectionError", {
+const AmqpConnectionErrorBase: Schema.Class<
+  AmqpConnectionError,
+  Schema.TaggedStruct<"AmqpConnectionError", {
+    readonly operation: Schema.String
+    readonly message: Schema.String
+    /** AMQP reply code (e.g. 320, 403) or socket error code (e.g. `ECONNREFUSED`). */
+    readonly code: Schema.optional<Schema.Union<readonly [Schema.Number, Schema.String]>>
+    readonly retryable: Schema.Boolean
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<AmqpConnectionError>()("AmqpConnectionError", {
   operation: Schema.String,
   message: Schema.String,
   /** AMQP reply code (e.g. 320, 403) or socket error code (e.g. `ECONNREFUSED`). */
@@ -40,13 +44,17 @@ export class AmqpConnectionError extends AmqpConnectionErrorBase {
   }
 }
 
-const TopologyErrorBase: Schema.Class<TopologyError, Schema.TaggedStruct<"TopologyError", {
-  readonly operation: Schema.String
-  readonly entity: Schema.String
-  readonly message: Schema.String
-  readonly code: Schema.optional<Schema.Union<readonly [Schema.Number, Schema.String]>>
-  readonly retryable: Schema.Boolean
-}>, Cause.YieldableError> = Schema.TaggedError<TopologyError>()("TopologyError", {
+const TopologyErrorBase: Schema.Class<
+  TopologyError,
+  Schema.TaggedStruct<"TopologyError", {
+    readonly operation: Schema.String
+    readonly entity: Schema.String
+    readonly message: Schema.String
+    readonly code: Schema.optional<Schema.Union<readonly [Schema.Number, Schema.String]>>
+    readonly retryable: Schema.Boolean
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<TopologyError>()("TopologyError", {
   operation: Schema.String,
   entity: Schema.String,
   message: Schema.String,
@@ -68,5 +76,5 @@ export class TopologyError extends TopologyErrorBase {
 
 // Decoding and handler errors are every transport's: they live in core and are re-exported here
 // for code written against `@tidings/rabbitmq`. Invalid settings are core's `InvalidConfig`.
-export { DecodeError, DecodeFailure } from "@tidings/core/EventRegistry"
 export { HandlerTimeout } from "@tidings/core/Consumer"
+export { DecodeError, DecodeFailure } from "@tidings/core/EventRegistry"

@@ -20,8 +20,8 @@ import * as Settings from "@tidings/core/Settings"
 import * as Tracing from "@tidings/core/Tracing"
 import { Duration, Effect, Layer, Schema, type Scope } from "effect"
 import { Buffer } from "node:buffer"
-import type { AmqpConnectionError, TopologyError } from "./AmqpErrors.ts"
 import { AmqpConnection } from "./AmqpConnection.ts"
+import type { AmqpConnectionError, TopologyError } from "./AmqpErrors.ts"
 import * as ConfirmPublisher from "./internal/confirmPublisher.ts"
 import { HeaderNames } from "./internal/headers.ts"
 
@@ -103,7 +103,11 @@ const defaultRoutingKey = (message: Message.Message) => message.type
  */
 export const toOutgoing = (
   message: Message.Message,
-  options: { readonly exchange: string; readonly routingKey?: (message: Message.Message) => string; readonly appId?: string }
+  options: {
+    readonly exchange: string
+    readonly routingKey?: (message: Message.Message) => string
+    readonly appId?: string
+  }
 ): ConfirmPublisher.Outgoing => ({
   exchange: options.exchange,
   routingKey: (options.routingKey ?? defaultRoutingKey)(message),
@@ -153,12 +157,18 @@ const toPublishError = (outcome: Extract<ConfirmPublisher.Outcome, { _tag: "Fail
  * @since 0.1.0
  * @category constructors
  */
-export const make = (config: Config): Effect.Effect<Service, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
+export const make = (
+  config: Config
+): Effect.Effect<Service, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
   Effect.gen(function*() {
     const s = yield* Settings.decode(ConfigSchema, config)
     const connection = yield* AmqpConnection
     const timeoutMs = Duration.toMillis(s.confirmTimeout)
-    const destination: Tracing.Destination = { system: "rabbitmq", name: s.exchange, ...Tracing.serverOf(connection.description, 5672) }
+    const destination: Tracing.Destination = {
+      system: "rabbitmq",
+      name: s.exchange,
+      ...Tracing.serverOf(connection.description, 5672)
+    }
     const confirms = yield* ConfirmPublisher.make(connection, {
       name: "publisher",
       channels: s.channels,
@@ -183,7 +193,9 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
         if (messages.length === 0) return []
         // Fail fast rather than buffer: the relay keeps the events in the outbox and waits.
         const down = yield* unavailable
-        if (down !== undefined) return yield* new Errors.PublishError({ message: down, reason: new Errors.Unavailable() })
+        if (down !== undefined) {
+          return yield* new Errors.PublishError({ message: down, reason: new Errors.Unavailable() })
+        }
         const outgoing: Array<ConfirmPublisher.Outgoing> = []
         const invalid = new Map<number, Errors.PublishError>()
         for (const [i, message] of messages.entries()) {
@@ -191,15 +203,28 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
             outgoing.push(toOutgoing(message, encodeOptions))
           } catch (cause) {
             // A routing-key function that throws or a payload that cannot be serialized fails again on every try.
-            invalid.set(i, new Errors.PublishError({ message: `cannot encode message: ${Errors.describe(cause)}`, reason: new Errors.Invalid() }))
+            invalid.set(
+              i,
+              new Errors.PublishError({
+                message: `cannot encode message: ${Errors.describe(cause)}`,
+                reason: new Errors.Invalid()
+              })
+            )
           }
         }
         const outcomes = yield* confirms.publish(outgoing, timeoutMs).pipe(
-          Effect.mapError((error) => new Errors.PublishError({ message: `RabbitMQ ${error.message}`, reason: error.retryable ? new Errors.Unavailable() : new Errors.Unknown({ retryable: false }) }))
+          Effect.mapError((error) =>
+            new Errors.PublishError({
+              message: `RabbitMQ ${error.message}`,
+              reason: error.retryable ? new Errors.Unavailable() : new Errors.Unknown({ retryable: false })
+            })
+          )
         )
         // A confirm that did not come because the broker went away or blocked us says nothing
         // about the message: it is unavailability, which the relay does not count as an attempt.
-        const downNow = outcomes.some((o) => o._tag === "Failed" && o.kind === "timeout") ? yield* unavailable : undefined
+        const downNow = outcomes.some((o) => o._tag === "Failed" && o.kind === "timeout")
+          ? yield* unavailable
+          : undefined
         let o = 0
         return messages.map((message, i): Publisher.PublishResult => {
           const bad = invalid.get(i)
@@ -207,7 +232,10 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
           const outcome = outcomes[o++]!
           if (outcome._tag === "Confirmed") return Publisher.published(message.id)
           if (outcome.kind === "timeout" && downNow !== undefined) {
-            return Publisher.rejected(message.id, new Errors.PublishError({ message: `${outcome.reason} (${downNow})`, reason: new Errors.Unavailable() }))
+            return Publisher.rejected(
+              message.id,
+              new Errors.PublishError({ message: `${outcome.reason} (${downNow})`, reason: new Errors.Unavailable() })
+            )
           }
           return Publisher.rejected(message.id, toPublishError(outcome))
         })
@@ -221,7 +249,9 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
         }),
         attributes: {
           ...Tracing.messagingAttributes({ type: "send", name: "publish" }, destination),
-          ...(messages.length === 1 ? { "messaging.message.id": messages[0]!.id } : { "messaging.batch.message_count": messages.length })
+          ...(messages.length === 1
+            ? { "messaging.message.id": messages[0]!.id }
+            : { "messaging.batch.message_count": messages.length })
         }
       }))
 
@@ -240,8 +270,18 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
  * @since 0.1.0
  * @category layers
  */
-export const layer = (config: Config): Layer.Layer<Publisher.Publisher, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
-  Layer.effect(Publisher.Publisher, Effect.map(make(config), (service) => Publisher.Publisher.of({ publish: service.publish, awaitAvailable: service.awaitAvailable, destination: service.destination })))
+export const layer = (
+  config: Config
+): Layer.Layer<Publisher.Publisher, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
+  Layer.effect(
+    Publisher.Publisher,
+    Effect.map(make(config), (service) =>
+      Publisher.Publisher.of({
+        publish: service.publish,
+        awaitAvailable: service.awaitAvailable,
+        destination: service.destination
+      }))
+  )
 
 /**
  * The publisher's environment variables: `TIDINGS_EXCHANGE` (the exchange events go to),

@@ -13,11 +13,11 @@
  * replays.
  * @module
  */
-import type { Channel, ConfirmChannel, GetMessage } from "amqplib"
-import { Buffer } from "node:buffer"
-import { type Cause, Context, Effect, Layer, Schema, type Scope, Semaphore } from "effect"
-import { AmqpConnection } from "./AmqpConnection.ts"
 import { InvalidConfig } from "@tidings/core/Errors"
+import type { Channel, ConfirmChannel, GetMessage } from "amqplib"
+import { type Cause, Context, Effect, Layer, Schema, type Scope, Semaphore } from "effect"
+import { Buffer } from "node:buffer"
+import { AmqpConnection } from "./AmqpConnection.ts"
 import { AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
 import type * as Topology from "./Topology.ts"
 
@@ -61,10 +61,14 @@ export interface DeadLetterMessage {
   readonly body: string
 }
 
-const DeadLetterQueueNotFoundBase: Schema.Class<DeadLetterQueueNotFound, Schema.TaggedStruct<"DeadLetterQueueNotFound", {
-  readonly queue: Schema.String
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<DeadLetterQueueNotFound>()("DeadLetterQueueNotFound", {
+const DeadLetterQueueNotFoundBase: Schema.Class<
+  DeadLetterQueueNotFound,
+  Schema.TaggedStruct<"DeadLetterQueueNotFound", {
+    readonly queue: Schema.String
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<DeadLetterQueueNotFound>()("DeadLetterQueueNotFound", {
   queue: Schema.String,
   message: Schema.String
 })
@@ -103,12 +107,21 @@ export interface Service {
    * The first `limit` messages of a dead-letter queue, left in it: taken and requeued at once, so
    * quorum queues count a delivery and put them behind the others.
    */
-  readonly peek: (queue: string, limit: number) => Effect.Effect<ReadonlyArray<DeadLetterMessage>, AmqpConnectionError | DeadLetterQueueNotFound>
+  readonly peek: (
+    queue: string,
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<DeadLetterMessage>, AmqpConnectionError | DeadLetterQueueNotFound>
   /** Moves messages back into the work queue (see the module docs); returns how many. */
-  readonly replay: (queue: string, options?: ReplayOptions) => Effect.Effect<number, AmqpConnectionError | DeadLetterQueueNotFound>
+  readonly replay: (
+    queue: string,
+    options?: ReplayOptions
+  ) => Effect.Effect<number, AmqpConnectionError | DeadLetterQueueNotFound>
 }
 
-const DeadLettersBase: Context.ServiceClass<DeadLetters, "@tidings/rabbitmq/DeadLetters", Service> = Context.Service<DeadLetters, Service>()("@tidings/rabbitmq/DeadLetters")
+const DeadLettersBase: Context.ServiceClass<DeadLetters, "@tidings/rabbitmq/DeadLetters", Service> = Context.Service<
+  DeadLetters,
+  Service
+>()("@tidings/rabbitmq/DeadLetters")
 
 /**
  * The service of {@link layer}.
@@ -126,9 +139,20 @@ export const replayedHeader = "tidings-replayed"
 
 // The broker's death bookkeeping and the consumer's attempt count (AmqpPublisher.HeaderNames.attempt)
 // stay behind: the replayed copy starts afresh.
-const dropped = new Set(["x-delivery-count", "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason", "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", "tidings-attempt"])
+const dropped = new Set([
+  "x-delivery-count",
+  "x-death",
+  "x-first-death-exchange",
+  "x-first-death-queue",
+  "x-first-death-reason",
+  "x-last-death-exchange",
+  "x-last-death-queue",
+  "x-last-death-reason",
+  "tidings-attempt"
+])
 
-const text = (value: unknown): string | null => typeof value === "string" ? value : Buffer.isBuffer(value) ? value.toString("utf8") : null
+const text = (value: unknown): string | null =>
+  typeof value === "string" ? value : Buffer.isBuffer(value) ? value.toString("utf8") : null
 
 const reasonOf = (headers: Record<string, unknown>): string | null => {
   const deaths = headers["x-death"]
@@ -143,10 +167,14 @@ const reasonOf = (headers: Record<string, unknown>): string | null => {
 
 // Headers as JSON-friendly values (amqplib gives Buffers for byte strings).
 const plain = (value: unknown): unknown =>
-  Buffer.isBuffer(value) ? value.toString("utf8") : Array.isArray(value) ? value.map(plain) : value instanceof Date ? value.toISOString()
-  : typeof value === "object" && value !== null ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, plain(v)])) : value
+  Buffer.isBuffer(value) ? value.toString("utf8") : Array.isArray(value) ? value.map(plain) : value instanceof Date ?
+    value.toISOString()
+    : typeof value === "object" && value !== null
+    ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, plain(v)]))
+    : value
 
-const notConnected = (operation: string) => new AmqpConnectionError({ operation, message: "not connected to RabbitMQ", retryable: true })
+const notConnected = (operation: string) =>
+  new AmqpConnectionError({ operation, message: "not connected to RabbitMQ", retryable: true })
 
 const failure = (operation: string, scrub: (s: string) => string) => (error: unknown) => {
   const e = error as { readonly message?: unknown; readonly code?: unknown }
@@ -163,18 +191,24 @@ const failure = (operation: string, scrub: (s: string) => string) => (error: unk
  * @since 0.1.0
  * @category constructors
  */
-export const make = (config: Config): Effect.Effect<Service, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
+export const make = (
+  config: Config
+): Effect.Effect<Service, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection | Scope.Scope> =>
   Effect.gen(function*() {
     const connection = yield* AmqpConnection
     const targets = new Map<string, string>()
     for (const q of config.queues) {
       const name = typeof q === "string" ? q : q.queue
       const dlq = typeof q === "string" ? `${q}.dlq` : q.deadLetterQueue
-      if (name.length === 0 || name.length > 200) return yield* new InvalidConfig({ path: "queues", message: "queue names must be 1-200 characters" })
+      if (name.length === 0 || name.length > 200) {
+        return yield* new InvalidConfig({ path: "queues", message: "queue names must be 1-200 characters" })
+      }
       targets.set(dlq, name)
     }
     const timeout = config.confirmTimeoutMs ?? 10_000
-    if (!Number.isInteger(timeout) || timeout < 1) return yield* new InvalidConfig({ path: "confirmTimeoutMs", message: "must be a positive integer" })
+    if (!Number.isInteger(timeout) || timeout < 1) {
+      return yield* new InvalidConfig({ path: "confirmTimeoutMs", message: "must be a positive integer" })
+    }
 
     let channels: { readonly channel: Channel; readonly confirm: ConfirmChannel } | undefined
     yield* connection.register({
@@ -197,7 +231,12 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
     const resolve = (queue: string) => {
       if (targets.has(queue)) return Effect.succeed({ dlq: queue, target: targets.get(queue)! })
       for (const [dlq, target] of targets) if (target === queue) return Effect.succeed({ dlq, target })
-      return Effect.fail(new DeadLetterQueueNotFound({ queue, message: `${queue} is not a configured dead-letter queue (known: ${[...targets.keys()].join(", ") || "none"})` }))
+      return Effect.fail(
+        new DeadLetterQueueNotFound({
+          queue,
+          message: `${queue} is not a configured dead-letter queue (known: ${[...targets.keys()].join(", ") || "none"})`
+        })
+      )
     }
 
     const publishCopy = (confirm: ConfirmChannel, target: string, message: GetMessage) =>
@@ -205,7 +244,9 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
         const { properties } = message
         const headers: Record<string, unknown> = {}
         for (const [k, v] of Object.entries(properties.headers ?? {})) if (!dropped.has(k)) headers[k] = v
-        headers[replayedHeader] = (typeof properties.headers?.[replayedHeader] === "number" ? properties.headers[replayedHeader] as number : 0) + 1
+        headers[replayedHeader] = (typeof properties.headers?.[replayedHeader] === "number"
+          ? properties.headers[replayedHeader] as number
+          : 0) + 1
         const timer = setTimeout(() => fail(new Error(`no confirm within ${timeout} ms`)), timeout)
         confirm.publish("", target, message.content, {
           persistent: true,
@@ -264,7 +305,10 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
           const { dlq, target } = yield* resolve(queue)
           // The count is for progress only: messages a peek just gave back may not be counted as
           // ready yet (quorum queues), so the loop runs until the queue is empty or the limit is hit.
-          const waiting = yield* using("checkQueue", ({ channel }) => channel.checkQueue(dlq).then((q) => q.messageCount))
+          const waiting = yield* using(
+            "checkQueue",
+            ({ channel }) => channel.checkQueue(dlq).then((q) => q.messageCount)
+          )
           const limit = options.limit ?? Number.POSITIVE_INFINITY
           const report = options.onProgress ?? (() => Effect.void)
           yield* report(0, Math.min(waiting, limit))
@@ -296,5 +340,7 @@ export const make = (config: Config): Effect.Effect<Service, InvalidConfig | Amq
  * @since 0.1.0
  * @category layers
  */
-export const layer = (config: Config): Layer.Layer<DeadLetters, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
+export const layer = (
+  config: Config
+): Layer.Layer<DeadLetters, InvalidConfig | AmqpConnectionError | TopologyError, AmqpConnection> =>
   Layer.effect(DeadLetters, make(config))

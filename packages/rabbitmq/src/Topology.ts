@@ -8,8 +8,8 @@
  * @module
  */
 import * as Settings from "@tidings/core/Settings"
-import { Duration, Effect, Schema } from "effect"
 import type { Channel } from "amqplib"
+import { Duration, Effect, Schema } from "effect"
 import type { TopologyError } from "./AmqpErrors.ts"
 import { topologyError } from "./internal/amqpError.ts"
 
@@ -97,7 +97,8 @@ export const make = (parts: Partial<Topology>): Topology => ({
   bindings: parts.bindings ?? []
 })
 
-const bindingKey = (b: Binding) => `${b.exchange}\u0000${b.queue}\u0000${b.routingKey ?? ""}\u0000${JSON.stringify(b.arguments ?? {})}`
+const bindingKey = (b: Binding) =>
+  `${b.exchange}\u0000${b.queue}\u0000${b.routingKey ?? ""}\u0000${JSON.stringify(b.arguments ?? {})}`
 
 /**
  * Several topologies as one; an entity named twice is declared once (the first declaration wins).
@@ -126,7 +127,9 @@ export const queueArguments = (queue: Queue): Record<string, unknown> => {
   const args: Record<string, unknown> = { "x-queue-type": type }
   if (queue.deadLetterExchange !== undefined) args["x-dead-letter-exchange"] = queue.deadLetterExchange
   if (queue.deadLetterRoutingKey !== undefined) args["x-dead-letter-routing-key"] = queue.deadLetterRoutingKey
-  if (queue.messageTtl !== undefined) args["x-message-ttl"] = Math.round(Duration.toMillis(Duration.fromInputUnsafe(queue.messageTtl)))
+  if (queue.messageTtl !== undefined) {
+    args["x-message-ttl"] = Math.round(Duration.toMillis(Duration.fromInputUnsafe(queue.messageTtl)))
+  }
   if (queue.deliveryLimit !== undefined && type === "quorum") args["x-delivery-limit"] = queue.deliveryLimit
   if (type === "quorum" && queue.deadLetterExchange !== undefined) {
     // Quorum queues dead-letter at most once unless told otherwise; a DLQ that may lose messages
@@ -168,8 +171,11 @@ export const apply = (channel: Channel, topology: Topology): Effect.Effect<void,
         }))
     }
     for (const b of topology.bindings) {
-      yield* run("bindQueue", `${b.exchange} -> ${b.queue}`, () =>
-        channel.bindQueue(b.queue, b.exchange, b.routingKey ?? "", b.arguments ?? {}))
+      yield* run(
+        "bindQueue",
+        `${b.exchange} -> ${b.queue}`,
+        () => channel.bindQueue(b.queue, b.exchange, b.routingKey ?? "", b.arguments ?? {})
+      )
     }
   }).pipe(Effect.withSpan("tidings.amqp.topology", {
     attributes: {
@@ -229,7 +235,9 @@ export interface ConsumerQueue {
 
 const queueName = Schema.String.check(Schema.makeFilter((name: string) =>
   // AMQP short strings: at most 255 bytes; the derived names add up to ~25 characters.
-  name.length > 0 && name.length <= 200 && !name.startsWith("amq.") ? undefined : "must be 1-200 characters and not start with 'amq.'"
+  name.length > 0 && name.length <= 200 && !name.startsWith("amq.")
+    ? undefined
+    : "must be 1-200 characters and not start with 'amq.'"
 ))
 
 /**
@@ -276,7 +284,10 @@ export const consumerQueue = (options: ConsumerQueueOptions): ConsumerQueue => {
   const exchange: Exchange = typeof options.exchange === "string" ? { name: options.exchange } : options.exchange
   const deadLetterExchange = `${options.queue}.dlx`
   const deadLetterQueue = `${options.queue}.dlq`
-  const retryQueues = s.retryDelays.map((delay): RetryQueue => ({ name: `${options.queue}.delay.${Math.max(1, Math.round(Duration.toMillis(delay)))}`, delay }))
+  const retryQueues = s.retryDelays.map((delay): RetryQueue => ({
+    name: `${options.queue}.delay.${Math.max(1, Math.round(Duration.toMillis(delay)))}`,
+    delay
+  }))
   const topology = make({
     exchanges: [exchange, { name: deadLetterExchange, type: "fanout" }],
     queues: [
@@ -296,7 +307,11 @@ export const consumerQueue = (options: ConsumerQueueOptions): ConsumerQueue => {
       }))
     ],
     bindings: [
-      ...(options.routingKeys ?? ["#"]).map((routingKey): Binding => ({ exchange: exchange.name, queue: options.queue, routingKey })),
+      ...(options.routingKeys ?? ["#"]).map((routingKey): Binding => ({
+        exchange: exchange.name,
+        queue: options.queue,
+        routingKey
+      })),
       { exchange: deadLetterExchange, queue: deadLetterQueue }
     ]
   })

@@ -4,7 +4,17 @@ import { freePort } from "../../../test/support/embeddedPostgres.ts"
 import * as AmqpConnection from "../src/AmqpConnection.ts"
 import { AmqpConnectionError } from "../src/AmqpErrors.ts"
 import * as Topology from "../src/Topology.ts"
-import { amqpUrl, captureLogs, connect, connectionLayer, eventually, messageCount, rawChannel, recordingTracer, unique } from "./helpers.ts"
+import {
+  amqpUrl,
+  captureLogs,
+  connect,
+  connectionLayer,
+  eventually,
+  messageCount,
+  rawChannel,
+  recordingTracer,
+  unique
+} from "./helpers.ts"
 
 const withPassword = (url: string, password: string) => {
   const u = new URL(url)
@@ -34,7 +44,9 @@ describe("AmqpConnection", () => {
       const logs = captureLogs()
       const tracing = recordingTracer()
       const exit = yield* Effect.exit(
-        Layer.build(connectionLayer({ url: Redacted.make(withPassword(amqpUrl(), password)), startupTimeout: "5 seconds" }))
+        Layer.build(
+          connectionLayer({ url: Redacted.make(withPassword(amqpUrl(), password)), startupTimeout: "5 seconds" })
+        )
       ).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(logs.layer, tracing.layer)))
       assert.isTrue(Exit.isFailure(exit))
       if (!Exit.isFailure(exit)) return
@@ -63,7 +75,9 @@ describe("AmqpConnection", () => {
       const port = yield* Effect.promise(() => freePort())
       const logs = captureLogs()
       const started = Date.now()
-      const exit = yield* Effect.exit(Layer.build(connectionLayer({ startupTimeout: "700 millis" }, `amqp://guest:guest@127.0.0.1:${port}/`))).pipe(
+      const exit = yield* Effect.exit(
+        Layer.build(connectionLayer({ startupTimeout: "700 millis" }, `amqp://guest:guest@127.0.0.1:${port}/`))
+      ).pipe(
         Effect.scoped,
         Effect.provide(logs.layer)
       )
@@ -75,7 +89,11 @@ describe("AmqpConnection", () => {
         assert.isTrue(error.value.isRetryable)
         assert.strictEqual(error.value.code, "ECONNREFUSED")
       }
-      assert.isAtLeast(logs.lines.filter((l) => l.includes("connection attempt")).length, 2, "it retried before giving up")
+      assert.isAtLeast(
+        logs.lines.filter((l) => l.includes("connection attempt")).length,
+        2,
+        "it retried before giving up"
+      )
       assert.isBelow(elapsed, 5000)
     }))
 
@@ -94,7 +112,11 @@ describe("AmqpConnection", () => {
       assert.isTrue(Exit.isFailure(exit))
       assert.isAtLeast(elapsed, 2400, `gave up after ${elapsed} ms`)
       assert.isBelow(elapsed, 2500 + 5000, `gave up after ${elapsed} ms`)
-      assert.strictEqual(logs.lines.filter((l) => l.includes("connection attempt")).length, 3, "attempts at 0, 1 and 2.5 s")
+      assert.strictEqual(
+        logs.lines.filter((l) => l.includes("connection attempt")).length,
+        3,
+        "attempts at 0, 1 and 2.5 s"
+      )
     }))
 
   it.live("errors are scrubbed of credentials only: URL userinfo and password fields, not every word equal to the password", () =>
@@ -102,7 +124,8 @@ describe("AmqpConnection", () => {
       // The test broker's password is `guest`, a word that also occurs in ordinary text.
       assert.strictEqual(new URL(amqpUrl()).password, "guest")
       const connection = yield* connect()
-      const text = `connect to ${amqpUrl()} failed at file:///app/node_modules/.pnpm/guest@3.4.9/index.js: {"password":"guest"} password=guest, guest user`
+      const text =
+        `connect to ${amqpUrl()} failed at file:///app/node_modules/.pnpm/guest@3.4.9/index.js: {"password":"guest"} password=guest, guest user`
       const scrubbed = connection.scrub(text)
       assert.notInclude(scrubbed, "guest:guest@")
       assert.include(scrubbed, "amqp://<redacted>@127.0.0.1")
@@ -114,7 +137,8 @@ describe("AmqpConnection", () => {
 
   it.live("an invalid URL is an InvalidConfig that does not repeat the URL", () =>
     Effect.gen(function*() {
-      const exit = yield* Effect.exit(Layer.build(AmqpConnection.layer({ url: "http://bob:hunter2hunter2@example/" }))).pipe(Effect.scoped)
+      const exit = yield* Effect.exit(Layer.build(AmqpConnection.layer({ url: "http://bob:hunter2hunter2@example/" })))
+        .pipe(Effect.scoped)
       assert.isTrue(Exit.isFailure(exit))
       const error = Exit.isFailure(exit) ? Cause.findErrorOption(exit.cause) : undefined
       assert.strictEqual(error?._tag === "Some" ? error.value._tag : "", "InvalidConfig")
@@ -124,10 +148,16 @@ describe("AmqpConnection", () => {
   it.live("a queue redeclared with other arguments: a non-retryable TopologyError (406)", () =>
     Effect.gen(function*() {
       const queue = unique("precondition")
-      yield* Layer.build(connectionLayer({ topology: Topology.make({ queues: [{ name: queue, type: "classic", autoDelete: true }] }) }))
-      const exit = yield* Effect.exit(Layer.build(connectionLayer({
-        topology: Topology.make({ queues: [{ name: queue, type: "classic", autoDelete: true, messageTtl: "1 minute" }] })
-      })).pipe(Effect.scoped))
+      yield* Layer.build(
+        connectionLayer({ topology: Topology.make({ queues: [{ name: queue, type: "classic", autoDelete: true }] }) })
+      )
+      const exit = yield* Effect.exit(
+        Layer.build(connectionLayer({
+          topology: Topology.make({
+            queues: [{ name: queue, type: "classic", autoDelete: true, messageTtl: "1 minute" }]
+          })
+        })).pipe(Effect.scoped)
+      )
       assert.isTrue(Exit.isFailure(exit))
       const error = Exit.isFailure(exit) ? Cause.findErrorOption(exit.cause) : undefined
       assert.strictEqual(error?._tag === "Some" ? error.value._tag : "", "TopologyError")
@@ -143,11 +173,16 @@ describe("AmqpConnection", () => {
       const connection = yield* connect()
       const seen: Array<string> = []
       const watcher = yield* connection.changes.pipe(
-        Stream.runForEach((s) => Effect.sync(() => void seen.push(s._tag === "Connected" ? `Connected#${s.generation}` : s._tag))),
+        Stream.runForEach((s) =>
+          Effect.sync(() => void seen.push(s._tag === "Connected" ? `Connected#${s.generation}` : s._tag))
+        ),
         Effect.forkScoped
       )
       let opens = 0
-      yield* connection.register({ name: "probe", open: (channels) => Effect.andThen(channels.channel, Effect.sync(() => void opens++)) })
+      yield* connection.register({
+        name: "probe",
+        open: (channels) => Effect.andThen(channels.channel, Effect.sync(() => void opens++))
+      })
       assert.strictEqual(opens, 1)
       yield* eventually(Effect.sync(() => seen.length > 0), "2 seconds", "the first state")
       yield* connection.restart

@@ -13,8 +13,8 @@ import * as Inbox from "@tidings/core/Inbox"
 import * as InboxStore from "@tidings/core/InboxStore"
 import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
 import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
-import * as OutboxStore from "@tidings/core/OutboxStore"
 import type * as Message from "@tidings/core/Message"
+import * as OutboxStore from "@tidings/core/OutboxStore"
 import { consumerContract } from "@tidings/core/testing"
 import type { GetMessage, Options } from "amqplib"
 import { Data, Deferred, type Duration, Effect, Exit, Fiber, Metric, Scope } from "effect"
@@ -43,7 +43,13 @@ class Transient extends Data.TaggedError("Transient")<{}> {
 }
 
 const registry = EventRegistry.make([
-  EventRegistry.entry(OrderPlaced, EventRegistry.upcast(OrderPlacedV1, (v1) => ({ orderId: v1.orderId, total: { cents: v1.totalCents, currency: "EUR" } }))),
+  EventRegistry.entry(
+    OrderPlaced,
+    EventRegistry.upcast(
+      OrderPlacedV1,
+      (v1) => ({ orderId: v1.orderId, total: { cents: v1.totalCents, currency: "EUR" } })
+    )
+  ),
   ShipmentSent
 ])
 interface Handled {
@@ -57,7 +63,11 @@ const v2 = (orderId: string) => ({ orderId, total: { cents: 100, currency: "EUR"
 
 /** A consumer queue (quorum, 200 ms retry queue) on a fresh exchange, removed at the end. */
 const setup = (
-  options: { readonly deliveryLimit?: number; readonly retryDelays?: ReadonlyArray<Duration.Input>; readonly type?: "quorum" | "classic" } = {}
+  options: {
+    readonly deliveryLimit?: number
+    readonly retryDelays?: ReadonlyArray<Duration.Input>
+    readonly type?: "quorum" | "classic"
+  } = {}
 ) =>
   Effect.gen(function*() {
     const exchange = unique("c.x")
@@ -79,13 +89,21 @@ const setup = (
     const handled: Array<Handled> = []
     let n = 0
     /** Publishes a message as the relay does (AmqpPublisher's encoding), with optional overrides. */
-    const sendMessage = (message: Message.Message, override: { readonly content?: Buffer; readonly options?: Options.Publish } = {}) =>
+    const sendMessage = (
+      message: Message.Message,
+      override: { readonly content?: Buffer; readonly options?: Options.Publish } = {}
+    ) =>
       Effect.sync(() => {
         const out = AmqpPublisher.toOutgoing(message, { exchange })
         raw.publish(exchange, out.routingKey, override.content ?? out.content, { ...out.options, ...override.options })
         return message.id
       })
-    const send = (type: string, version: number, payload: unknown, override: { readonly content?: Buffer; readonly options?: Options.Publish } = {}) =>
+    const send = (
+      type: string,
+      version: number,
+      payload: unknown,
+      override: { readonly content?: Buffer; readonly options?: Options.Publish } = {}
+    ) =>
       sendMessage({
         id: crypto.randomUUID(),
         type,
@@ -148,7 +166,8 @@ consumerContract("AmqpConsumer", {
       return {
         name: c.name,
         publish: (m: Message.Message) => Effect.asVoid(t.sendMessage(m)),
-        deadLetters: Effect.map(t.dlq, (xs) => xs.map((m) => ({ messageId: m.properties.messageId as string | undefined }))),
+        deadLetters: Effect.map(t.dlq, (xs) =>
+          xs.map((m) => ({ messageId: m.properties.messageId as string | undefined }))),
         retryDelay: "200 millis"
       }
     })
@@ -158,12 +177,19 @@ describe("AmqpConsumer: RabbitMQ's own retry modes and limits", () => {
   it.live("transient error in requeue mode -> immediate redelivery (broker delivery count), then success", () =>
     Effect.gen(function*() {
       const t = yield* setup()
-      const c = yield* t.start({ retry: "requeue", handler: (d) => d.attempt === 1 ? Effect.fail(new Transient()) : Effect.void })
+      const c = yield* t.start({
+        retry: "requeue",
+        handler: (d) => d.attempt === 1 ? Effect.fail(new Transient()) : Effect.void
+      })
       yield* t.send("order.placed", 2, v2("o1"))
       yield* eventually(Effect.sync(() => t.handled.length === 2), "10 seconds", "the requeued delivery")
       assert.deepStrictEqual(t.handled.map((h) => h.attempt), [1, 2])
       assert.isTrue(t.handled[1]!.delivery.redelivered)
-      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.retried, { mode: "requeue" }), (n) => n === 1), "5 seconds", "the requeue")
+      yield* eventually(
+        Effect.map(c.metric(AmqpConsumer.metrics.retried, { mode: "requeue" }), (n) => n === 1),
+        "5 seconds",
+        "the requeue"
+      )
     }).pipe(Effect.scoped))
 
   it.live("a classic queue in requeue mode still counts attempts (copies carry the count) and dead-letters at maxAttempts", () =>
@@ -182,7 +208,11 @@ describe("AmqpConsumer: RabbitMQ's own retry modes and limits", () => {
       // Requeue whatever happens and never give up ourselves: only the broker can stop it.
       yield* t.start({ maxAttempts: 1000, decide: () => "requeue", handler: () => Effect.fail(new Transient()) })
       yield* t.send("order.placed", 2, v2("o1"))
-      yield* eventually(Effect.map(messageCount(t.raw, t.cq.deadLetterQueue), (n) => n === 1), "10 seconds", "the broker's dead-letter")
+      yield* eventually(
+        Effect.map(messageCount(t.raw, t.cq.deadLetterQueue), (n) => n === 1),
+        "10 seconds",
+        "the broker's dead-letter"
+      )
       assert.isAtMost(t.handled.length, 3)
       assert.isAtLeast(t.handled.length, 2)
     }).pipe(Effect.scoped))
@@ -195,24 +225,42 @@ describe("AmqpConsumer: a database that is down", () => {
       const t = yield* setup({ deliveryLimit: 2 })
       const memory = yield* MemoryInboxStore.make
       let down = true
-      const downError = new Errors.StoreError({ operation: "inbox.begin", message: "connect ECONNREFUSED 127.0.0.1:5432", reason: new Errors.Unavailable() })
+      const downError = new Errors.StoreError({
+        operation: "inbox.begin",
+        message: "connect ECONNREFUSED 127.0.0.1:5432",
+        reason: new Errors.Unavailable()
+      })
       // The inbox store of a database that refuses connections (until `down` is cleared).
-      const flaky: InboxStore.Service = { ...memory, begin: (...args) => down ? Effect.fail(downError) : memory.begin(...args) }
+      const flaky: InboxStore.Service = {
+        ...memory,
+        begin: (...args) => down ? Effect.fail(downError) : memory.begin(...args)
+      }
       const outbox = yield* MemoryOutboxStore.make
       const effects: Array<string | undefined> = []
-      const handler = Inbox.wrap("db-down", (d: Consumer.Delivery<EventRegistry.Decoded>) => Effect.sync(() => void effects.push(d.messageId)))
+      const handler = Inbox.wrap(
+        "db-down",
+        (d: Consumer.Delivery<EventRegistry.Decoded>) => Effect.sync(() => void effects.push(d.messageId))
+      )
       const c = yield* t.start({
         concurrency: 2,
         maxAttempts: 2,
         unavailableDelay: "50 millis",
         unavailableMaxDelay: "200 millis",
-        handler: (d) => handler(d).pipe(Effect.provideService(InboxStore.InboxStore, flaky), Effect.provideService(OutboxStore.OutboxStore, outbox))
+        handler: (d) =>
+          handler(d).pipe(
+            Effect.provideService(InboxStore.InboxStore, flaky),
+            Effect.provideService(OutboxStore.OutboxStore, outbox)
+          )
       })
       const first = yield* t.send("order.placed", 2, v2("o1"))
       yield* eventually(c.consumer.paused, "10 seconds", "the consumer to pause")
       const second = yield* t.send("order.placed", 2, v2("o2"))
       // A long outage: the held delivery is retried many times; the second one does not start.
-      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.unavailable), (n) => n >= 10), "20 seconds", "ten held retries")
+      yield* eventually(
+        Effect.map(c.metric(AmqpConsumer.metrics.unavailable), (n) => n >= 10),
+        "20 seconds",
+        "ten held retries"
+      )
       assert.isTrue(t.handled.every((h) => h.delivery.messageId === first), "nothing else started while paused")
       down = false
       yield* eventually(Effect.sync(() => effects.length === 2), "10 seconds", "both effects")
@@ -238,8 +286,16 @@ describe("AmqpConsumer: decoding", () => {
       yield* t.send("order.placed", 3, { id: "v3-incompatible" })
       yield* eventually(Effect.map(messageCount(t.raw, t.cq.deadLetterQueue), (n) => n === 1), "10 seconds", "the DLQ")
       yield* eventually(Effect.sync(() => t.handled.length === 1), "5 seconds", "the compatible one")
-      assert.deepStrictEqual(t.handled[0]!.event, { type: "order.placed", version: 2, receivedVersion: 3, payload: v2("v3-compatible") })
-      assert.isTrue(logs.lines.some((l) => l.includes("newer than the registered version")), "the best-effort decode is logged")
+      assert.deepStrictEqual(t.handled[0]!.event, {
+        type: "order.placed",
+        version: 2,
+        receivedVersion: 3,
+        payload: v2("v3-compatible")
+      })
+      assert.isTrue(
+        logs.lines.some((l) => l.includes("newer than the registered version")),
+        "the best-effort decode is logged"
+      )
     }).pipe(Effect.scoped))
 
   it.live("an unknown type is logged", () =>
@@ -266,14 +322,25 @@ describe("AmqpConsumer: decoding", () => {
       const abc = yield* t.send("order.placed", 2, v2("abc"), { options: { headers: { [version]: "abc" } } })
       const zero = yield* t.send("order.placed", 2, v2("zero"), { options: { headers: { [version]: 0 } } })
       yield* t.send("order.placed", 2, v2("good"))
-      yield* eventually(Effect.map(c.metric(AmqpConsumer.metrics.deadLettered, { reason: "DecodeFailure" }), (n) => n === 5), "10 seconds", "five dead-letters")
+      yield* eventually(
+        Effect.map(c.metric(AmqpConsumer.metrics.deadLettered, { reason: "DecodeFailure" }), (n) => n === 5),
+        "10 seconds",
+        "five dead-letters"
+      )
       yield* eventually(Effect.sync(() => t.handled.length === 1), "5 seconds", "the good message")
       assert.strictEqual((t.handled[0]!.event.payload as { orderId: string }).orderId, "good")
       assert.isTrue(yield* c.consumer.isConsuming)
-      const dead = yield* eventually(Effect.map(t.dlq, (d) => d.length === 5), "10 seconds", "the DLQ").pipe(Effect.andThen(t.dlq))
+      const dead = yield* eventually(Effect.map(t.dlq, (d) => d.length === 5), "10 seconds", "the DLQ").pipe(
+        Effect.andThen(t.dlq)
+      )
       assert.isTrue(dead.every((m) => m.properties.headers?.["x-first-death-reason"] === "rejected"))
       assert.includeMembers(dead.map((m) => m.properties.messageId), [abc, zero])
-      for (const shown of ["(InvalidVersion): version header \\\"abc\\\" is not an integer >= 1", "(InvalidVersion): version header 0 is not an integer >= 1"]) {
+      for (
+        const shown of [
+          "(InvalidVersion): version header \\\"abc\\\" is not an integer >= 1",
+          "(InvalidVersion): version header 0 is not an integer >= 1"
+        ]
+      ) {
         assert.isTrue(logs.lines.some((l) => l.includes(shown)), shown)
       }
     }).pipe(Effect.scoped))
@@ -291,7 +358,11 @@ describe("AmqpConsumer: tracing, shutdown, reconnect", () => {
         options: { headers: { [AmqpPublisher.HeaderNames.version]: 2, traceparent: `00-${traceId}-${parentId}-01` } }
       })
       const name = `process ${t.cq.queue}`
-      yield* eventually(Effect.sync(() => tracing.spans.some((s) => s.name === name && s.status._tag === "Ended")), "10 seconds", "the span")
+      yield* eventually(
+        Effect.sync(() => tracing.spans.some((s) => s.name === name && s.status._tag === "Ended")),
+        "10 seconds",
+        "the span"
+      )
       const span = tracing.spans.find((s) => s.name === name)!
       assert.strictEqual(span.traceId, traceId)
       assert.strictEqual(span.parent?._tag === "Some" ? span.parent.value.spanId : undefined, parentId)
@@ -325,7 +396,11 @@ describe("AmqpConsumer: tracing, shutdown, reconnect", () => {
       yield* Fiber.join(stopping)
       assert.strictEqual(finished, 1, "the running handler completed")
       assert.strictEqual(t.handled.length, 1, "nothing else started")
-      yield* eventually(Effect.map(messageCount(t.raw, t.cq.queue), (n) => n === 3), "5 seconds", "3 requeued deliveries")
+      yield* eventually(
+        Effect.map(messageCount(t.raw, t.cq.queue), (n) => n === 3),
+        "5 seconds",
+        "3 requeued deliveries"
+      )
       assert.strictEqual(yield* c.metric(AmqpConsumer.metrics.acked), 1)
       assert.strictEqual(yield* c.metric(AmqpConsumer.metrics.retried, { mode: "shutdown" }), 3)
     }).pipe(Effect.scoped))
@@ -339,7 +414,11 @@ describe("AmqpConsumer: tracing, shutdown, reconnect", () => {
       const started = Date.now()
       yield* c.stop
       assert.isBelow(Date.now() - started, 3000)
-      yield* eventually(Effect.map(messageCount(t.raw, t.cq.queue), (n) => n === 1), "5 seconds", "the requeued delivery")
+      yield* eventually(
+        Effect.map(messageCount(t.raw, t.cq.queue), (n) => n === 1),
+        "5 seconds",
+        "the requeued delivery"
+      )
     }).pipe(Effect.scoped))
 
   it.live("after the connection drops, the consumer resubscribes with its prefetch by itself", () =>
@@ -349,7 +428,11 @@ describe("AmqpConsumer: tracing, shutdown, reconnect", () => {
       yield* t.send("order.placed", 2, v2("before"))
       yield* eventually(Effect.sync(() => t.handled.length === 1), "10 seconds", "the first delivery")
       yield* t.connection.restart
-      yield* eventually(Effect.map(t.connection.state, (s) => s._tag === "Connected" && s.generation === 2), "10 seconds", "the reconnect")
+      yield* eventually(
+        Effect.map(t.connection.state, (s) => s._tag === "Connected" && s.generation === 2),
+        "10 seconds",
+        "the reconnect"
+      )
       yield* eventually(c.consumer.isConsuming, "10 seconds", "the resubscription")
       yield* t.send("order.placed", 2, v2("after"))
       // "before" may come again first: its ack can be lost with the connection (at least once).
@@ -361,17 +444,31 @@ describe("AmqpConsumer: tracing, shutdown, reconnect", () => {
   it.live("consumer settings are validated: one InvalidConfig names every wrong setting", () =>
     Effect.gen(function*() {
       const t = yield* setup()
-      const exit = yield* Effect.exit(t.start({ handler: ok, prefetch: 0, concurrency: 1.5, unknownType: "drop" as never }))
+      const exit = yield* Effect.exit(
+        t.start({ handler: ok, prefetch: 0, concurrency: 1.5, unknownType: "drop" as never })
+      )
       assert.isTrue(Exit.isFailure(exit))
       const error = Exit.isFailure(exit) ? exit.cause.reasons.find((r) => r._tag === "Fail") : undefined
       const e = error?._tag === "Fail" ? error.error : undefined
       assert.instanceOf(e, InvalidConfig)
-      assert.deepStrictEqual((e as InvalidConfig).issues?.map((i) => i.path), ["concurrency", "prefetch", "unknownType"])
-      const classic = yield* Effect.exit(AmqpConsumer.make({ name: "x", queue: "plain", registry, retry: "delayed", handler: ok }).pipe(
-        Effect.provideService(AmqpConnection.AmqpConnection, t.connection),
-        Effect.scoped
-      ))
-      assert.include(Exit.isFailure(classic) ? String(classic.cause) : "", "delayed retries need a consumer queue with retry queues")
-      assert.throws(() => Topology.consumerQueue({ queue: "amq.nope", exchange: "x", retryDelays: [0] }), /queue: must be 1-200 characters.*retryDelays\.0/)
+      assert.deepStrictEqual((e as InvalidConfig).issues?.map((i) => i.path), [
+        "concurrency",
+        "prefetch",
+        "unknownType"
+      ])
+      const classic = yield* Effect.exit(
+        AmqpConsumer.make({ name: "x", queue: "plain", registry, retry: "delayed", handler: ok }).pipe(
+          Effect.provideService(AmqpConnection.AmqpConnection, t.connection),
+          Effect.scoped
+        )
+      )
+      assert.include(
+        Exit.isFailure(classic) ? String(classic.cause) : "",
+        "delayed retries need a consumer queue with retry queues"
+      )
+      assert.throws(
+        () => Topology.consumerQueue({ queue: "amq.nope", exchange: "x", retryDelays: [0] }),
+        /queue: must be 1-200 characters.*retryDelays\.0/
+      )
     }).pipe(Effect.scoped))
 })

@@ -10,7 +10,10 @@ import { connect, drain, eventually, messageCount, rawChannel, unique } from "./
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 let n = 0
-const message = (type = "order.placed", payload: unknown = { orderId: `o-${n}`, total: { cents: n, currency: "EUR" } }): Message.Message => ({
+const message = (
+  type = "order.placed",
+  payload: unknown = { orderId: `o-${n}`, total: { cents: n, currency: "EUR" } }
+): Message.Message => ({
   id: crypto.randomUUID(),
   type,
   version: 2,
@@ -35,7 +38,12 @@ const setup = (options: { readonly bind?: boolean; readonly queueArguments?: Rec
     const queue = unique("pub.q")
     const topology = Topology.make({
       exchanges: [{ name: exchange, type: "topic", autoDelete: true }],
-      queues: [{ name: queue, type: "classic", autoDelete: false, ...(options.queueArguments ? { arguments: options.queueArguments } : {}) }],
+      queues: [{
+        name: queue,
+        type: "classic",
+        autoDelete: false,
+        ...(options.queueArguments ? { arguments: options.queueArguments } : {})
+      }],
       bindings: options.bind === false ? [] : [{ exchange, queue, routingKey: "#" }]
     })
     const connection = yield* connect({ topology })
@@ -58,7 +66,11 @@ describe("AmqpPublisher", () => {
       // 5,000 messages overflow amqplib's per-channel write buffer: publishing waited for 'drain'.
       assert.isAbove(yield* publisher.drainWaits, 0)
       assert.strictEqual(yield* publisher.inFlight, 0)
-      yield* eventually(Effect.map(messageCount(raw, queue), (c) => c === 5000), "10 seconds", "5,000 messages in the queue")
+      yield* eventually(
+        Effect.map(messageCount(raw, queue), (c) => c === 5000),
+        "10 seconds",
+        "5,000 messages in the queue"
+      )
       const got = yield* drain(raw, queue)
       const first = got[0]!
       const m = messages[0]!
@@ -115,7 +127,9 @@ describe("AmqpPublisher", () => {
 
   it.live("a broker nack (queue full, reject-publish) is a retryable failure", () =>
     Effect.gen(function*() {
-      const { exchange, connection } = yield* setup({ queueArguments: { "x-max-length": 1, "x-overflow": "reject-publish" } })
+      const { exchange, connection } = yield* setup({
+        queueArguments: { "x-max-length": 1, "x-overflow": "reject-publish" }
+      })
       const publisher = yield* publisherOn(connection, { exchange })
       const results = yield* publisher.publish([message(), message(), message()])
       assert.strictEqual(results[0]!._tag, "Published")
@@ -148,7 +162,9 @@ describe("AmqpPublisher", () => {
         bindings: [{ exchange, queue, routingKey: "#" }]
       }))
       yield* eventually(
-        Effect.map(publisher.publish([message()]), (r) => r[0]!._tag === "Published").pipe(Effect.catch(() => Effect.succeed(false))),
+        Effect.map(publisher.publish([message()]), (r) => r[0]!._tag === "Published").pipe(
+          Effect.catch(() => Effect.succeed(false))
+        ),
         "10 seconds",
         "a publish on the re-opened channel"
       )

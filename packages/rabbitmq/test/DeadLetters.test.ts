@@ -24,7 +24,11 @@ describe("DeadLetters", () => {
   it.live("lists, peeks and replays a consumer's dead letters into its work queue; the consumer handles them afresh", () =>
     Effect.gen(function*() {
       const exchange = unique("dl.x")
-      const cq = Topology.consumerQueue({ queue: unique("dl.q"), exchange: { name: exchange, autoDelete: true }, retryDelays: ["200 millis"] })
+      const cq = Topology.consumerQueue({
+        queue: unique("dl.q"),
+        exchange: { name: exchange, autoDelete: true },
+        retryDelays: ["200 millis"]
+      })
       const connection = yield* connect({ name: "dead-letters-test" })
       const raw = yield* rawChannel()
       yield* Effect.addFinalizer(() =>
@@ -34,7 +38,8 @@ describe("DeadLetters", () => {
         })
       )
       let refusing = true
-      const handled: Array<{ readonly id: string | undefined; readonly attempt: number; readonly replayed: unknown }> = []
+      const handled: Array<{ readonly id: string | undefined; readonly attempt: number; readonly replayed: unknown }> =
+        []
       const consumerScope = yield* Scope.make()
       yield* AmqpConsumer.make({
         name: unique("dl-consumer").replaceAll(".", "-"),
@@ -47,7 +52,9 @@ describe("DeadLetters", () => {
           })
       }).pipe(Scope.provide(consumerScope), Effect.provideService(AmqpConnection.AmqpConnection, connection))
       yield* Effect.addFinalizer(() => Scope.close(consumerScope, Exit.void))
-      const dead = yield* DeadLetters.make({ queues: [cq] }).pipe(Effect.provideService(AmqpConnection.AmqpConnection, connection))
+      const dead = yield* DeadLetters.make({ queues: [cq] }).pipe(
+        Effect.provideService(AmqpConnection.AmqpConnection, connection)
+      )
 
       const ids: Array<string> = []
       for (let i = 0; i < 3; i++) {
@@ -66,23 +73,43 @@ describe("DeadLetters", () => {
         raw.publish(exchange, out.routingKey, out.content, out.options)
         ids.push(message.id)
       }
-      yield* eventually(Effect.map(messageCount(raw, cq.deadLetterQueue), (n) => n === 3), "15 seconds", "three dead letters")
+      yield* eventually(
+        Effect.map(messageCount(raw, cq.deadLetterQueue), (n) => n === 3),
+        "15 seconds",
+        "three dead letters"
+      )
 
-      assert.deepStrictEqual(yield* dead.list, [{ name: cq.deadLetterQueue, target: cq.queue, messages: 3, consumers: 1 }])
+      assert.deepStrictEqual(yield* dead.list, [{
+        name: cq.deadLetterQueue,
+        target: cq.queue,
+        messages: 3,
+        consumers: 1
+      }])
       const peeked = yield* dead.peek(cq.deadLetterQueue, 2)
       assert.deepStrictEqual(peeked.map((m) => m.messageId), ids.slice(0, 2))
       assert.strictEqual(peeked[0]!.type, "order.placed")
       assert.match(peeked[0]!.reason ?? "", new RegExp(`^rejected from ${cq.queue.replaceAll(".", "\\.")}`))
       assert.deepStrictEqual(JSON.parse(peeked[0]!.body), { orderId: "o-0", total: { cents: 100, currency: "EUR" } })
       // A peek leaves them there (the broker requeues them asynchronously).
-      yield* eventually(Effect.map(messageCount(raw, cq.deadLetterQueue), (n) => n === 3), "10 seconds", "the peeked messages back in the queue")
+      yield* eventually(
+        Effect.map(messageCount(raw, cq.deadLetterQueue), (n) => n === 3),
+        "10 seconds",
+        "the peeked messages back in the queue"
+      )
 
       refusing = false
       const progress: Array<[number, number]> = []
-      const first = yield* dead.replay(cq.queue, { limit: 2, onProgress: (done, total) => Effect.sync(() => void progress.push([done, total])) })
+      const first = yield* dead.replay(cq.queue, {
+        limit: 2,
+        onProgress: (done, total) => Effect.sync(() => void progress.push([done, total]))
+      })
       assert.strictEqual(first, 2)
       assert.deepStrictEqual(progress, [[0, 2], [1, 2], [2, 2]])
-      yield* eventually(Effect.sync(() => handled.filter((h) => h.replayed === 1).length === 2), "10 seconds", "the replayed messages to be handled")
+      yield* eventually(
+        Effect.sync(() => handled.filter((h) => h.replayed === 1).length === 2),
+        "10 seconds",
+        "the replayed messages to be handled"
+      )
       assert.strictEqual(yield* messageCount(raw, cq.deadLetterQueue), 1)
       const replayed = handled.filter((h) => h.replayed === 1)
       assert.deepStrictEqual(replayed.map((h) => h.attempt), [1, 1], "a fresh attempt count")
@@ -92,7 +119,11 @@ describe("DeadLetters", () => {
       yield* connection.restart
       yield* eventually(Effect.map(Effect.exit(dead.list), Exit.isSuccess), "15 seconds", "the list after a reconnect")
       assert.strictEqual(yield* dead.replay(cq.deadLetterQueue), 1)
-      yield* eventually(Effect.sync(() => handled.filter((h) => h.replayed === 1).length === 3), "10 seconds", "the last one")
+      yield* eventually(
+        Effect.sync(() => handled.filter((h) => h.replayed === 1).length === 3),
+        "10 seconds",
+        "the last one"
+      )
       assert.deepStrictEqual(handled.filter((h) => h.replayed === 1).map((h) => h.id).sort(), [...ids].sort())
       assert.strictEqual(yield* messageCount(raw, cq.deadLetterQueue), 0)
       assert.strictEqual(yield* dead.replay(cq.deadLetterQueue), 0, "nothing left")

@@ -24,11 +24,22 @@ describe("RabbitMQ settings from the environment", () => {
     Effect.gen(function*() {
       const exchange = unique("env.x")
       const connection = AmqpConnection.layerConfig({
-        defaults: { reconnect: fastReconnect, topology: Topology.make({ exchanges: [{ name: exchange, type: "topic", autoDelete: true }] }) }
+        defaults: {
+          reconnect: fastReconnect,
+          topology: Topology.make({ exchanges: [{ name: exchange, type: "topic", autoDelete: true }] })
+        }
       })
       const app = AmqpPublisher.layerConfig().pipe(
         Layer.provideMerge(connection),
-        Layer.provide(env({ TIDINGS_AMQP_URL: amqpUrl(), TIDINGS_AMQP_NAME: "env-test", TIDINGS_AMQP_HEARTBEAT: "5 seconds", TIDINGS_EXCHANGE: exchange, TIDINGS_PUBLISHER_UNROUTABLE: "fail" }))
+        Layer.provide(
+          env({
+            TIDINGS_AMQP_URL: amqpUrl(),
+            TIDINGS_AMQP_NAME: "env-test",
+            TIDINGS_AMQP_HEARTBEAT: "5 seconds",
+            TIDINGS_EXCHANGE: exchange,
+            TIDINGS_PUBLISHER_UNROUTABLE: "fail"
+          })
+        )
       )
       yield* Effect.gen(function*() {
         const c = yield* AmqpConnection.AmqpConnection
@@ -36,7 +47,17 @@ describe("RabbitMQ settings from the environment", () => {
         assert.notInclude(c.description, "guest:")
         // Nothing is bound to the exchange and unroutable is "fail" (from the environment): a non-retryable rejection.
         const [result] = yield* Publisher.Publisher.use((p) =>
-          p.publish([{ id: crypto.randomUUID(), type: "order.placed", version: 1, aggregateType: "order", aggregateId: "o", orderingKey: "o", payload: {}, headers: {}, occurredAt: new Date() }])
+          p.publish([{
+            id: crypto.randomUUID(),
+            type: "order.placed",
+            version: 1,
+            aggregateType: "order",
+            aggregateId: "o",
+            orderingKey: "o",
+            payload: {},
+            headers: {},
+            occurredAt: new Date()
+          }])
         )
         assert.strictEqual(result?._tag, "Rejected")
         assert.isFalse(result?._tag === "Rejected" && result.error.isRetryable)
@@ -52,11 +73,18 @@ describe("RabbitMQ settings from the environment", () => {
         TIDINGS_CONSUMER_BILLING_CONCURRENCY: "0",
         TIDINGS_CONSUMER_BILLING_RETRY: "sometimes"
       })
-      const error = invalidOf(yield* Effect.exit(Settings.all({
-        connection: Settings.read(AmqpConnection.environment),
-        publisher: Settings.read(AmqpPublisher.environment),
-        consumer: Settings.read(AmqpConsumer.environment, { prefix: "TIDINGS_CONSUMER_BILLING", defaults: { name: "billing" } })
-      }).pipe(Effect.provide(vars))))
+      const error = invalidOf(
+        yield* Effect.exit(
+          Settings.all({
+            connection: Settings.read(AmqpConnection.environment),
+            publisher: Settings.read(AmqpPublisher.environment),
+            consumer: Settings.read(AmqpConsumer.environment, {
+              prefix: "TIDINGS_CONSUMER_BILLING",
+              defaults: { name: "billing" }
+            })
+          }).pipe(Effect.provide(vars))
+        )
+      )
       assert.deepStrictEqual(error.issues!.map((i) => i.path), [
         "TIDINGS_AMQP_URL",
         "TIDINGS_AMQP_HEARTBEAT",
@@ -67,12 +95,22 @@ describe("RabbitMQ settings from the environment", () => {
       ])
       assert.notInclude(error.message, "Hidden-Pa55")
       // A consumer's layer reads under TIDINGS_CONSUMER_<NAME> and fails before touching the broker.
-      const consumer = AmqpConsumer.layerConfig({ name: "billing", queue: "billing", registry: EventRegistry.make([OrderPlaced]), handler: () => Effect.void })
-      const built = yield* Effect.exit(Layer.build(consumer).pipe(
-        Effect.scoped,
-        Effect.provide(vars),
-        Effect.provideService(AmqpConnection.AmqpConnection, undefined as unknown as AmqpConnection.Service)
-      ))
-      assert.deepStrictEqual(invalidOf(built).issues!.map((i) => i.path), ["TIDINGS_CONSUMER_BILLING_CONCURRENCY", "TIDINGS_CONSUMER_BILLING_RETRY"])
+      const consumer = AmqpConsumer.layerConfig({
+        name: "billing",
+        queue: "billing",
+        registry: EventRegistry.make([OrderPlaced]),
+        handler: () => Effect.void
+      })
+      const built = yield* Effect.exit(
+        Layer.build(consumer).pipe(
+          Effect.scoped,
+          Effect.provide(vars),
+          Effect.provideService(AmqpConnection.AmqpConnection, undefined as unknown as AmqpConnection.Service)
+        )
+      )
+      assert.deepStrictEqual(invalidOf(built).issues!.map((i) => i.path), [
+        "TIDINGS_CONSUMER_BILLING_CONCURRENCY",
+        "TIDINGS_CONSUMER_BILLING_RETRY"
+      ])
     }))
 })

@@ -4,6 +4,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Event from "@tidings/core/Event"
+import * as EventRegistry from "@tidings/core/EventRegistry"
 import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { Publisher } from "@tidings/core/Publisher"
@@ -19,7 +20,6 @@ import { type RunningRabbit, startRabbit } from "../../../test/support/rabbitmq.
 import * as AmqpConnection from "../src/AmqpConnection.ts"
 import * as AmqpConsumer from "../src/AmqpConsumer.ts"
 import * as AmqpPublisher from "../src/AmqpPublisher.ts"
-import * as EventRegistry from "@tidings/core/EventRegistry"
 import * as Topology from "../src/Topology.ts"
 import { eventually, fastReconnect, unique } from "./helpers.ts"
 
@@ -64,7 +64,10 @@ describe("RabbitMQ faults (private broker node)", () => {
         const consumerConnection = yield* AmqpConnection.make(connectionConfig("e2e-consumer", cq.topology))
         const publisherConnection = yield* AmqpConnection.make(connectionConfig("e2e-publisher", cq.topology))
         const states: Array<AmqpConnection.State> = []
-        yield* consumerConnection.changes.pipe(Stream.runForEach((s) => Effect.sync(() => void states.push(s))), Effect.forkScoped)
+        yield* consumerConnection.changes.pipe(
+          Stream.runForEach((s) => Effect.sync(() => void states.push(s))),
+          Effect.forkScoped
+        )
 
         const seen = new Map<string, number>()
         yield* AmqpConsumer.make({
@@ -95,24 +98,41 @@ describe("RabbitMQ faults (private broker node)", () => {
             retention: false
           }),
           relayScope
-        ).pipe(Effect.provide(Layer.mergeAll(Layer.succeed(OutboxStore, store), Layer.succeed(Publisher, Publisher.of({ publish: publisher.publish })))))
+        ).pipe(
+          Effect.provide(
+            Layer.mergeAll(
+              Layer.succeed(OutboxStore, store),
+              Layer.succeed(Publisher, Publisher.of({ publish: publisher.publish }))
+            )
+          )
+        )
 
         // Producer: 100 transactions of 100 events, paced so that the stream lasts several seconds.
         const sql = yield* SqlClient.SqlClient
         const ids: Array<string> = []
         const producer = yield* Effect.gen(function*() {
           for (let tx = 0; tx < total / 100; tx++) {
-            const drafts = Array.from({ length: 100 }, (_, i) => Tick.make({ aggregateId: `k${(tx * 100 + i) % 50}`, payload: { n: tx * 100 + i } }))
-            const written = yield* sql.withTransaction(Outbox.appendAll(drafts)).pipe(Effect.provideService(OutboxStore, store))
-            ids.push(...written.map((m) => m.id))
+            const drafts = Array.from({ length: 100 }, (_, i) =>
+              Tick.make({ aggregateId: `k${(tx * 100 + i) % 50}`, payload: { n: tx * 100 + i } }))
+            const written = yield* sql.withTransaction(Outbox.appendAll(drafts)).pipe(
+              Effect.provideService(OutboxStore, store)
+            )
+            ids.push(...written.map((m) =>
+              m.id
+            ))
             // Paced by the consumer (at most 1,000 events ahead), so that the faults below hit mid-stream.
-            yield* eventually(Effect.sync(() => ids.length - seen.size <= 1000), "120 seconds", "the consumer to catch up")
+            yield* eventually(
+              Effect.sync(() => ids.length - seen.size <= 1000),
+              "120 seconds",
+              "the consumer to catch up"
+            )
           }
         }).pipe(Effect.forkScoped)
 
         const consumed = () => seen.size
         const faults: Array<{ readonly fault: string; readonly consumedAt: number }> = []
-        const when = (count: number) => eventually(Effect.sync(() => consumed() >= count), "60 seconds", `${count} consumed events`)
+        const when = (count: number) =>
+          eventually(Effect.sync(() => consumed() >= count), "60 seconds", `${count} consumed events`)
         const started = Date.now()
         yield* when(1500)
         faults.push({ fault: "close_all_connections #1", consumedAt: consumed() })
@@ -124,10 +144,18 @@ describe("RabbitMQ faults (private broker node)", () => {
         faults.push({ fault: "stop_app / start_app", consumedAt: consumed() })
         yield* ctl((c) => c.stopApp())
         // Down until the consumer's connection has noticed and is trying again.
-        yield* eventually(Effect.map(consumerConnection.state, (s) => s._tag === "Reconnecting"), "30 seconds", "the consumer to notice the outage")
+        yield* eventually(
+          Effect.map(consumerConnection.state, (s) => s._tag === "Reconnecting"),
+          "30 seconds",
+          "the consumer to notice the outage"
+        )
         yield* ctl((c) => c.startApp())
 
-        yield* eventually(Effect.sync(() => ids.length === total && ids.every((id) => seen.has(id))), "90 seconds", "every event consumed")
+        yield* eventually(
+          Effect.sync(() => ids.length === total && ids.every((id) => seen.has(id))),
+          "90 seconds",
+          "every event consumed"
+        )
         yield* Fiber.join(producer)
         yield* eventually(
           Effect.map(store.stats, (s) => s.pending === 0 && s.processing === 0),
@@ -152,7 +180,10 @@ describe("RabbitMQ faults (private broker node)", () => {
         // The faults hit mid-stream, and each one dropped the consumer's connection.
         for (const f of faults) assert.isBelow(f.consumedAt, total, `${f.fault} happened mid-stream`)
         const last = yield* consumerConnection.state
-        assert.isTrue(last._tag === "Connected" && last.generation >= 4, `3 faults, 3 reconnects at least: ${JSON.stringify(last)}`)
+        assert.isTrue(
+          last._tag === "Connected" && last.generation >= 4,
+          `3 faults, 3 reconnects at least: ${JSON.stringify(last)}`
+        )
         assert.isTrue(
           states.some((s) => s._tag === "Reconnecting" && s.lastError.code === 320),
           "a broker-forced close (320 CONNECTION_FORCED) was observed"
@@ -172,7 +203,9 @@ describe("RabbitMQ faults (private broker node)", () => {
         bindings: [{ exchange, queue, routingKey: "#" }]
       })
       const connection = yield* AmqpConnection.make(connectionConfig("down", topology))
-      const publisher = yield* AmqpPublisher.make({ exchange }).pipe(Effect.provideService(AmqpConnection.AmqpConnection, connection))
+      const publisher = yield* AmqpPublisher.make({ exchange }).pipe(
+        Effect.provideService(AmqpConnection.AmqpConnection, connection)
+      )
       const message = () => ({
         id: crypto.randomUUID(),
         type: "tick",
@@ -204,7 +237,9 @@ describe("RabbitMQ faults (private broker node)", () => {
       yield* ctl((c) => c.startApp())
       yield* connection.awaitReady("20 seconds")
       yield* eventually(
-        Effect.map(publisher.publish([message()]), (r) => r[0]!._tag === "Published").pipe(Effect.catch(() => Effect.succeed(false))),
+        Effect.map(publisher.publish([message()]), (r) => r[0]!._tag === "Published").pipe(
+          Effect.catch(() => Effect.succeed(false))
+        ),
         "10 seconds",
         "publishing after the restart"
       )

@@ -9,9 +9,9 @@ import * as EventRegistry from "@tidings/core/EventRegistry"
 import * as Inbox from "@tidings/core/Inbox"
 import type { InboxStore } from "@tidings/core/InboxStore"
 import * as MemoryInboxStore from "@tidings/core/MemoryInboxStore"
+import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
 import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
-import * as MemoryOutboxStore from "@tidings/core/MemoryOutboxStore"
 import { Publisher } from "@tidings/core/Publisher"
 import * as Relay from "@tidings/core/Relay"
 import * as Retry from "@tidings/core/Retry"
@@ -42,7 +42,8 @@ const node = () => {
   if (rabbit?.control === undefined) throw new Error("the private RabbitMQ node did not start")
   return { url: rabbit.url, control: rabbit.control }
 }
-const ctl = (f: (c: NonNullable<RunningRabbit["control"]>) => Promise<unknown>) => Effect.promise(() => f(node().control))
+const ctl = (f: (c: NonNullable<RunningRabbit["control"]>) => Promise<unknown>) =>
+  Effect.promise(() => f(node().control))
 
 const Tick = Event.define("tick", { aggregateType: "clock", schema: Schema.Struct({ n: Schema.Int }) })
 const registry = EventRegistry.make([Tick])
@@ -59,7 +60,8 @@ const connection = (name: string, topology?: Topology.Topology) =>
   })
 
 /** Ready messages in a queue, read on a connection of its own (the broker may have restarted since). */
-const count = (queue: string) => Effect.scoped(Effect.flatMap(rawChannel(node().url), (channel) => messageCount(channel, queue)))
+const count = (queue: string) =>
+  Effect.scoped(Effect.flatMap(rawChannel(node().url), (channel) => messageCount(channel, queue)))
 
 class NotYet extends Data.TaggedError("NotYet")<{}> {
   get isRetryable() {
@@ -71,13 +73,19 @@ describe("RabbitMQ outages (private broker node)", () => {
   it.live("a broker down far longer than the reconnect cap: nothing ends, readiness is false, publishing waits; all drains once it is back", () =>
     Effect.gen(function*() {
       const schema = yield* freshSchema("outage")
-      const cq = Topology.consumerQueue({ queue: unique("outage.q"), exchange: unique("outage.x"), retryDelays: ["200 millis"] })
+      const cq = Topology.consumerQueue({
+        queue: unique("outage.q"),
+        exchange: unique("outage.x"),
+        retryDelays: ["200 millis"]
+      })
       const consuming = yield* connection("outage-consumer", cq.topology)
       const publishing = yield* connection("outage-publisher", cq.topology)
       const seen = new Map<string, number>()
       let reconnectedAt: number | undefined
       yield* publishing.changes.pipe(
-        Stream.runForEach((state) => Effect.sync(() => void (state._tag === "Connected" && state.generation > 1 && (reconnectedAt ??= Date.now())))),
+        Stream.runForEach((state) =>
+          Effect.sync(() => void (state._tag === "Connected" && state.generation > 1 && (reconnectedAt ??= Date.now())))
+        ),
         Effect.forkScoped
       )
       const consumer = yield* AmqpConsumer.make({
@@ -87,7 +95,10 @@ describe("RabbitMQ outages (private broker node)", () => {
         concurrency: 4,
         handler: (d) => Effect.sync(() => void seen.set(d.messageId!, Date.now()))
       }).pipe(Effect.provideService(AmqpConnection.AmqpConnection, consuming))
-      const publisher = yield* AmqpPublisher.make({ exchange: cq.topology.exchanges[0]!.name, confirmTimeout: "3 seconds" }).pipe(
+      const publisher = yield* AmqpPublisher.make({
+        exchange: cq.topology.exchanges[0]!.name,
+        confirmTimeout: "3 seconds"
+      }).pipe(
         Effect.provideService(AmqpConnection.AmqpConnection, publishing)
       )
       const store = yield* PgOutboxStore.make({ schema })
@@ -105,7 +116,14 @@ describe("RabbitMQ outages (private broker node)", () => {
       )))
       const sql = yield* SqlClient.SqlClient
       const append = (from: number, count: number) =>
-        sql.withTransaction(Outbox.appendAll(Array.from({ length: count }, (_, i) => Tick.make({ aggregateId: `k${from + i}`, payload: { n: from + i } })))).pipe(
+        sql.withTransaction(
+          Outbox.appendAll(
+            Array.from(
+              { length: count },
+              (_, i) => Tick.make({ aggregateId: `k${from + i}`, payload: { n: from + i } })
+            )
+          )
+        ).pipe(
           Effect.provideService(OutboxStore, store),
           Effect.map((ms) => ms.map((m) => m.id))
         )
@@ -116,11 +134,27 @@ describe("RabbitMQ outages (private broker node)", () => {
       yield* eventually(Effect.map(publishing.state, (s) => s._tag === "Reconnecting"), "10 seconds", "Reconnecting")
       assert.isFalse(yield* publishing.isReady)
       const waiting = yield* Effect.forkChild(publisher.awaitAvailable)
-      const failed = yield* Effect.flip(publisher.publish([{ id: crypto.randomUUID(), type: "tick", version: 1, aggregateType: "clock", aggregateId: "c", orderingKey: "c", payload: { n: -1 }, headers: {}, occurredAt: new Date() }]))
+      const failed = yield* Effect.flip(
+        publisher.publish([{
+          id: crypto.randomUUID(),
+          type: "tick",
+          version: 1,
+          aggregateType: "clock",
+          aggregateId: "c",
+          orderingKey: "c",
+          payload: { n: -1 },
+          headers: {},
+          occurredAt: new Date()
+        }])
+      )
       assert.isTrue(Errors.isUnavailable(failed), "publishing while down is unavailability, not a message failure")
       ids.push(...yield* append(50, 50))
       // Far longer than the reconnect cap (1 s): many attempts, and nobody gives up.
-      const attempts = yield* eventually(Effect.map(publishing.state, (s) => s._tag === "Reconnecting" && s.attempt >= 5), "30 seconds", "five reconnect attempts").pipe(
+      const attempts = yield* eventually(
+        Effect.map(publishing.state, (s) => s._tag === "Reconnecting" && s.attempt >= 5),
+        "30 seconds",
+        "five reconnect attempts"
+      ).pipe(
         Effect.andThen(publishing.state)
       )
       assert.strictEqual(attempts._tag, "Reconnecting")
@@ -129,11 +163,23 @@ describe("RabbitMQ outages (private broker node)", () => {
 
       yield* ctl((c) => c.startApp())
       yield* Fiber.join(waiting)
-      yield* eventually(Effect.sync(() => ids.every((id) => seen.has(id))), "60 seconds", "every event after the outage")
+      yield* eventually(
+        Effect.sync(() => ids.every((id) => seen.has(id))),
+        "60 seconds",
+        "every event after the outage"
+      )
       const drainedMs = Math.max(...ids.map((id) => seen.get(id)!)) - reconnectedAt!
-      yield* eventually(Effect.map(store.stats, (s) => s.pending === 0 && s.processing === 0), "30 seconds", "the outbox to settle")
+      yield* eventually(
+        Effect.map(store.stats, (s) => s.pending === 0 && s.processing === 0),
+        "30 seconds",
+        "the outbox to settle"
+      )
       const stats = yield* store.stats
-      console.log(`outage: the last of ${ids.length} events consumed ${drainedMs} ms after the publisher reconnected (reconnect cap 1 s, ${attempts._tag === "Reconnecting" ? attempts.attempt : 0}+ attempts)`)
+      console.log(
+        `outage: the last of ${ids.length} events consumed ${drainedMs} ms after the publisher reconnected (reconnect cap 1 s, ${
+          attempts._tag === "Reconnecting" ? attempts.attempt : 0
+        }+ attempts)`
+      )
       assert.deepStrictEqual([stats.failed, stats.published], [0, ids.length])
       assert.isTrue(yield* publishing.isReady)
       assert.isTrue(yield* consumer.isConsuming)
@@ -146,7 +192,11 @@ describe("RabbitMQ outages (private broker node)", () => {
   const retryPath = (fault: Effect.Effect<void>) =>
     Effect.gen(function*() {
       const total = 200
-      const cq = Topology.consumerQueue({ queue: unique("retry.q"), exchange: unique("retry.x"), retryDelays: ["4 seconds"] })
+      const cq = Topology.consumerQueue({
+        queue: unique("retry.q"),
+        exchange: unique("retry.x"),
+        retryDelays: ["4 seconds"]
+      })
       const consuming = yield* connection("retry-consumer", cq.topology)
       const publishing = yield* connection("retry-publisher", cq.topology)
       const effects = new Map<string, number>()
@@ -154,7 +204,9 @@ describe("RabbitMQ outages (private broker node)", () => {
       // The effect runs through the inbox: at most once per message, whatever the broker redelivers.
       const stores = yield* Layer.build(Layer.mergeAll(MemoryInboxStore.layer, MemoryOutboxStore.layer))
       const effect = Inbox.wrap("retry-effects", (d: AmqpConsumer.Delivery<EventRegistry.Decoded>) =>
-        Effect.sync(() => void effects.set(d.messageId!, (effects.get(d.messageId!) ?? 0) + 1)))
+        Effect.sync(() =>
+          void effects.set(d.messageId!, (effects.get(d.messageId!) ?? 0) + 1)
+        ))
       yield* AmqpConsumer.make({
         name: "retry-path",
         queue: cq,
@@ -162,10 +214,16 @@ describe("RabbitMQ outages (private broker node)", () => {
         concurrency: 8,
         maxAttempts: 20,
         // Every message fails its first delivery: it waits out its delay in the retry queue.
-        handler: (d): Effect.Effect<void, NotYet | Inbox.HandleError | Inbox.MissingMessageId, InboxStore | OutboxStore> =>
-          d.attempt === 1 ? Effect.sync(() => void firstTries.add(d.messageId!)).pipe(Effect.andThen(Effect.fail(new NotYet()))) : effect(d)
+        handler: (
+          d
+        ): Effect.Effect<void, NotYet | Inbox.HandleError | Inbox.MissingMessageId, InboxStore | OutboxStore> =>
+          d.attempt === 1
+            ? Effect.sync(() => void firstTries.add(d.messageId!)).pipe(Effect.andThen(Effect.fail(new NotYet())))
+            : effect(d)
       }).pipe(Effect.provideService(AmqpConnection.AmqpConnection, consuming), Effect.provideContext(stores))
-      const publisher = yield* AmqpPublisher.make({ exchange: cq.topology.exchanges[0]!.name }).pipe(Effect.provideService(AmqpConnection.AmqpConnection, publishing))
+      const publisher = yield* AmqpPublisher.make({ exchange: cq.topology.exchanges[0]!.name }).pipe(
+        Effect.provideService(AmqpConnection.AmqpConnection, publishing)
+      )
       const messages = Array.from({ length: total }, (_, n) => ({
         id: crypto.randomUUID(),
         type: Tick.type,
@@ -180,7 +238,11 @@ describe("RabbitMQ outages (private broker node)", () => {
       const results = yield* publisher.publish(messages)
       assert.isTrue(results.every((r) => r._tag === "Published"), "every message confirmed by the broker")
       yield* eventually(Effect.sync(() => firstTries.size === total), "30 seconds", "every first delivery to fail")
-      yield* eventually(Effect.map(count(cq.retryQueues[0]!.name), (n) => n === total), "30 seconds", "every copy in the retry queue")
+      yield* eventually(
+        Effect.map(count(cq.retryQueues[0]!.name), (n) => n === total),
+        "30 seconds",
+        "every copy in the retry queue"
+      )
 
       yield* fault
 
@@ -213,7 +275,11 @@ describe("RabbitMQ outages (private broker node)", () => {
       const store = yield* PgOutboxStore.make({ schema })
       const sql = yield* SqlClient.SqlClient
       const append = (n: number) =>
-        sql.withTransaction(Outbox.appendAll(Array.from({ length: n }, (_, i) => Tick.make({ aggregateId: `k${i % 10}`, payload: { n: i } })))).pipe(
+        sql.withTransaction(
+          Outbox.appendAll(
+            Array.from({ length: n }, (_, i) => Tick.make({ aggregateId: `k${i % 10}`, payload: { n: i } }))
+          )
+        ).pipe(
           Effect.provideService(OutboxStore, store)
         )
       const child = spawnScript(path.join(import.meta.dirname, "fixtures", "amqpRelay.ts"), {
@@ -231,9 +297,15 @@ describe("RabbitMQ outages (private broker node)", () => {
       yield* ctl((c) => c.ctl(["set_vm_memory_high_watermark", "0.0000001"]))
       yield* Effect.addFinalizer(() => ctl((c) => c.ctl(["set_vm_memory_high_watermark", "0.4"])).pipe(Effect.ignore))
       // Events keep coming: the next batches are written to a connection the broker stops reading.
-      const producer = yield* Effect.forkChild(Effect.forever(append(20).pipe(Effect.andThen(Effect.yieldNow))).pipe(Effect.orDie))
+      const producer = yield* Effect.forkChild(
+        Effect.forever(append(20).pipe(Effect.andThen(Effect.yieldNow))).pipe(Effect.orDie)
+      )
       yield* Effect.promise(() => waitForOutput(child, "state Connected blocked"))
-      yield* eventually(Effect.map(store.stats, (s) => s.processing > 0), "60 seconds", "a batch in flight on the blocked connection")
+      yield* eventually(
+        Effect.map(store.stats, (s) => s.processing > 0),
+        "60 seconds",
+        "a batch in flight on the blocked connection"
+      )
       yield* Fiber.interrupt(producer)
 
       const started = Date.now()
@@ -241,7 +313,11 @@ describe("RabbitMQ outages (private broker node)", () => {
       const code = yield* Effect.promise(() => exited(child))
       const outerMs = Date.now() - started
       const stopped = /stopped (\d+)/.exec(child.output())
-      console.log(`blocked broker: SIGTERM -> shut down in ${stopped?.[1]} ms, process gone after ${outerMs} ms (shutdownTimeout ${shutdownMs} ms)`)
+      console.log(
+        `blocked broker: SIGTERM -> shut down in ${
+          stopped?.[1]
+        } ms, process gone after ${outerMs} ms (shutdownTimeout ${shutdownMs} ms)`
+      )
       assert.isDefined(stopped, child.output())
       // It exits 0 after its shutdown ("stopped"); a Deno parent reports the signal it sent instead.
       assert.include([0, "SIGTERM"], code, child.output())

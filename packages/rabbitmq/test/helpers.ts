@@ -7,9 +7,9 @@ import * as amqp from "amqplib"
 import type { Channel, GetMessage, Options } from "amqplib"
 import { Effect, Layer, Logger, References, Schedule, Schema, type Scope, Tracer } from "effect"
 import { inject } from "vitest"
+import { untilTrue } from "../../../test/support/progress.ts"
 import * as AmqpConnection from "../src/AmqpConnection.ts"
 import * as Topology from "../src/Topology.ts"
-import { untilTrue } from "../../../test/support/progress.ts"
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -20,14 +20,18 @@ declare module "vitest" {
 /** The URL of the shared test broker. */
 export const amqpUrl = (): string => {
   const url = inject("amqpUrl") ?? process.env["TIDINGS_TEST_AMQP_URL"]
-  if (url === undefined) throw new Error("no test RabbitMQ: run through vitest (global setup) or set TIDINGS_TEST_AMQP_URL")
+  if (url === undefined) {
+    throw new Error("no test RabbitMQ: run through vitest (global setup) or set TIDINGS_TEST_AMQP_URL")
+  }
   return url
 }
 
 let counter = 0
 /** A name no other test (or test run) uses. */
 export const unique = (prefix: string): string =>
-  `t.${prefix}.${process.pid}.${Date.now().toString(36)}.${(counter++).toString(36)}${Math.random().toString(36).slice(2, 6)}`
+  `t.${prefix}.${process.pid}.${Date.now().toString(36)}.${(counter++).toString(36)}${
+    Math.random().toString(36).slice(2, 6)
+  }`
 
 /** A reconnect schedule for tests: 100 ms doubling to 1 s. */
 export const fastReconnect = Schedule.min([Schedule.exponential("100 millis", 2), Schedule.spaced("1 second")])
@@ -61,11 +65,23 @@ export const declareRaw = (topology: Topology.Topology, url = amqpUrl()) =>
   }))
 
 /** Publishes one message the way a foreign producer would. */
-export const publishRaw = (channel: Channel, exchange: string, routingKey: string, body: string | Buffer, options: Options.Publish = {}) =>
-  Effect.sync(() => channel.publish(exchange, routingKey, Buffer.isBuffer(body) ? body : Buffer.from(body), { persistent: true, ...options }))
+export const publishRaw = (
+  channel: Channel,
+  exchange: string,
+  routingKey: string,
+  body: string | Buffer,
+  options: Options.Publish = {}
+) =>
+  Effect.sync(() =>
+    channel.publish(exchange, routingKey, Buffer.isBuffer(body) ? body : Buffer.from(body), {
+      persistent: true,
+      ...options
+    })
+  )
 
 /** Ready messages in a queue. */
-export const messageCount = (channel: Channel, queue: string) => Effect.promise(() => channel.checkQueue(queue)).pipe(Effect.map((q) => q.messageCount))
+export const messageCount = (channel: Channel, queue: string) =>
+  Effect.promise(() => channel.checkQueue(queue)).pipe(Effect.map((q) => q.messageCount))
 
 /** Takes every ready message of a queue (acking them). */
 export const drain = (channel: Channel, queue: string) =>
@@ -81,7 +97,6 @@ export const drain = (channel: Channel, queue: string) =>
 
 /** Polls `check` every 25 ms until it holds (past `expected`, it says what it still waits for). */
 export const eventually = untilTrue
-
 
 /** Every log line as JSON text (message, annotations, cause), at every level. */
 export const captureLogs = () => {
@@ -114,7 +129,10 @@ export const OrderPlacedV1 = Event.define("order.placed", {
 export const OrderPlaced = Event.define("order.placed", {
   aggregateType: "order",
   version: 2,
-  schema: Schema.Struct({ orderId: Schema.String, total: Schema.Struct({ cents: Schema.Int, currency: Schema.String }) })
+  schema: Schema.Struct({
+    orderId: Schema.String,
+    total: Schema.Struct({ cents: Schema.Int, currency: Schema.String })
+  })
 })
 export const ShipmentSent = Event.define("shipment.sent", {
   aggregateType: "shipment",

@@ -76,11 +76,16 @@ export interface Config {
  */
 export const defaultBody = (message: Message): string =>
   `{"id":${JSON.stringify(message.id)},"type":${JSON.stringify(message.type)},"version":${message.version},` +
-  `"timestamp":${JSON.stringify(message.occurredAt.toISOString())},"aggregateType":${JSON.stringify(message.aggregateType)},` +
+  `"timestamp":${JSON.stringify(message.occurredAt.toISOString())},"aggregateType":${
+    JSON.stringify(message.aggregateType)
+  },` +
   `"aggregateId":${JSON.stringify(message.aggregateId)},"data":${payloadJson(message) ?? "null"}}`
 
 /** Webhook requests by `endpoint` and `outcome` (`delivered`, `retry`, `failed`). */
-export const deliveries: Metric.Counter<number> = Metric.counter("tidings_webhook_deliveries_total", { description: "Webhook requests by endpoint and outcome", incremental: true })
+export const deliveries: Metric.Counter<number> = Metric.counter("tidings_webhook_deliveries_total", {
+  description: "Webhook requests by endpoint and outcome",
+  incremental: true
+})
 
 /** Seconds from sending a webhook request to its answer, by `endpoint`. */
 export const duration: Metric.Histogram<number> = Metric.histogram("tidings_webhook_request_duration_seconds", {
@@ -94,7 +99,11 @@ const endpointName = (url: URL) => `${url.host}${url.pathname === "/" ? "" : url
 
 /** A validated endpoint with its keys and its metrics. */
 interface Endpointed extends Delivery.Target {
-  readonly counters: { readonly delivered: Metric.Metric<number, unknown>; readonly retry: Metric.Metric<number, unknown>; readonly failed: Metric.Metric<number, unknown> }
+  readonly counters: {
+    readonly delivered: Metric.Metric<number, unknown>
+    readonly retry: Metric.Metric<number, unknown>
+    readonly failed: Metric.Metric<number, unknown>
+  }
   readonly duration: Metric.Metric<number, unknown>
 }
 
@@ -107,14 +116,21 @@ const target = (endpoint: Endpoint, i: number): Effect.Effect<Endpointed, Invali
     } catch {
       return yield* invalid(`${path}.url`, "must be an absolute http: or https: URL")
     }
-    if (url.protocol !== "http:" && url.protocol !== "https:") return yield* invalid(`${path}.url`, "must be an http: or https: URL")
+    if (url.protocol !== "http:" && url.protocol !== "https:") {
+      return yield* invalid(`${path}.url`, "must be an http: or https: URL")
+    }
     const patterns = endpoint.types ?? ["#"]
-    if (patterns.length === 0 || patterns.some((p) => typeof p !== "string" || p === "")) {
+    if (
+      patterns.length === 0 || patterns.some((p) => typeof p !== "string" || p === "")
+    ) {
       return yield* invalid(`${path}.types`, "must be a non-empty list of event-type patterns")
     }
     const concurrency = endpoint.concurrency ?? 10
     if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000) {
-      return yield* invalid(`${path}.concurrency`, `must be an integer from 1 to 1000, got ${String(endpoint.concurrency)}`)
+      return yield* invalid(
+        `${path}.concurrency`,
+        `must be an integer from 1 to 1000, got ${String(endpoint.concurrency)}`
+      )
     }
     const timeout = Duration.fromInput(endpoint.timeout ?? "10 seconds")
     if (timeout._tag === "None" || !Duration.isFinite(timeout.value) || Duration.toMillis(timeout.value) <= 0) {
@@ -159,7 +175,8 @@ const resultOf = (message: Message, outcomes: ReadonlyArray<Delivery.Outcome>): 
   const retryable = failures.every((f) => f.retryable)
   const waits = failures.flatMap((f) => f.retryAfter === undefined ? [] : [f.retryAfter])
   const text = failures.map((f) => f.reason).join("; ")
-  const status = failures.find((f) => f.status !== undefined && !f.retryable)?.status ?? failures.find((f) => f.status !== undefined)?.status
+  const status = failures.find((f) => f.status !== undefined && !f.retryable)?.status ??
+    failures.find((f) => f.status !== undefined)?.status
   const reason: Errors.PublishErrorReason = !retryable
     ? new Errors.Refused({ retryable: false, ...(status === undefined ? {} : { status }) })
     : failures.every((f) => f.kind === "timeout")
@@ -175,12 +192,18 @@ const resultOf = (message: Message, outcomes: ReadonlyArray<Delivery.Outcome>): 
 /** Builds the publisher: validates the endpoints and imports their keys. */
 export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidConfig> =>
   Effect.gen(function*() {
-    if (!Array.isArray(config.endpoints) || config.endpoints.length === 0) return yield* invalid("endpoints", "needs at least one endpoint")
+    if (!Array.isArray(config.endpoints) || config.endpoints.length === 0) {
+      return yield* invalid("endpoints", "needs at least one endpoint")
+    }
     const targets = yield* Effect.forEach(config.endpoints, target)
     const unmatched = config.unmatched ?? "fail"
-    if (unmatched !== "fail" && unmatched !== "skip") return yield* invalid("unmatched", `must be "fail" or "skip", got ${JSON.stringify(unmatched)}`)
+    if (unmatched !== "fail" && unmatched !== "skip") {
+      return yield* invalid("unmatched", `must be "fail" or "skip", got ${JSON.stringify(unmatched)}`)
+    }
     const maxRetryAfter = Duration.fromInput(config.maxRetryAfter ?? "1 hour")
-    if (maxRetryAfter._tag === "None" || !Duration.isFinite(maxRetryAfter.value)) return yield* invalid("maxRetryAfter", "must be a finite duration")
+    if (maxRetryAfter._tag === "None" || !Duration.isFinite(maxRetryAfter.value)) {
+      return yield* invalid("maxRetryAfter", "must be a finite duration")
+    }
     const errorBodyBytes = config.errorBodyBytes ?? 512
     if (!Number.isInteger(errorBodyBytes) || errorBodyBytes < 0 || errorBodyBytes > 65_536) {
       return yield* invalid("errorBodyBytes", "must be an integer from 0 to 65536")
@@ -205,7 +228,13 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
     const noEndpoint = (message: Message) =>
       unmatched === "skip"
         ? Publisher.published(message.id)
-        : Publisher.rejected(message.id, new PublishError({ message: `no webhook endpoint subscribes to ${message.type}`, reason: new Errors.Refused({ retryable: false }) }))
+        : Publisher.rejected(
+          message.id,
+          new PublishError({
+            message: `no webhook endpoint subscribes to ${message.type}`,
+            reason: new Errors.Refused({ retryable: false })
+          })
+        )
 
     const publishAll = (messages: ReadonlyArray<Message>, batch: AbortSignal, context: Context.Context<never>) =>
       Promise.all(messages.map(async (message): Promise<Publisher.PublishResult> => {
@@ -215,7 +244,8 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
         const outcomes = await Promise.all(matched.map((t) =>
           Delivery.deliver(t, shared, message, body, batch, (outcome, seconds) => {
             t.duration.updateUnsafe(seconds, context)
-            ;(outcome.ok ? t.counters.delivered : outcome.retryable ? t.counters.retry : t.counters.failed).updateUnsafe(1, context)
+            ;(outcome.ok ? t.counters.delivered : outcome.retryable ? t.counters.retry : t.counters.failed)
+              .updateUnsafe(1, context)
           })
         ))
         return resultOf(message, outcomes)
@@ -234,23 +264,31 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
           Effect.callback<ReadonlyArray<Publisher.PublishResult>>((resume) => {
             const batch = new AbortController()
             publishAll(messages, batch.signal, context).then(
-              (results) => resume(Effect.succeed(results)),
-              (error) => resume(Effect.die(error))
+              (results) =>
+                resume(Effect.succeed(results)),
+              (error) =>
+                resume(Effect.die(error))
             )
-            return Effect.sync(() => batch.abort())
+            return Effect.sync(() =>
+              batch.abort()
+            )
           }))
     })
   })
 
 /** The publisher as the relay's `Publisher` layer. */
-export const layer = (config: Config): Layer.Layer<Publisher.Publisher, InvalidConfig> => Layer.effect(Publisher.Publisher, make(config))
+export const layer = (config: Config): Layer.Layer<Publisher.Publisher, InvalidConfig> =>
+  Layer.effect(Publisher.Publisher, make(config))
 
 /**
  * One endpoint from configuration: `<prefix>_URL`, `<prefix>_SECRET` (redacted), optional
  * `<prefix>_TYPES` (comma-separated patterns) and `<prefix>_CONCURRENCY`; e.g. with the default
  * prefix `WEBHOOK`: `WEBHOOK_URL`, `WEBHOOK_SECRET`.
  */
-export const layerConfig = (prefix = "WEBHOOK", options: Omit<Config, "endpoints"> = {}): Layer.Layer<Publisher.Publisher, InvalidConfig | EffectConfig.ConfigError> =>
+export const layerConfig = (
+  prefix = "WEBHOOK",
+  options: Omit<Config, "endpoints"> = {}
+): Layer.Layer<Publisher.Publisher, InvalidConfig | EffectConfig.ConfigError> =>
   Layer.unwrap(Effect.gen(function*() {
     const url = yield* EffectConfig.String(`${prefix}_URL`)
     const secret = yield* EffectConfig.Redacted(`${prefix}_SECRET`)

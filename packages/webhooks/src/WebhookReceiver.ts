@@ -64,10 +64,14 @@ export interface Webhook {
   readonly headers: Headers
 }
 
-const WebhookRejectedBase: Schema.Class<WebhookRejected, Schema.TaggedStruct<"WebhookRejected", {
-  readonly status: Schema.Int
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<WebhookRejected>()("WebhookRejected", {
+const WebhookRejectedBase: Schema.Class<
+  WebhookRejected,
+  Schema.TaggedStruct<"WebhookRejected", {
+    readonly status: Schema.Int
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<WebhookRejected>()("WebhookRejected", {
   status: Schema.Int,
   message: Schema.String
 })
@@ -93,7 +97,10 @@ export interface Receiver {
   /** Reads and verifies a request; the handler is not involved. */
   readonly verify: (request: Request) => Effect.Effect<Webhook, WebhookRejected>
   /** Verifies, then runs `handler` once per `webhook-id` (see the module docs for the answers). */
-  readonly handle: <E, R>(request: Request, handler: (webhook: Webhook) => Effect.Effect<void, E, R>) => Effect.Effect<Response, never, R | InboxStore | OutboxStore>
+  readonly handle: <E, R>(
+    request: Request,
+    handler: (webhook: Webhook) => Effect.Effect<void, E, R>
+  ) => Effect.Effect<Response, never, R | InboxStore | OutboxStore>
 }
 
 const reject = (status: number, message: string) => new WebhookRejected({ status, message })
@@ -102,10 +109,16 @@ const json = (status: number, body: unknown) =>
   new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } })
 
 const errorTag = (error: unknown): string =>
-  typeof error === "object" && error !== null && "_tag" in error ? String((error as { _tag: unknown })._tag) : error instanceof Error ? error.name : "Error"
+  typeof error === "object" && error !== null && "_tag" in error
+    ? String((error as { _tag: unknown })._tag)
+    : error instanceof Error
+    ? error.name
+    : "Error"
 
 const errorMessage = (error: unknown): string =>
-  (typeof error === "object" && error !== null && "message" in error ? String((error as { message: unknown }).message) : String(error)).slice(0, 500)
+  (typeof error === "object" && error !== null && "message" in error
+    ? String((error as { message: unknown }).message)
+    : String(error)).slice(0, 500)
 
 /**
  * Imports the keys and returns the receiver; a bad secret is an `InvalidSecret`.
@@ -114,8 +127,12 @@ const errorMessage = (error: unknown): string =>
  */
 export const make = (options: Options): Effect.Effect<Receiver, WebhookSignature.InvalidSecret> =>
   Effect.gen(function*() {
-    const secrets: ReadonlyArray<WebhookSignature.SecretInput> = Array.isArray(options.secret) ? options.secret : [options.secret as WebhookSignature.SecretInput]
-    if (secrets.length === 0) return yield* new WebhookSignature.InvalidSecret({ message: "a receiver needs at least one secret" })
+    const secrets: ReadonlyArray<WebhookSignature.SecretInput> = Array.isArray(options.secret)
+      ? options.secret
+      : [options.secret as WebhookSignature.SecretInput]
+    if (secrets.length === 0) {
+      return yield* new WebhookSignature.InvalidSecret({ message: "a receiver needs at least one secret" })
+    }
     const keys = yield* Effect.forEach(secrets, (s) => WebhookSignature.key(s))
     const tolerance = Duration.toMillis(Duration.fromInputUnsafe(options.tolerance ?? "5 minutes"))
     const maxBodyBytes = options.maxBodyBytes ?? 1_048_576
@@ -132,22 +149,30 @@ export const make = (options: Options): Effect.Effect<Receiver, WebhookSignature
         if (!/^\d{1,12}$/.test(timestampText)) return yield* reject(400, "webhook-timestamp is not a number of seconds")
         const timestamp = Number(timestampText)
         const now = yield* Clock.currentTimeMillis
-        if (Math.abs(now - timestamp * 1000) > tolerance) return yield* reject(400, "webhook-timestamp is outside the tolerance (replayed, or a clock is off)")
+        if (Math.abs(now - timestamp * 1000) > tolerance) {
+          return yield* reject(400, "webhook-timestamp is outside the tolerance (replayed, or a clock is off)")
+        }
         const declared = Number(request.headers.get("content-length") ?? "0")
-        if (declared > maxBodyBytes) return yield* reject(413, `body over ${maxBodyBytes} bytes`)
+        if (declared > maxBodyBytes) {
+          return yield* reject(413, `body over ${maxBodyBytes} bytes`)
+        }
         const read = yield* Effect.tryPromise({
           try: () => readBounded(request.body, maxBodyBytes),
           catch: () => reject(400, "the body could not be read")
         })
         if (read.truncated) return yield* reject(413, `body over ${maxBodyBytes} bytes`)
-        if (!(yield* WebhookSignature.isValid(keys, signature, id, timestamp, read.text))) return yield* reject(401, "no valid signature")
+        if (!(yield* WebhookSignature.isValid(keys, signature, id, timestamp, read.text))) {
+          return yield* reject(401, "no valid signature")
+        }
         let parsed: unknown
         try {
           parsed = JSON.parse(read.text)
         } catch {
           return yield* reject(400, "the body is not JSON")
         }
-        const shape = typeof parsed === "object" && parsed !== null ? parsed as { readonly type?: unknown; readonly data?: unknown } : {}
+        const shape = typeof parsed === "object" && parsed !== null
+          ? parsed as { readonly type?: unknown; readonly data?: unknown }
+          : {}
         return {
           id,
           timestamp: new Date(timestamp * 1000),
@@ -159,13 +184,25 @@ export const make = (options: Options): Effect.Effect<Receiver, WebhookSignature
         }
       })
 
-    const handle = <E, R>(request: Request, handler: (webhook: Webhook) => Effect.Effect<void, E, R>): Effect.Effect<Response, never, R | InboxStore | OutboxStore> =>
+    const handle = <E, R>(
+      request: Request,
+      handler: (webhook: Webhook) => Effect.Effect<void, E, R>
+    ): Effect.Effect<Response, never, R | InboxStore | OutboxStore> =>
       Effect.gen(function*() {
         const verified = yield* Effect.result(verify(request))
-        if (verified._tag === "Failure") return json(verified.failure.status, { error: { tag: "WebhookRejected", message: verified.failure.message } })
+        if (verified._tag === "Failure") {
+          return json(verified.failure.status, { error: { tag: "WebhookRejected", message: verified.failure.message } })
+        }
         const webhook = verified.success
-        const exit = yield* Effect.exit(Inbox.handle(consumer, webhook.id, Effect.suspend(() => handler(webhook)), options.inbox))
-        if (Exit.isSuccess(exit)) return new Response(null, { status: 204, headers: { "webhook-outcome": exit.value._tag === "Duplicate" ? "duplicate" : "processed" } })
+        const exit = yield* Effect.exit(
+          Inbox.handle(consumer, webhook.id, Effect.suspend(() => handler(webhook)), options.inbox)
+        )
+        if (Exit.isSuccess(exit)) {
+          return new Response(null, {
+            status: 204,
+            headers: { "webhook-outcome": exit.value._tag === "Duplicate" ? "duplicate" : "processed" }
+          })
+        }
         const failure = Cause.findErrorOption(exit.cause)
         if (Option.isSome(failure)) {
           const error = failure.value
@@ -173,8 +210,12 @@ export const make = (options: Options): Effect.Effect<Receiver, WebhookSignature
           if (isRetryable(error)) return json(503, { error: { tag: errorTag(error), message: errorMessage(error) } })
           return json(422, { error: { tag: errorTag(error), message: errorMessage(error) } })
         }
-        if (Cause.hasInterruptsOnly(exit.cause)) return json(503, { error: { tag: "Interrupted", message: "the request was interrupted" } })
-        yield* Effect.logError("webhook handler defect", exit.cause).pipe(Effect.annotateLogs({ consumer, webhookId: webhook.id }))
+        if (Cause.hasInterruptsOnly(exit.cause)) {
+          return json(503, { error: { tag: "Interrupted", message: "the request was interrupted" } })
+        }
+        yield* Effect.logError("webhook handler defect", exit.cause).pipe(
+          Effect.annotateLogs({ consumer, webhookId: webhook.id })
+        )
         return json(500, { error: { tag: "Defect", message: "internal error" } })
       })
 
@@ -187,7 +228,10 @@ export const make = (options: Options): Effect.Effect<Receiver, WebhookSignature
  * @category models
  */
 export interface RunsEffects<R> {
-  readonly runPromiseExit: <A, E>(effect: Effect.Effect<A, E, R>, options?: { readonly signal?: AbortSignal }) => Promise<Exit.Exit<A, E>>
+  readonly runPromiseExit: <A, E>(
+    effect: Effect.Effect<A, E, R>,
+    options?: { readonly signal?: AbortSignal }
+  ) => Promise<Exit.Exit<A, E>>
 }
 
 /**
@@ -198,7 +242,10 @@ export interface RunsEffects<R> {
  * @category handlers
  */
 export const hono = <E, R>(
-  runtime: RunsEffects<R> & ([InboxStore | OutboxStore] extends [R] ? unknown : { readonly "the runtime must provide an InboxStore and an OutboxStore": never }),
+  runtime:
+    & RunsEffects<R>
+    & ([InboxStore | OutboxStore] extends [R] ? unknown
+      : { readonly "the runtime must provide an InboxStore and an OutboxStore": never }),
   options: Options,
   handler: (webhook: Webhook) => Effect.Effect<void, E, NoInfer<R>>
 ): (c: { readonly req: { readonly raw: Request } }) => Promise<Response> => {
@@ -210,7 +257,12 @@ export const hono = <E, R>(
       return json(500, { error: { tag: "InvalidSecret", message: "the webhook receiver is misconfigured" } })
     }
     const request = c.req.raw
-    const exit = await runtime.runPromiseExit(made.value.handle(request, handler) as Effect.Effect<Response, never, R>, { signal: request.signal })
-    return Exit.isSuccess(exit) ? exit.value : json(503, { error: { tag: "Interrupted", message: "the request was interrupted" } })
+    const exit = await runtime.runPromiseExit(
+      made.value.handle(request, handler) as Effect.Effect<Response, never, R>,
+      { signal: request.signal }
+    )
+    return Exit.isSuccess(exit)
+      ? exit.value
+      : json(503, { error: { tag: "Interrupted", message: "the request was interrupted" } })
   }
 }

@@ -31,9 +31,13 @@ export const Headers = {
  */
 export type SecretInput = string | Redacted.Redacted<string>
 
-const InvalidSecretBase: Schema.Class<InvalidSecret, Schema.TaggedStruct<"InvalidSecret", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<InvalidSecret>()("InvalidSecret", {
+const InvalidSecretBase: Schema.Class<
+  InvalidSecret,
+  Schema.TaggedStruct<"InvalidSecret", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<InvalidSecret>()("InvalidSecret", {
   message: Schema.String
 })
 
@@ -101,12 +105,20 @@ export const key = (secret: SecretInput): Effect.Effect<Key, InvalidSecret> =>
     const raw = Redacted.isRedacted(secret) ? Redacted.value(secret) : secret
     if (typeof raw !== "string") return yield* new InvalidSecret({ message: "a webhook secret must be a string" })
     const bytes = fromBase64(raw.startsWith(prefix) ? raw.slice(prefix.length) : raw)
-    if (bytes === undefined) return yield* new InvalidSecret({ message: "a webhook secret must be whsec_ followed by base64" })
+    if (bytes === undefined) {
+      return yield* new InvalidSecret({ message: "a webhook secret must be whsec_ followed by base64" })
+    }
     if (bytes.length < 24 || bytes.length > 64) {
-      return yield* new InvalidSecret({ message: `a webhook secret must hold 24 to 64 bytes, this one holds ${bytes.length}` })
+      return yield* new InvalidSecret({
+        message: `a webhook secret must hold 24 to 64 bytes, this one holds ${bytes.length}`
+      })
     }
     const cryptoKey = yield* Effect.tryPromise({
-      try: () => crypto.subtle.importKey("raw", bytes as Uint8Array<ArrayBuffer>, { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]),
+      try: () =>
+        crypto.subtle.importKey("raw", bytes as Uint8Array<ArrayBuffer>, { name: "HMAC", hash: "SHA-256" }, false, [
+          "sign",
+          "verify"
+        ]),
       catch: () => new InvalidSecret({ message: "the webhook secret could not be imported as an HMAC key" })
     })
     return { _tag: "WebhookKey", cryptoKey } as const
@@ -126,7 +138,13 @@ export const sign = (keys: ReadonlyArray<Key>, id: string, timestamp: number, bo
  * @since 0.1.0
  * @category combinators
  */
-export const isValid = (keys: ReadonlyArray<Key>, header: string, id: string, timestamp: number, body: string): Effect.Effect<boolean> =>
+export const isValid = (
+  keys: ReadonlyArray<Key>,
+  header: string,
+  id: string,
+  timestamp: number,
+  body: string
+): Effect.Effect<boolean> =>
   Effect.promise(async () => {
     const data = Hmac.content(id, timestamp, body)
     for (const entry of header.split(" ")) {

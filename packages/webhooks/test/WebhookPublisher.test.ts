@@ -11,9 +11,9 @@ import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import * as Publisher from "@tidings/core/Publisher"
 import * as Relay from "@tidings/core/Relay"
+import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import { Duration, Effect, Fiber, Layer, Option, Schedule, Schema, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
-import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import { freshSchema, pgClientLayer } from "../../../test/support/pg.ts"
 import * as WebhookPublisher from "../src/WebhookPublisher.ts"
 import * as WebhookSignature from "../src/WebhookSignature.ts"
@@ -35,7 +35,10 @@ const message = (type: string, aggregateId = `agg-${++seq}`, headers: Record<str
 })
 
 const receiver = (answer?: (r: Received) => Answer | Promise<Answer>, port?: number) =>
-  Effect.acquireRelease(Effect.promise(() => startReceiver(secret, answer, port)), (r) => Effect.promise(() => r.close()))
+  Effect.acquireRelease(
+    Effect.promise(() => startReceiver(secret, answer, port)),
+    (r) => Effect.promise(() => r.close())
+  )
 
 const publisher = (config: WebhookPublisher.Config) => WebhookPublisher.make(config).pipe(Effect.orDie)
 
@@ -52,7 +55,11 @@ describe("WebhookPublisher over HTTP", () => {
       const r = yield* receiver((req) => ({ status: [200, 201, 204][req.n % 3]! }))
       const pub = yield* publisher({ endpoints: [{ url: r.url, secret }] })
       const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-      const messages = [message("order.placed", "o-1", { traceparent, secret: "internal" }), message("order.paid"), message("order.shipped")]
+      const messages = [
+        message("order.placed", "o-1", { traceparent, secret: "internal" }),
+        message("order.paid"),
+        message("order.shipped")
+      ]
       const results = yield* pub.publish(messages)
       assert.deepStrictEqual(results, messages.map((m) => Publisher.published(m.id)))
       assert.strictEqual(r.received.length, 3)
@@ -82,9 +89,15 @@ describe("WebhookPublisher over HTTP", () => {
         const status = Number(req.json.aggregateId)
         return status === 301
           ? { status, headers: { location: "http://127.0.0.1:1/elsewhere" } }
-          : { status, body: status === 404 ? "no such order ".repeat(1000) : status >= 400 ? `{"error":"status ${status}"}` : "" }
+          : {
+            status,
+            body: status === 404 ? "no such order ".repeat(1000) : status >= 400 ? `{"error":"status ${status}"}` : ""
+          }
       })
-      const pub = yield* publisher({ endpoints: [{ url: r.url, secret, name: "orders-hook", concurrency: 4 }], errorBodyBytes: 100 })
+      const pub = yield* publisher({
+        endpoints: [{ url: r.url, secret, name: "orders-hook", concurrency: 4 }],
+        errorBodyBytes: 100
+      })
       const messages = statuses.map((s) => message("order.placed", String(s)))
       const results = yield* pub.publish(messages)
       results.forEach((result, i) => {
@@ -141,7 +154,9 @@ describe("WebhookPublisher over HTTP", () => {
     Effect.gen(function*() {
       const r = yield* receiver(() => ({ hang: true }))
       const pub = yield* publisher({ endpoints: [{ url: r.url, secret, timeout: "1 hour", concurrency: 2 }] })
-      const fiber = yield* Effect.forkChild(pub.publish([message("order.placed"), message("order.placed"), message("order.placed")]))
+      const fiber = yield* Effect.forkChild(
+        pub.publish([message("order.placed"), message("order.placed"), message("order.placed")])
+      )
       yield* waitFor("two requests in flight (the endpoint's concurrency)", () => r.inFlight() === 2)
       yield* Fiber.interrupt(fiber)
       yield* waitFor("the requests to be closed", () => r.inFlight() === 0)
@@ -203,7 +218,11 @@ describe("WebhookPublisher over HTTP", () => {
       const refused = message("order.cancelled", "refused")
       const stray = message("inventory.reserved")
       const results = yield* pub.publish([placed, deep, captured, refused, stray])
-      assert.deepStrictEqual(results.slice(0, 3), [Publisher.published(placed.id), Publisher.published(deep.id), Publisher.published(captured.id)])
+      assert.deepStrictEqual(results.slice(0, 3), [
+        Publisher.published(placed.id),
+        Publisher.published(deep.id),
+        Publisher.published(captured.id)
+      ])
       assert.sameMembers(orders.received.map((x) => x.id), [placed.id, refused.id])
       assert.sameMembers(everything.received.map((x) => x.id), [placed.id, deep.id, captured.id, refused.id])
       const refusal = rejection(results[3]!)
@@ -212,7 +231,10 @@ describe("WebhookPublisher over HTTP", () => {
       const unmatched = rejection(results[4]!)
       assert.isFalse(unmatched.isRetryable)
       assert.include(unmatched.message, "no webhook endpoint subscribes to inventory.reserved")
-      const skipping = yield* publisher({ endpoints: [{ url: orders.url, secret, types: ["order.*"] }], unmatched: "skip" })
+      const skipping = yield* publisher({
+        endpoints: [{ url: orders.url, secret, types: ["order.*"] }],
+        unmatched: "skip"
+      })
       assert.deepStrictEqual(yield* skipping.publish([stray]), [Publisher.published(stray.id)])
     }))
 
@@ -239,23 +261,34 @@ describe("WebhookPublisher over HTTP", () => {
     }))
 })
 
-const OrderPlaced = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String }) })
+const OrderPlaced = Event.define("order.placed", {
+  aggregateType: "order",
+  schema: Schema.Struct({ orderId: Schema.String })
+})
 
 /** A Postgres outbox on a fresh schema, the webhook publisher, and a relay retrying after 20 ms. */
-const withRelay = <A, E>(endpoint: WebhookPublisher.Endpoint, body: (schema: string) => Effect.Effect<A, E, OutboxStore | SqlClient.SqlClient | Scope.Scope>) =>
+const withRelay = <A, E>(
+  endpoint: WebhookPublisher.Endpoint,
+  body: (schema: string) => Effect.Effect<A, E, OutboxStore | SqlClient.SqlClient | Scope.Scope>
+) =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Layer.build(pgClientLayer())
     return yield* Effect.gen(function*() {
       const schema = yield* freshSchema("webhooks")
       const store = yield* PgOutboxStore.make({ schema })
-      const services = Layer.mergeAll(Layer.succeed(OutboxStore)(store), WebhookPublisher.layer({ endpoints: [endpoint] }))
-      yield* Layer.build(Relay.layer({
-        statsInterval: false,
-        retention: false,
-        retry: Schedule.spaced("20 millis"),
-        maxAttempts: 100,
-        pollInterval: { base: "20 millis", max: "100 millis" }
-      }).pipe(Layer.provide(services)))
+      const services = Layer.mergeAll(
+        Layer.succeed(OutboxStore)(store),
+        WebhookPublisher.layer({ endpoints: [endpoint] })
+      )
+      yield* Layer.build(
+        Relay.layer({
+          statsInterval: false,
+          retention: false,
+          retry: Schedule.spaced("20 millis"),
+          maxAttempts: 100,
+          pollInterval: { base: "20 millis", max: "100 millis" }
+        }).pipe(Layer.provide(services))
+      )
       return yield* body(schema).pipe(Effect.provideService(OutboxStore, store))
     }).pipe(Effect.provideContext(context))
   }))
@@ -265,12 +298,17 @@ const eventually = <E, R>(what: string, check: Effect.Effect<boolean, E, R>) =>
   check.pipe(
     Effect.flatMap((ok) => ok ? Effect.void : Effect.fail("not yet" as const)),
     Effect.retry(Schedule.spaced("20 millis")),
-    Effect.timeoutOrElse({ duration: "60 seconds", orElse: () => Effect.die(new Error(`timed out waiting for ${what}`)) })
+    Effect.timeoutOrElse({
+      duration: "60 seconds",
+      orElse: () => Effect.die(new Error(`timed out waiting for ${what}`))
+    })
   )
 
 const rows = (schema: string) =>
   SqlClient.SqlClient.use((sql) =>
-    sql<{ id: string; status: string; attempts: number; last_error: string | null }>`SELECT id::text AS id, status, attempts, last_error FROM ${sql(`${schema}.outbox`)}`
+    sql<
+      { id: string; status: string; attempts: number; last_error: string | null }
+    >`SELECT id::text AS id, status, attempts, last_error FROM ${sql(`${schema}.outbox`)}`
   )
 
 describe("WebhookPublisher as the relay's publisher (PostgreSQL)", () => {
@@ -285,8 +323,12 @@ describe("WebhookPublisher as the relay's publisher (PostgreSQL)", () => {
       })
       yield* withRelay({ url: r.url, secret }, (schema) =>
         Effect.gen(function*() {
-          const ok = yield* Outbox.transaction(Outbox.append(OrderPlaced, { aggregateId: "o-1", payload: { orderId: "ok" } }))
-          const gone = yield* Outbox.transaction(Outbox.append(OrderPlaced, { aggregateId: "o-2", payload: { orderId: "gone" } }))
+          const ok = yield* Outbox.transaction(
+            Outbox.append(OrderPlaced, { aggregateId: "o-1", payload: { orderId: "ok" } })
+          )
+          const gone = yield* Outbox.transaction(
+            Outbox.append(OrderPlaced, { aggregateId: "o-2", payload: { orderId: "gone" } })
+          )
           const store = yield* OutboxStore
           yield* eventually("both events settled", Effect.map(store.stats, (s) => s.published === 1 && s.failed === 1))
           const attempts = r.received.filter((x) => x.id === ok.id)
@@ -311,16 +353,28 @@ describe("WebhookPublisher as the relay's publisher (PostgreSQL)", () => {
       yield* withRelay({ url: first.url, secret, timeout: "2 seconds" }, (schema) =>
         Effect.gen(function*() {
           const ids = yield* Effect.forEach(Array.from({ length: 5 }, (_, i) => i), (i) =>
-            Outbox.transaction(Outbox.append(OrderPlaced, { aggregateId: `o-${i}`, payload: { orderId: `o-${i}` } })).pipe(Effect.map((m) => m.id)))
+            Outbox.transaction(Outbox.append(OrderPlaced, { aggregateId: `o-${i}`, payload: { orderId: `o-${i}` } }))
+              .pipe(Effect.map((m) =>
+                m.id
+              )))
           yield* eventually(
             "every event tried at least twice while the receiver is down",
-            Effect.map(rows(schema), (rs) => rs.length === 5 && rs.every((row) => row.attempts >= 2 && row.status !== "failed"))
+            Effect.map(rows(schema), (rs) =>
+              rs.length === 5 && rs.every((row) =>
+                row.attempts >= 2 && row.status !== "failed"
+              ))
           )
           const down = yield* rows(schema)
-          assert.isTrue(down.every((row) => row.status !== "published" && (row.last_error ?? "").includes("unreachable")), JSON.stringify(down))
+          assert.isTrue(
+            down.every((row) => row.status !== "published" && (row.last_error ?? "").includes("unreachable")),
+            JSON.stringify(down)
+          )
           const back = yield* receiver(undefined, port)
           const store = yield* OutboxStore
-          yield* eventually("every event published once the receiver is back", Effect.map(store.stats, (s) => s.published === 5))
+          yield* eventually(
+            "every event published once the receiver is back",
+            Effect.map(store.stats, (s) => s.published === 5)
+          )
           assert.sameMembers([...new Set(back.received.map((x) => x.id))], ids)
           assert.isTrue(back.received.every((x) => x.verified))
           const after = yield* rows(schema)

@@ -43,24 +43,33 @@ const service = (options: Partial<WebhookReceiver.Options> = {}) =>
   Effect.gen(function*() {
     const context = yield* Layer.build(pgClientLayer())
     const schema = yield* freshSchema("receiver").pipe(Effect.provideContext(context))
-    yield* SqlClient.SqlClient.use((sql) => sql`CREATE TABLE ${sql(`${schema}.effects`)} (event_id text NOT NULL, note text)`).pipe(Effect.provideContext(context))
-    const layer = Layer.mergeAll(PgInboxStore.layer({ schema }), PgOutboxStore.layer({ schema })).pipe(Layer.provideMerge(pgClientLayer(undefined, 4)))
+    yield* SqlClient.SqlClient.use((sql) =>
+      sql`CREATE TABLE ${sql(`${schema}.effects`)} (event_id text NOT NULL, note text)`
+    ).pipe(Effect.provideContext(context))
+    const layer = Layer.mergeAll(PgInboxStore.layer({ schema }), PgOutboxStore.layer({ schema })).pipe(
+      Layer.provideMerge(pgClientLayer(undefined, 4))
+    )
     const rt = yield* Runtime.makeScoped(layer)
     let calls = 0
     const busy = new Set<string>()
     const app = new Hono()
-    app.post("/hooks", WebhookReceiver.hono(rt, { secret, consumer: "orders-hook", ...options }, (webhook) =>
-      Effect.gen(function*() {
-        calls++
-        const sql = yield* SqlClient.SqlClient
-        yield* sql`INSERT INTO ${sql(`${schema}.effects`)} (event_id, note) VALUES (${webhook.id}, ${webhook.type ?? null})`
-        const note = (webhook.data as { readonly note?: string } | undefined)?.note
-        if (note === "decline") return yield* new Declined({ message: "card declined" })
-        if (note === "busy-once" && !busy.has(webhook.id)) {
-          busy.add(webhook.id)
-          return yield* new Busy()
-        }
-      })))
+    app.post(
+      "/hooks",
+      WebhookReceiver.hono(rt, { secret, consumer: "orders-hook", ...options }, (webhook) =>
+        Effect.gen(function*() {
+          calls++
+          const sql = yield* SqlClient.SqlClient
+          yield* sql`INSERT INTO ${sql(`${schema}.effects`)} (event_id, note) VALUES (${webhook.id}, ${
+            webhook.type ?? null
+          })`
+          const note = (webhook.data as { readonly note?: string } | undefined)?.note
+          if (note === "decline") return yield* new Declined({ message: "card declined" })
+          if (note === "busy-once" && !busy.has(webhook.id)) {
+            busy.add(webhook.id)
+            return yield* new Busy()
+          }
+        }))
+    )
     const server = yield* Serve.scoped(app)
     const effects = (id?: string) =>
       SqlClient.SqlClient.use((sql) =>
@@ -85,7 +94,11 @@ const message = (note: string): Message => ({
 
 const post = (url: string, body: string, headers: Record<string, string>) =>
   Effect.promise(async () => {
-    const response = await fetch(url, { method: "POST", body, headers: { "content-type": "application/json", ...headers } })
+    const response = await fetch(url, {
+      method: "POST",
+      body,
+      headers: { "content-type": "application/json", ...headers }
+    })
     return { status: response.status, outcome: response.headers.get("webhook-outcome"), text: await response.text() }
   })
 
@@ -98,7 +111,9 @@ describe("WebhookReceiver (Hono, PostgreSQL inbox)", () => {
       assert.deepStrictEqual(yield* pub.publish([m]), [Publisher.published(m.id)])
       assert.deepStrictEqual(yield* pub.publish([m]), [Publisher.published(m.id)])
       // Concurrent duplicates: the inbox row lock makes all but one wait, then see it processed.
-      const results = yield* Effect.forEach(Array.from({ length: 6 }), () => pub.publish([m]), { concurrency: "unbounded" })
+      const results = yield* Effect.forEach(Array.from({ length: 6 }), () => pub.publish([m]), {
+        concurrency: "unbounded"
+      })
       assert.isTrue(results.flat().every((r) => r._tag === "Published"))
       assert.strictEqual((yield* svc.effects(m.id)).length, 1)
       assert.strictEqual(svc.calls(), 1)
@@ -106,7 +121,11 @@ describe("WebhookReceiver (Hono, PostgreSQL inbox)", () => {
       const body = JSON.stringify({ type: "order.placed", data: { note: "hello" } })
       const headers = (id: string) => {
         const ts = new Date()
-        return { "webhook-id": id, "webhook-timestamp": String(Math.floor(ts.getTime() / 1000)), "webhook-signature": new Webhook(secret).sign(id, ts, body) }
+        return {
+          "webhook-id": id,
+          "webhook-timestamp": String(Math.floor(ts.getTime() / 1000)),
+          "webhook-signature": new Webhook(secret).sign(id, ts, body)
+        }
       }
       const fresh = crypto.randomUUID()
       assert.deepInclude(yield* post(svc.url, body, headers(fresh)), { status: 204, outcome: "processed" })
@@ -152,21 +171,41 @@ describe("WebhookReceiver (Hono, PostgreSQL inbox)", () => {
       const newPub = yield* WebhookPublisher.make({ endpoints: [{ url: svc.url, secret: next }] })
       const a = message("a")
       const b = message("b")
-      assert.deepStrictEqual([...(yield* oldPub.publish([a])), ...(yield* newPub.publish([b]))], [Publisher.published(a.id), Publisher.published(b.id)])
+      assert.deepStrictEqual([...(yield* oldPub.publish([a])), ...(yield* newPub.publish([b]))], [
+        Publisher.published(a.id),
+        Publisher.published(b.id)
+      ])
       assert.strictEqual((yield* svc.effects()).length, 2)
     })))
 
   it.live("end to end: outbox → relay → webhook → inbox; a retryable handler failure is retried (503), a permanent one fails the event (422) and leaves no effect", () =>
     Effect.scoped(Effect.gen(function*() {
       const svc = yield* service()
-      const OrderPlaced = Event.define("order.placed", { aggregateType: "order", schema: Schema.Struct({ note: Schema.String }) })
+      const OrderPlaced = Event.define("order.placed", {
+        aggregateType: "order",
+        schema: Schema.Struct({ note: Schema.String })
+      })
       const outboxSchema = yield* freshSchema("sender").pipe(Effect.provideContext(svc.context))
       const store = yield* PgOutboxStore.make({ schema: outboxSchema }).pipe(Effect.provideContext(svc.context))
-      yield* Layer.build(Relay.layer({ statsInterval: false, retention: false, retry: Schedule.spaced("50 millis"), pollInterval: { base: "20 millis", max: "100 millis" } }).pipe(
-        Layer.provide(Layer.mergeAll(Layer.succeed(OutboxStore)(store), WebhookPublisher.layer({ endpoints: [{ url: svc.url, secret }] })))
-      ))
+      yield* Layer.build(
+        Relay.layer({
+          statsInterval: false,
+          retention: false,
+          retry: Schedule.spaced("50 millis"),
+          pollInterval: { base: "20 millis", max: "100 millis" }
+        }).pipe(
+          Layer.provide(
+            Layer.mergeAll(
+              Layer.succeed(OutboxStore)(store),
+              WebhookPublisher.layer({ endpoints: [{ url: svc.url, secret }] })
+            )
+          )
+        )
+      )
       const append = (note: string) =>
-        Outbox.transaction(Outbox.append(OrderPlaced, { aggregateId: `o-${note}`, payload: { note } })).pipe(Effect.provideService(OutboxStore, store))
+        Outbox.transaction(Outbox.append(OrderPlaced, { aggregateId: `o-${note}`, payload: { note } })).pipe(
+          Effect.provideService(OutboxStore, store)
+        )
       const busy = yield* append("busy-once")
       const fine = yield* append("fine")
       const declined = yield* append("decline")

@@ -17,7 +17,11 @@ describe("WebhookSignature", () => {
       const timestamp = Math.floor(Date.now() / 1000)
       const signature = yield* WebhookSignature.sign([key], id, timestamp, body)
       assert.match(signature, /^v1,[A-Za-z0-9+/]{43}=$/)
-      const verified = new Webhook(secret).verify(body, { "webhook-id": id, "webhook-timestamp": String(timestamp), "webhook-signature": signature })
+      const verified = new Webhook(secret).verify(body, {
+        "webhook-id": id,
+        "webhook-timestamp": String(timestamp),
+        "webhook-signature": signature
+      })
       assert.deepStrictEqual(verified, JSON.parse(body))
       // And the reference implementation computes the same bytes.
       assert.strictEqual(new Webhook(secret).sign(id, new Date(timestamp * 1000), body), signature)

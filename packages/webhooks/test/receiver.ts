@@ -39,7 +39,11 @@ export interface Receiver {
 }
 
 /** Starts a receiver on `port` (0: a free one). */
-export const startReceiver = (secret: string, answer: (r: Received) => Answer | Promise<Answer> = () => ({ status: 204 }), port = 0): Promise<Receiver> =>
+export const startReceiver = (
+  secret: string,
+  answer: (r: Received) => Answer | Promise<Answer> = () => ({ status: 204 }),
+  port = 0
+): Promise<Receiver> =>
   new Promise((resolve, reject) => {
     const received: Array<Received> = []
     let inFlight = 0
@@ -65,7 +69,15 @@ export const startReceiver = (secret: string, answer: (r: Received) => Answer | 
         } catch {
           json = undefined
         }
-        const r: Received = { n: received.length + 1, at: Date.now(), id: String(req.headers["webhook-id"]), headers: req.headers, body, json, verified }
+        const r: Received = {
+          n: received.length + 1,
+          at: Date.now(),
+          id: String(req.headers["webhook-id"]),
+          headers: req.headers,
+          body,
+          json,
+          verified
+        }
         received.push(r)
         const a = await answer(r)
         if (a.hang) {

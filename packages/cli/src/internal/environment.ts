@@ -15,19 +15,31 @@ export const layer = (args: ReadonlyArray<string>) =>
     Layer.mergeAll(
       FileSystem.layerNoop({}),
       Path.layer,
-      Layer.succeed(Stdio.Stdio, Stdio.make({
-        args: Effect.succeed(args),
-        stdout: () => Sink.forEach((chunk: string | Uint8Array) => Effect.sync(() => output.write(typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk)))),
-        stderr: () => Sink.forEach((chunk: string | Uint8Array) => Effect.sync(() => output.error(typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk)))),
-        stdin: Stream.empty
-      })),
-      Layer.succeed(Terminal.Terminal, Terminal.make({
-        columns: Effect.sync(() => output.columns),
-        rows: Effect.succeed(24),
-        size: unused("terminal resizing"),
-        readInput: unused("terminal input"),
-        readLine: unused("terminal input"),
-        display: (text) => Effect.sync(() => output.write(text))
-      })),
+      Layer.succeed(
+        Stdio.Stdio,
+        Stdio.make({
+          args: Effect.succeed(args),
+          stdout: () =>
+            Sink.forEach((chunk: string | Uint8Array) =>
+              Effect.sync(() => output.write(typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk)))
+            ),
+          stderr: () =>
+            Sink.forEach((chunk: string | Uint8Array) =>
+              Effect.sync(() => output.error(typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk)))
+            ),
+          stdin: Stream.empty
+        })
+      ),
+      Layer.succeed(
+        Terminal.Terminal,
+        Terminal.make({
+          columns: Effect.sync(() => output.columns),
+          rows: Effect.succeed(24),
+          size: unused("terminal resizing"),
+          readInput: unused("terminal input"),
+          readLine: unused("terminal input"),
+          display: (text) => Effect.sync(() => output.write(text))
+        })
+      ),
       Layer.succeed(ChildProcessSpawner.ChildProcessSpawner, ChildProcessSpawner.make(() => unused("child processes")))
     )))

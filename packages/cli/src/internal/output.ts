@@ -15,7 +15,6 @@ export interface Service {
   readonly columns: number
 }
 
-
 /** Standard output and error of the process. */
 export const Output: Context.Reference<Service> = Context.Reference<Service>("@tidings/cli/Output", {
   defaultValue: () => ({
@@ -49,15 +48,22 @@ const cell = (value: unknown): string => {
 }
 
 /** A table: a header row and aligned columns; long cells are cut to `max` characters. */
-export const table = (headers: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<unknown>>, options: { readonly max?: number; readonly empty?: string } = {}): Effect.Effect<void> => {
+export const table = (
+  headers: ReadonlyArray<string>,
+  rows: ReadonlyArray<ReadonlyArray<unknown>>,
+  options: { readonly max?: number; readonly empty?: string } = {}
+): Effect.Effect<void> => {
   if (rows.length === 0) return line(options.empty ?? "(none)")
   const max = options.max ?? 60
-  const text = rows.map((r) => r.map((v) => {
-    const s = cell(v)
-    return s.length > max ? `${s.slice(0, max - 1)}…` : s
-  }))
+  const text = rows.map((r) =>
+    r.map((v) => {
+      const s = cell(v)
+      return s.length > max ? `${s.slice(0, max - 1)}…` : s
+    })
+  )
   const widths = headers.map((h, i) => Math.max(h.length, ...text.map((r) => r[i]?.length ?? 0)))
-  const render = (r: ReadonlyArray<string>) => r.map((v, i) => i === r.length - 1 ? v : v.padEnd(widths[i]!)).join("  ").trimEnd()
+  const render = (r: ReadonlyArray<string>) =>
+    r.map((v, i) => i === r.length - 1 ? v : v.padEnd(widths[i]!)).join("  ").trimEnd()
   return line(render(headers.map((h) => h.toUpperCase())), ...text.map(render))
 }
 
@@ -83,7 +89,9 @@ export const progress = (label: string) =>
       const ratio = total <= 0 ? 1 : Math.min(1, done / total)
       const width = 30
       const filled = Math.round(ratio * width)
-      const bar = `${label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${Math.round(ratio * 100)}% ${done}/${total}`
+      const bar = `${label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${
+        Math.round(ratio * 100)
+      }% ${done}/${total}`
       if (o.interactive) o.error(`\r${bar}`)
       else {
         const tenth = Math.floor(ratio * 10)

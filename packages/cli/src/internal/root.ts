@@ -11,21 +11,25 @@ import { InboxStore } from "@tidings/core/InboxStore"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { SagaStore } from "@tidings/core/SagaStore"
 import * as Settings from "@tidings/core/Settings"
-import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
-import type { AmqpConnectionError, TopologyError } from "@tidings/rabbitmq/AmqpErrors"
-import type { DeadLetterQueueNotFound } from "@tidings/rabbitmq/DeadLetters"
-import type * as Topology from "@tidings/rabbitmq/Topology"
 import * as PgClient from "@tidings/postgres/PgClient"
 import * as PgInboxStore from "@tidings/postgres/PgInboxStore"
 import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import * as PgSagaStore from "@tidings/postgres/PgSagaStore"
+import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
+import type { AmqpConnectionError, TopologyError } from "@tidings/rabbitmq/AmqpErrors"
+import type { DeadLetterQueueNotFound } from "@tidings/rabbitmq/DeadLetters"
+import type * as Topology from "@tidings/rabbitmq/Topology"
 import { type Cause, ConfigProvider, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
 import type { SqlClient, SqlError } from "effect/sql"
 
-const SettingErrorBase: Schema.Class<SettingError, Schema.TaggedStruct<"SettingError", {
-  readonly message: Schema.String
-}>, Cause.YieldableError> = Schema.TaggedError<SettingError>()("SettingError", { message: Schema.String })
+const SettingErrorBase: Schema.Class<
+  SettingError,
+  Schema.TaggedStruct<"SettingError", {
+    readonly message: Schema.String
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<SettingError>()("SettingError", { message: Schema.String })
 
 /** A setting the command needs is missing or unusable; the message says which and how to give it. */
 export class SettingError extends SettingErrorBase {}
@@ -33,12 +37,26 @@ export class SettingError extends SettingErrorBase {}
 /** `tidings`, with the flags every subcommand accepts (before or after its name). */
 export const root = Command.make("tidings").pipe(
   Command.withSharedFlags({
-    json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("Print JSON for scripts instead of tables")),
-    databaseUrl: Flag.Redacted("database-url").pipe(Flag.optional, Flag.withDescription("PostgreSQL URL (default: TIDINGS_PG_URL)")),
-    schema: Flag.String("schema").pipe(Flag.optional, Flag.withDescription("Schema of Tidings' tables (default: TIDINGS_SCHEMA, else tidings)")),
-    amqpUrl: Flag.Redacted("amqp-url").pipe(Flag.optional, Flag.withDescription("RabbitMQ URL (default: TIDINGS_AMQP_URL)"))
+    json: Flag.Boolean("json").pipe(
+      Flag.withDefault(false),
+      Flag.withDescription("Print JSON for scripts instead of tables")
+    ),
+    databaseUrl: Flag.Redacted("database-url").pipe(
+      Flag.optional,
+      Flag.withDescription("PostgreSQL URL (default: TIDINGS_PG_URL)")
+    ),
+    schema: Flag.String("schema").pipe(
+      Flag.optional,
+      Flag.withDescription("Schema of Tidings' tables (default: TIDINGS_SCHEMA, else tidings)")
+    ),
+    amqpUrl: Flag.Redacted("amqp-url").pipe(
+      Flag.optional,
+      Flag.withDescription("RabbitMQ URL (default: TIDINGS_AMQP_URL)")
+    )
   }),
-  Command.withDescription("Operate Tidings: migrations, the outbox, the inbox, dead-letter queues, sagas, a relay worker, and a health check")
+  Command.withDescription(
+    "Operate Tidings: migrations, the outbox, the inbox, dead-letter queues, sagas, a relay worker, and a health check"
+  )
 )
 
 /** The shared settings of the current run. */
@@ -74,19 +92,28 @@ export const read = <A, R>(
     return effect.pipe(
       Effect.provide(ConfigProvider.layerAdd(ConfigProvider.fromUnknown(given), { asPrimary: true })),
       Effect.mapError((error) =>
-        Settings.invalid((error.issues ?? [{ path: error.path, message: error.message }]).map((i) => ({
-          path: names.has(i.path) ? `${names.get(i.path)} / ${i.path}` : i.path,
-          message: i.message
-        })), { namePaths: true })
+        Settings.invalid(
+          (error.issues ?? [{ path: error.path, message: error.message }]).map((i) => ({
+            path: names.has(i.path) ? `${names.get(i.path)} / ${i.path}` : i.path,
+            message: i.message
+          })),
+          { namePaths: true }
+        )
       )
     )
   })
 
 const required = (variable: string, message: string) => (error: InvalidConfig): InvalidConfig | SettingError =>
-  error.issues?.some((i) => i.path.endsWith(variable) && i.message === "is required but not set") === true ? new SettingError({ message }) : error
+  error.issues?.some((i) => i.path.endsWith(variable) && i.message === "is required but not set") === true
+    ? new SettingError({ message })
+    : error
 
 /** The database client's settings: two connections at most, and (as the broker's) 10 s to reach the server (a CLI must not hang). */
-const database = read(Settings.read(PgClient.environment, { defaults: { maxConnections: 2, applicationName: "tidings-cli", startupTimeout: "10 seconds" } })).pipe(
+const database = read(
+  Settings.read(PgClient.environment, {
+    defaults: { maxConnections: 2, applicationName: "tidings-cli", startupTimeout: "10 seconds" }
+  })
+).pipe(
   Effect.mapError(required("TIDINGS_PG_URL", "no database: pass --database-url or set TIDINGS_PG_URL"))
 )
 
@@ -151,4 +178,10 @@ export type CommandError =
   | SagaActionError
 
 /** A subcommand of `tidings` with its flags (explicit types for JSR). */
-export type Subcommand<Name extends string, Input = {}> = Command.Command<Name, Input, {}, CommandError, Command.CommandContext<"tidings">>
+export type Subcommand<Name extends string, Input = {}> = Command.Command<
+  Name,
+  Input,
+  {},
+  CommandError,
+  Command.CommandContext<"tidings">
+>

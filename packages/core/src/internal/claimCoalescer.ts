@@ -23,7 +23,10 @@ export interface Claimer {
   /** Claims up to one batch (per-key: from after `afterKey`). */
   readonly claim: (afterKey: string | undefined) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
   /** Settles `settlement` and claims up to one batch, in one statement. */
-  readonly settleAndClaim: (settlement: Settlement, afterKey: string | undefined) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
+  readonly settleAndClaim: (
+    settlement: Settlement,
+    afterKey: string | undefined
+  ) => Effect.Effect<ReadonlyArray<ClaimedEvent>, StoreError>
 }
 
 const isEmpty = (s: Settlement) =>
@@ -57,21 +60,35 @@ export const make = (options: {
   Effect.gen(function*() {
     const { batchSize, holder, store } = options
     const requests = yield* Queue.unbounded<Request>()
-    const maxMerge = Math.max(1, Math.min(Math.floor(maxRows / batchSize), Math.ceil(options.pollers / options.statements)))
+    const maxMerge = Math.max(
+      1,
+      Math.min(Math.floor(maxRows / batchSize), Math.ceil(options.pollers / options.statements))
+    )
 
     const run = (taken: ReadonlyArray<Request>) =>
       Effect.gen(function*() {
         const settlement = mergeSettlements(taken.flatMap((r) => r.settlement === undefined ? [] : [r.settlement]))
-        const next = { relayId: holder, batchSize: batchSize * taken.length, lease: options.lease, ordering: "unordered" as const }
+        const next = {
+          relayId: holder,
+          batchSize: batchSize * taken.length,
+          lease: options.lease,
+          ordering: "unordered" as const
+        }
         // A bare claim runs untraced: the pollers record a span for the claims that found events.
-        const exit = yield* Effect.exit(isEmpty(settlement) ? Effect.withTracerEnabled(store.claim(next), false) : store.settleAndClaim(holder, settlement, next))
+        const exit = yield* Effect.exit(
+          isEmpty(settlement)
+            ? Effect.withTracerEnabled(store.claim(next), false)
+            : store.settleAndClaim(holder, settlement, next)
+        )
         if (Exit.isFailure(exit)) {
           for (const r of taken) Deferred.doneUnsafe(r.result, exit)
           return
         }
         // In claim order: the first requests get full batches, the last ones what is left.
         const rows = exit.value
-        taken.forEach((r, i) => Deferred.doneUnsafe(r.result, Exit.succeed(rows.slice(i * batchSize, (i + 1) * batchSize))))
+        taken.forEach((r, i) =>
+          Deferred.doneUnsafe(r.result, Exit.succeed(rows.slice(i * batchSize, (i + 1) * batchSize)))
+        )
       })
 
     // Waiting for requests can be interrupted (shutdown); a statement and the hand-over of

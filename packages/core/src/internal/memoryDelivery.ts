@@ -29,7 +29,11 @@ export interface Item {
 }
 
 /** The delivery a handler gets (decoded with the registry, if any), or why it gets none. */
-export const prepare = <A>(registry: EventRegistry.EventRegistry<A> | undefined, queue: string, item: Item): ConsumerRunner.Prepared<A> => {
+export const prepare = <A>(
+  registry: EventRegistry.EventRegistry<A> | undefined,
+  queue: string,
+  item: Item
+): ConsumerRunner.Prepared<A> => {
   const m = item.message
   const base = {
     messageId: m.id,
@@ -48,7 +52,9 @@ export const prepare = <A>(registry: EventRegistry.EventRegistry<A> | undefined,
   }
   const version = EventRegistry.parseVersion(m.version, m.type)
   if (version instanceof EventRegistry.DecodeError) return { _tag: "DecodeFailure", error: version }
-  if (registry === undefined) return { _tag: "Decoded", delivery: { ...base, version, payload: m.payload, event: m as A } }
+  if (registry === undefined) {
+    return { _tag: "Decoded", delivery: { ...base, version, payload: m.payload, event: m as A } }
+  }
   const decoded = registry.decode(m.type, version, m.payload)
   if (decoded._tag === "UnknownType") return decoded
   if (decoded._tag === "Invalid") return { _tag: "DecodeFailure", error: decoded.error }
@@ -56,4 +62,3 @@ export const prepare = <A>(registry: EventRegistry.EventRegistry<A> | undefined,
   const delivery: Consumers.Delivery<A> = { ...base, version, payload, event: decoded.event }
   return decoded.note === undefined ? { _tag: "Decoded", delivery } : { _tag: "Decoded", delivery, note: decoded.note }
 }
-

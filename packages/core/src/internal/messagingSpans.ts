@@ -55,7 +55,9 @@ export const spanWhen = <A, E>(
       const start = clock.currentTimeNanosUnsafe()
       const exit = yield* Effect.exit(Effect.withTracerEnabled(effect, false))
       if (worth(exit)) {
-        const span = yield* Effect.makeSpan(name, options(exit)).pipe(Effect.provideService(Clock.Clock, startedAt(clock, start)))
+        const span = yield* Effect.makeSpan(name, options(exit)).pipe(
+          Effect.provideService(Clock.Clock, startedAt(clock, start))
+        )
         span.end(clock.currentTimeNanosUnsafe(), exit)
       }
       return yield* exit
@@ -65,32 +67,39 @@ export const spanWhen = <A, E>(
 const batch = (n: number): Record<string, number> => n === 1 ? {} : { "messaging.batch.message_count": n }
 
 /** Around a claim: a `receive outbox` span when it took events or failed, nothing when it found none. */
-export const claim = (relayId: string, batchSize: number) =>
-<A, E, R>(effect: Effect.Effect<ReadonlyArray<A>, E, R>): Effect.Effect<ReadonlyArray<A>, E, R> =>
-  spanWhen<ReadonlyArray<A>, E>(
-    spanNames.claim,
-    (exit) => ({
-      kind: "client",
-      attributes: {
-        ...Tracing.messagingAttributes({ type: "receive", name: "claim" }, outbox),
-        ...(Exit.isSuccess(exit) ? { "messaging.batch.message_count": exit.value.length } : {}),
-        "tidings.relay.id": relayId,
-        "tidings.batch.size": batchSize
-      }
-    }),
-    (exit) => Exit.isFailure(exit) || exit.value.length > 0
-  )(effect)
+export const claim =
+  (relayId: string, batchSize: number) =>
+  <A, E, R>(effect: Effect.Effect<ReadonlyArray<A>, E, R>): Effect.Effect<ReadonlyArray<A>, E, R> =>
+    spanWhen<ReadonlyArray<A>, E>(
+      spanNames.claim,
+      (exit) => ({
+        kind: "client",
+        attributes: {
+          ...Tracing.messagingAttributes({ type: "receive", name: "claim" }, outbox),
+          ...(Exit.isSuccess(exit) ? { "messaging.batch.message_count": exit.value.length } : {}),
+          "tidings.relay.id": relayId,
+          "tidings.batch.size": batchSize
+        }
+      }),
+      (exit) => Exit.isFailure(exit) || exit.value.length > 0
+    )(effect)
 
 /** The events a settlement settles. */
-const settled = (s: Settlement): number => s.published.length + s.retry.length + s.failed.length + (s.released?.length ?? 0)
+const settled = (s: Settlement): number =>
+  s.published.length + s.retry.length + s.failed.length + (s.released?.length ?? 0)
 
 /** Around a settle (or settle-and-claim) of `settlement`: a `settle outbox` span. */
-export const settle = (relayId: string, settlement: Settlement) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.withSpan(effect, spanNames.settle, {
-    ...Tracing.noStack,
-    kind: "client",
-    attributes: { ...Tracing.messagingAttributes({ type: "settle", name: "settle" }, outbox), ...batch(settled(settlement)), "tidings.relay.id": relayId }
-  })
+export const settle =
+  (relayId: string, settlement: Settlement) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Effect.withSpan(effect, spanNames.settle, {
+      ...Tracing.noStack,
+      kind: "client",
+      attributes: {
+        ...Tracing.messagingAttributes({ type: "settle", name: "settle" }, outbox),
+        ...batch(settled(settlement)),
+        "tidings.relay.id": relayId
+      }
+    })
 
 const createLink = { "messaging.operation.type": "create" } as const
 
@@ -109,7 +118,9 @@ export const sender = (relayId: string, destination: Tracing.Destination | undef
     const created = Tracing.parentFromHeaders(message.headers)
     return Effect.makeSpan(name, {
       kind: "producer",
-      ...(created === undefined ? { root: true } : { parent: created, links: [{ span: created, attributes: createLink }] }),
+      ...(created === undefined
+        ? { root: true }
+        : { parent: created, links: [{ span: created, attributes: createLink }] }),
       attributes: {
         ...shared,
         "messaging.message.id": message.id,
@@ -122,15 +133,16 @@ export const sender = (relayId: string, destination: Tracing.Destination | undef
 }
 
 /** Around an append of `messages`: the `create <event type>` span (the type of the first, when all share it). */
-export const create = (types: ReadonlyArray<string>) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => {
-  const type = types.length > 0 && types.every((t) => t === types[0]) ? types[0] : undefined
-  return Effect.withSpan(effect, Tracing.spanName(spanNames.create, type), {
-    ...Tracing.noStack,
-    kind: "producer",
-    attributes: {
-      ...Tracing.messagingAttributes({ type: "create", name: "append" }, { system: outboxSystem, name: type }),
-      ...batch(types.length),
-      "tidings.outbox.count": types.length
-    }
-  })
-}
+export const create =
+  (types: ReadonlyArray<string>) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => {
+    const type = types.length > 0 && types.every((t) => t === types[0]) ? types[0] : undefined
+    return Effect.withSpan(effect, Tracing.spanName(spanNames.create, type), {
+      ...Tracing.noStack,
+      kind: "producer",
+      attributes: {
+        ...Tracing.messagingAttributes({ type: "create", name: "append" }, { system: outboxSystem, name: type }),
+        ...batch(types.length),
+        "tidings.outbox.count": types.length
+      }
+    })
+  }

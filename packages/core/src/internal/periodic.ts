@@ -21,7 +21,9 @@ export const every = <E, R>(
     : Effect.suspend(() => Effect.sleep(Duration.millis(ms * (1 - jitter + Math.random() * 2 * jitter))))
   return effect.pipe(
     Effect.withTracerEnabled(false),
-    Effect.catchCause((cause) => Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.logWarning(`${label} failed`, cause)),
+    Effect.catchCause((cause) =>
+      Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.logWarning(`${label} failed`, cause)
+    ),
     Effect.andThen(pause),
     Effect.forever
   ) as Effect.Effect<never, never, R>

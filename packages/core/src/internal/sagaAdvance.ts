@@ -36,7 +36,12 @@ export const advance = (
       // The stored data no longer matches the definition: nothing can be built from it; a person must look.
       if (execution.saga.status !== "running" && execution.saga.status !== "compensating") return ignored
       const message = `stored data does not decode with the definition: ${decoded.failure}`
-      yield* store.update(sagaId, execution.saga.version, { status: "failed", error: message, deadline: null, claim: null })
+      yield* store.update(sagaId, execution.saga.version, {
+        status: "failed",
+        error: message,
+        deadline: null,
+        claim: null
+      })
       yield* Effect.logError(`saga ${sagaId} failed: ${message}`)
       return { update: {}, commands: [], outcome: "failed", after: [SagaMetrics.finished("failed")] } satisfies Plan
     }

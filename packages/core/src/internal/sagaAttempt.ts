@@ -43,14 +43,20 @@ export class EngineFailed {
  * @since 0.1.0
  * @category combinators
  */
-export const timeoutAttempt = (timeout: Duration.Duration | undefined) => <A, E, R>(attempt: Effect.Effect<A, E, R>): Effect.Effect<A, E | ActionFailed, R> =>
-  timeout === undefined ? attempt : attempt.pipe(
-    Effect.timeoutOrElse({ duration: timeout, orElse: () => Effect.fail(new ActionFailed(undefined, Duration.toMillis(timeout))) })
-  )
+export const timeoutAttempt =
+  (timeout: Duration.Duration | undefined) =>
+  <A, E, R>(attempt: Effect.Effect<A, E, R>): Effect.Effect<A, E | ActionFailed, R> =>
+    timeout === undefined ? attempt : attempt.pipe(
+      Effect.timeoutOrElse({
+        duration: timeout,
+        orElse: () => Effect.fail(new ActionFailed(undefined, Duration.toMillis(timeout)))
+      })
+    )
 
 /**
  * How a timeout reads in stored errors and messages.
  * @since 0.1.0
  * @category formatting
  */
-export const timedOutText = (timeoutMs: number): string => `timed out after ${Duration.format(Duration.millis(timeoutMs))}`
+export const timedOutText = (timeoutMs: number): string =>
+  `timed out after ${Duration.format(Duration.millis(timeoutMs))}`

@@ -38,7 +38,8 @@ export const decodeJson = (schema: AnyCodec, json: unknown): Effect.Effect<unkno
     Effect.mapError((e) => e.message)
   )
 
-const hasResult = (status: StepStatus) => status === "completed" || status === "compensated" || status === "compensation_failed"
+const hasResult = (status: StepStatus) =>
+  status === "completed" || status === "compensated" || status === "compensation_failed"
 
 /**
  * A stored execution's input and results, decoded.
@@ -64,7 +65,9 @@ export const decodeExecution = (definition: Any, execution: Execution): Effect.E
     for (const record of execution.steps) {
       const step = definition.steps[record.index]
       if (step === undefined || !hasResult(record.status)) continue
-      results[step.name] = yield* decodeJson(step.result, record.result).pipe(Effect.mapError((e) => `result of ${step.name}: ${e}`))
+      results[step.name] = yield* decodeJson(step.result, record.result).pipe(
+        Effect.mapError((e) => `result of ${step.name}: ${e}`)
+      )
     }
     return { input, results }
   })

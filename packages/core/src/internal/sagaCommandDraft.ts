@@ -39,6 +39,8 @@ export const buildCommand = (
       [CommandHeaders.attempt]: String(attempt)
     }
     const withHeaders: EventDraft = { ...draft, headers }
-    yield* Outbox.encode(withHeaders, yield* Clock.currentTimeMillis, Option.none()).pipe(Effect.mapError((e) => e.message))
+    yield* Outbox.encode(withHeaders, yield* Clock.currentTimeMillis, Option.none()).pipe(
+      Effect.mapError((e) => e.message)
+    )
     return withHeaders
   })

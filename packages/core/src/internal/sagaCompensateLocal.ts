@@ -25,11 +25,14 @@ export type LocalOutcome =
 
 /** Delay before the next retry of a schedule (`None` once the schedule is done). */
 const retryDelay = (schedule: Schedule.Schedule<unknown, unknown>) =>
-  Effect.map(Schedule.toStep(schedule), (step) => (input: unknown): Effect.Effect<Option.Option<Duration.Duration>> =>
-    Effect.flatMap(Clock.currentTimeMillis, (now) => step(now, input)).pipe(
-      Effect.map(([, delay]) => Option.some(delay)),
-      Pull.catchDone(() => Effect.succeedNone)
-    ))
+  Effect.map(
+    Schedule.toStep(schedule),
+    (step) => (input: unknown): Effect.Effect<Option.Option<Duration.Duration>> =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => step(now, input)).pipe(
+        Effect.map(([, delay]) => Option.some(delay)),
+        Pull.catchDone(() => Effect.succeedNone)
+      )
+  )
 
 const failSaga = (t: Tracker, index: number, step: string, message: string, cause: unknown) =>
   Effect.gen(function*() {
@@ -65,7 +68,9 @@ export const compensateLocal = (
     for (let j = steps.length - 1; j >= 0; j--) {
       const record = steps[j]!
       const step = definition.steps[j]
-      if (record.status !== "completed" || step === undefined || step._tag !== "Local" || step.compensate === undefined) continue
+      if (
+        record.status !== "completed" || step === undefined || step._tag !== "Local" || step.compensate === undefined
+      ) continue
       const compensate = step.compensate
       const context = contextOf(definition, t.id, decoded.input, decoded.results, j)
       const result = decoded.results[step.name]
@@ -75,15 +80,30 @@ export const compensateLocal = (
       let lastCause: unknown = undefined
       while (true) {
         if (attempts >= maxAttempts) {
-          return yield* failSaga(t, j, step.name, `compensation of ${step.name} failed ${attempts} times (the most allowed): ${lastError}`, lastCause)
+          return yield* failSaga(
+            t,
+            j,
+            step.name,
+            `compensation of ${step.name} failed ${attempts} times (the most allowed): ${lastError}`,
+            lastCause
+          )
         }
-        yield* persist(t, { currentStep: j, deadline: step.compensation.timeout ?? null, steps: [{ index: j, compensationStarted: true }] })
+        yield* persist(t, {
+          currentStep: j,
+          deadline: step.compensation.timeout ?? null,
+          steps: [{ index: j, compensationStarted: true }]
+        })
         attempts++
         const exit = yield* Effect.exit(
           Effect.suspend(() => compensate(context, result)).pipe(
             timeoutAttempt(step.compensation.timeout),
             Effect.withSpan(spanName("compensate", step.name), {
-              attributes: { "tidings.saga.id": t.id, "tidings.saga.type": definition.name, "tidings.saga.step": step.name, "tidings.saga.attempt": attempts }
+              attributes: {
+                "tidings.saga.id": t.id,
+                "tidings.saga.type": definition.name,
+                "tidings.saga.step": step.name,
+                "tidings.saga.attempt": attempts
+              }
             })
           )
         )
@@ -94,12 +114,22 @@ export const compensateLocal = (
         }
         if (Cause.hasInterruptsOnly(exit.cause)) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
         const error = Option.getOrUndefined(Cause.findErrorOption(exit.cause))
-        lastError = error instanceof ActionFailed && error.timeoutMs !== undefined ? timedOutText(error.timeoutMs) : describeCause(exit.cause)
+        lastError = error instanceof ActionFailed && error.timeoutMs !== undefined
+          ? timedOutText(error.timeoutMs)
+          : describeCause(exit.cause)
         lastCause = error ?? Cause.squash(exit.cause)
-        yield* Effect.logWarning(`saga ${t.id}: compensation of ${step.name} failed (attempt ${attempts}): ${lastError}`)
+        yield* Effect.logWarning(
+          `saga ${t.id}: compensation of ${step.name} failed (attempt ${attempts}): ${lastError}`
+        )
         const delay = error === undefined || !isRetryable(error) ? Option.none() : yield* next(error)
         if (Option.isNone(delay)) {
-          return yield* failSaga(t, j, step.name, `compensation of ${step.name} failed after ${attempts} attempts: ${lastError}`, lastCause)
+          return yield* failSaga(
+            t,
+            j,
+            step.name,
+            `compensation of ${step.name} failed after ${attempts} attempts: ${lastError}`,
+            lastCause
+          )
         }
         yield* persist(t, { steps: [{ index: j, error: lastError }] })
         yield* Effect.sleep(delay.value)

@@ -9,14 +9,28 @@ import type { Any, StepContext } from "../SagaDefinition.ts"
  * @since 0.1.0
  * @category constructors
  */
-export const contextOf = (definition: Any, sagaId: string, input: unknown, results: Record<string, unknown>, index: number): StepContext<any, any> => {
+export const contextOf = (
+  definition: Any,
+  sagaId: string,
+  input: unknown,
+  results: Record<string, unknown>,
+  index: number
+): StepContext<any, any> => {
   const name = definition.steps[index]!.name
   const before: Record<string, unknown> = {}
   for (let i = 0; i < index; i++) {
     const n = definition.steps[i]!.name
     if (n in results) before[n] = results[n]
   }
-  return { sagaId, sagaType: definition.name, input, results: before, step: name, index, idempotencyKey: `${sagaId}/${name}` }
+  return {
+    sagaId,
+    sagaType: definition.name,
+    input,
+    results: before,
+    step: name,
+    index,
+    idempotencyKey: `${sagaId}/${name}`
+  }
 }
 
 /**

@@ -17,7 +17,8 @@ export const started: Effect.Effect<void> = Effect.suspend(() => Metric.update(M
  * @since 0.1.0
  * @category metrics
  */
-export const finished = (status: SagaStatus): Effect.Effect<void> => Metric.update(Metric.withAttributes(Metrics.saga.finished, { status }), 1)
+export const finished = (status: SagaStatus): Effect.Effect<void> =>
+  Metric.update(Metric.withAttributes(Metrics.saga.finished, { status }), 1)
 
 /**
  * A step's compensation ended: compensated, or failed for good.
@@ -48,4 +49,8 @@ export const recovered: Effect.Effect<void> = Effect.suspend(() => Metric.update
  * @category metrics
  */
 export const byStatus = (counts: Record<SagaStatus, number>): Effect.Effect<void> =>
-  Effect.forEach(Object.entries(counts), ([status, n]) => Metric.update(Metric.withAttributes(Metrics.saga.byStatus, { status }), n), { discard: true })
+  Effect.forEach(
+    Object.entries(counts),
+    ([status, n]) => Metric.update(Metric.withAttributes(Metrics.saga.byStatus, { status }), n),
+    { discard: true }
+  )

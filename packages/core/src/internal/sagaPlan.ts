@@ -9,7 +9,7 @@ import * as Retry from "../Retry.ts"
 import type { ReplyOutcome, ReplyPayload } from "../SagaCommand.ts"
 import type { Any, CommandStep } from "../SagaDefinition.ts"
 import type { Execution, SagaUpdate, StepStatus, StepUpdate } from "../SagaStore.ts"
-import { decodeJson, type Decoded, encodeJson } from "./sagaCodec.ts"
+import { type Decoded, decodeJson, encodeJson } from "./sagaCodec.ts"
 import { buildCommand } from "./sagaCommandDraft.ts"
 import { contextOf } from "./sagaContext.ts"
 import * as SagaMetrics from "./sagaMetrics.ts"
@@ -54,40 +54,72 @@ interface Facts {
 
 const stepAt = (f: Facts, i: number) => f.definition.steps[i] as CommandStep | undefined
 
-const withAfterFirst = (before: ReadonlyArray<Effect.Effect<void>>) => (plan: Plan): Plan => ({ ...plan, after: [...before, ...plan.after] })
+const withAfterFirst = (before: ReadonlyArray<Effect.Effect<void>>) => (plan: Plan): Plan => ({
+  ...plan,
+  after: [...before, ...plan.after]
+})
 
 /**
  * The saga ends `failed`. `release`: it was the saga's current work (clear its deadline and claim);
  * otherwise a late event on a saga that has moved on (only its status and error change).
  */
 const failedPlan = (f: Facts, message: string, steps: ReadonlyArray<StepUpdate>, release: boolean): Plan => ({
-  update: release ? { status: "failed", error: message, deadline: null, claim: null, steps } : { status: "failed", error: message, steps },
+  update: release
+    ? { status: "failed", error: message, deadline: null, claim: null, steps }
+    : { status: "failed", error: message, steps },
   commands: [],
   outcome: "failed",
-  after: [SagaMetrics.compensated("failed"), ...(f.execution.saga.status === "failed" ? [] : [SagaMetrics.finished("failed")])]
+  after: [
+    SagaMetrics.compensated("failed"),
+    ...(f.execution.saga.status === "failed" ? [] : [SagaMetrics.finished("failed")])
+  ]
 })
 
-const sendCompensation = (f: Facts, k: number, attempt: number, results: Record<string, unknown> = f.decoded.results) => {
+const sendCompensation = (
+  f: Facts,
+  k: number,
+  attempt: number,
+  results: Record<string, unknown> = f.decoded.results
+) => {
   const step = stepAt(f, k)!
   const sagaId = f.execution.saga.id
   const context = contextOf(f.definition, sagaId, f.decoded.input, results, k)
-  return buildCommand(sagaId, f.definition, k, "compensation", attempt, () => step.compensate!(context, results[step.name]))
+  return buildCommand(
+    sagaId,
+    f.definition,
+    k,
+    "compensation",
+    attempt,
+    () => step.compensate!(context, results[step.name])
+  )
 }
 
 /**
  * Compensates backwards from step `from`: sends the compensation of the last completed step with
  * one, or ends the saga `compensated` when there is none. `extra` are updates of other steps.
  */
-const compensateFrom = (f: Facts, from: number, reason: string | undefined, extra: ReadonlyArray<StepUpdate>): Effect.Effect<Plan> =>
+const compensateFrom = (
+  f: Facts,
+  from: number,
+  reason: string | undefined,
+  extra: ReadonlyArray<StepUpdate>
+): Effect.Effect<Plan> =>
   Effect.gen(function*() {
     for (let k = from; k >= 0; k--) {
       const step = stepAt(f, k)
       const record = f.execution.steps[k]
-      if (step === undefined || record === undefined || record.status !== "completed" || step.compensate === undefined) continue
+      if (
+        step === undefined || record === undefined || record.status !== "completed" || step.compensate === undefined
+      ) continue
       const command = yield* Effect.result(sendCompensation(f, k, record.compensationAttempts + 1))
       if (command._tag === "Failure") {
         const message = `compensation of ${step.name} could not be sent: ${command.failure}`
-        return failedPlan(f, message, [...extra, { index: k, status: "compensation_failed", error: message, finished: true }], true)
+        return failedPlan(f, message, [...extra, {
+          index: k,
+          status: "compensation_failed",
+          error: message,
+          finished: true
+        }], true)
       }
       return {
         update: {
@@ -104,7 +136,13 @@ const compensateFrom = (f: Facts, from: number, reason: string | undefined, extr
       } satisfies Plan
     }
     return {
-      update: { status: "compensated", ...(reason === undefined ? {} : { error: reason }), deadline: null, claim: null, steps: extra },
+      update: {
+        status: "compensated",
+        ...(reason === undefined ? {} : { error: reason }),
+        deadline: null,
+        claim: null,
+        steps: extra
+      },
       commands: [],
       outcome: "compensated",
       after: [SagaMetrics.finished("compensated")]
@@ -112,22 +150,40 @@ const compensateFrom = (f: Facts, from: number, reason: string | undefined, extr
   })
 
 /** A compensation failed (or got no reply): retry it after the schedule's delay, or fail the saga. */
-const compensationFailed = (f: Facts, j: number, error: string, retryable: boolean, resendNow: boolean, maxAttempts: number): Effect.Effect<Plan> =>
+const compensationFailed = (
+  f: Facts,
+  j: number,
+  error: string,
+  retryable: boolean,
+  resendNow: boolean,
+  maxAttempts: number
+): Effect.Effect<Plan> =>
   Effect.gen(function*() {
     const step = stepAt(f, j)!
     const attempts = f.execution.steps[j]!.compensationAttempts
-    const delay = retryable && attempts < maxAttempts ? yield* Retry.delayFor(step.compensation.retry, attempts, error) : Option.none()
+    const delay = retryable && attempts < maxAttempts
+      ? yield* Retry.delayFor(step.compensation.retry, attempts, error)
+      : Option.none()
     if (Option.isNone(delay)) {
       const message = `compensation of ${step.name} failed after ${attempts} attempts: ${error}`
       return failedPlan(f, message, [{ index: j, status: "compensation_failed", error: message, finished: true }], true)
     }
     if (!resendNow) {
-      return { update: { deadline: delay.value, claim: null, steps: [{ index: j, error }] }, commands: [], outcome: "retrying", after: [] } satisfies Plan
+      return {
+        update: { deadline: delay.value, claim: null, steps: [{ index: j, error }] },
+        commands: [],
+        outcome: "retrying",
+        after: []
+      } satisfies Plan
     }
     const command = yield* Effect.result(sendCompensation(f, j, attempts + 1))
     if (command._tag === "Failure") return yield* compensationFailed(f, j, command.failure, false, false, maxAttempts)
     return {
-      update: { deadline: step.compensation.timeout ?? null, claim: null, steps: [{ index: j, error, compensationStarted: true }] },
+      update: {
+        deadline: step.compensation.timeout ?? null,
+        claim: null,
+        steps: [{ index: j, error, compensationStarted: true }]
+      },
       commands: [command.success],
       outcome: "compensating",
       after: []
@@ -142,8 +198,15 @@ const planOverdue = (f: Facts, maxCompensationAttempts: number): Effect.Effect<P
   const step = stepAt(f, i)
   if (record === undefined || step === undefined) return Effect.succeed(ignored)
   if (saga.status === "running") {
-    const error = step.timeout === undefined ? "no reply (stuck)" : `timed out: no reply within ${Duration.format(step.timeout)}`
-    return compensateFrom(f, i - 1, `step ${step.name} failed: ${error}`, [{ index: i, status: "failed", error, finished: true }])
+    const error = step.timeout === undefined
+      ? "no reply (stuck)"
+      : `timed out: no reply within ${Duration.format(step.timeout)}`
+    return compensateFrom(f, i - 1, `step ${step.name} failed: ${error}`, [{
+      index: i,
+      status: "failed",
+      error,
+      finished: true
+    }])
   }
   if (saga.status === "compensating") {
     if (record.status !== "completed") return compensateFrom(f, i - 1, undefined, [])
@@ -158,22 +221,37 @@ const replyResult = (step: CommandStep, reply: ReplyPayload) =>
     if (reply.outcome !== "completed") return { error: reply.error ?? "failed" } as const
     const value = yield* Effect.result(decodeJson(step.result, reply.result ?? null))
     const encoded = value._tag === "Success" ? yield* Effect.result(encodeJson(step.result, value.success)) : undefined
-    if (value._tag === "Success" && encoded?._tag === "Success") return { result: { encoded: encoded.success, decoded: value.success } } as const
+    if (value._tag === "Success" && encoded?._tag === "Success") {
+      return { result: { encoded: encoded.success, decoded: value.success } } as const
+    }
     const why = value._tag === "Failure" ? value.failure : encoded?._tag === "Failure" ? encoded.failure : ""
     return { error: `the reply's result does not match its schema: ${why}` } as const
   })
 
 /** The current step's action answered: move on to the next step, complete, or compensate. */
-const planCurrentAction = (f: Facts, i: number, outcome: { readonly result?: { readonly encoded: unknown; readonly decoded: unknown }; readonly error?: string }) =>
+const planCurrentAction = (
+  f: Facts,
+  i: number,
+  outcome: { readonly result?: { readonly encoded: unknown; readonly decoded: unknown }; readonly error?: string }
+) =>
   Effect.gen(function*() {
     const step = stepAt(f, i)!
     const record = f.execution.steps[i]!
     const sagaId = f.execution.saga.id
-    const took = record.startedAt === null ? [] : [SagaMetrics.stepTook(f.definition.name, step.name, f.now - record.startedAt.getTime())]
+    const took = record.startedAt === null
+      ? []
+      : [SagaMetrics.stepTook(f.definition.name, step.name, f.now - record.startedAt.getTime())]
     const result = outcome.result
     if (result === undefined) {
       const error = outcome.error ?? "failed"
-      return withAfterFirst(took)(yield* compensateFrom(f, i - 1, `step ${step.name} failed: ${error}`, [{ index: i, status: "failed", error, finished: true }]))
+      return withAfterFirst(took)(
+        yield* compensateFrom(f, i - 1, `step ${step.name} failed: ${error}`, [{
+          index: i,
+          status: "failed",
+          error,
+          finished: true
+        }])
+      )
     }
     const done: StepUpdate = { index: i, status: "completed", result: result.encoded, error: null, finished: true }
     if (i === f.definition.steps.length - 1) {
@@ -187,15 +265,23 @@ const planCurrentAction = (f: Facts, i: number, outcome: { readonly result?: { r
     const next = stepAt(f, i + 1)!
     const results = { ...f.decoded.results, [step.name]: result.decoded }
     const command = yield* Effect.result(
-      buildCommand(sagaId, f.definition, i + 1, "action", 1, () => next.send(contextOf(f.definition, sagaId, f.decoded.input, results, i + 1)))
+      buildCommand(sagaId, f.definition, i + 1, "action", 1, () =>
+        next.send(contextOf(f.definition, sagaId, f.decoded.input, results, i + 1)))
     )
     if (command._tag === "Failure") {
       const nextError = `its command could not be sent: ${command.failure}`
       const failedNext: StepUpdate = { index: i + 1, status: "failed", error: nextError, finished: true }
-      return withAfterFirst(took)(yield* compensateFrom(f, i, `step ${next.name} failed: ${nextError}`, [done, failedNext]))
+      return withAfterFirst(took)(
+        yield* compensateFrom(f, i, `step ${next.name} failed: ${nextError}`, [done, failedNext])
+      )
     }
     return {
-      update: { currentStep: i + 1, deadline: next.timeout ?? null, claim: null, steps: [done, { index: i + 1, attemptStarted: true }] },
+      update: {
+        currentStep: i + 1,
+        deadline: next.timeout ?? null,
+        claim: null,
+        steps: [done, { index: i + 1, attemptStarted: true }]
+      },
       commands: [command.success],
       outcome: "advanced",
       after: took
@@ -216,14 +302,21 @@ const planLateSuccess = (f: Facts, i: number, result: { readonly encoded: unknow
       error: "completed after the step had been given up; compensated",
       finished: true
     }
-    if (step.compensate === undefined) return { update: { steps: [{ index: i, ...late }] }, commands: [], outcome: "late", after: [] } satisfies Plan
+    if (step.compensate === undefined) {
+      return { update: { steps: [{ index: i, ...late }] }, commands: [], outcome: "late", after: [] } satisfies Plan
+    }
     const results = { ...f.decoded.results, [step.name]: result.decoded }
     const command = yield* Effect.result(sendCompensation(f, i, record.compensationAttempts + 1, results))
     if (command._tag === "Failure") {
       const message = `compensation of ${step.name} (completed late) could not be sent: ${command.failure}`
       return failedPlan(f, message, [{ index: i, ...late, status: "compensation_failed", error: message }], false)
     }
-    return { update: { steps: [{ index: i, ...late, compensationStarted: true }] }, commands: [command.success], outcome: "late", after: [] } satisfies Plan
+    return {
+      update: { steps: [{ index: i, ...late, compensationStarted: true }] },
+      commands: [command.success],
+      outcome: "late",
+      after: []
+    } satisfies Plan
   })
 
 /** An action's reply. */
@@ -233,8 +326,12 @@ const planActionReply = (f: Facts, reply: ReplyPayload): Effect.Effect<Plan> =>
     const i = reply.step
     const record = f.execution.steps[i]!
     const outcome = yield* replyResult(stepAt(f, i)!, reply)
-    if (saga.status === "running" && saga.currentStep === i && record.status === "pending") return yield* planCurrentAction(f, i, outcome)
-    if (outcome.result !== undefined && record.status === "failed" && saga.status !== "running") return yield* planLateSuccess(f, i, outcome.result)
+    if (
+      saga.status === "running" && saga.currentStep === i && record.status === "pending"
+    ) return yield* planCurrentAction(f, i, outcome)
+    if (
+      outcome.result !== undefined && record.status === "failed" && saga.status !== "running"
+    ) return yield* planLateSuccess(f, i, outcome.result)
     return ignored
   })
 
@@ -257,7 +354,12 @@ const planCompensationReply = (f: Facts, reply: ReplyPayload): Effect.Effect<Pla
     const error = reply.error ?? "failed"
     if (!current) {
       const message = `compensation of ${step.name} failed: ${error}`
-      return failedPlan(f, message, [{ index: i, status: "compensation_failed", error: message, finished: true }], false)
+      return failedPlan(
+        f,
+        message,
+        [{ index: i, status: "compensation_failed", error: message, finished: true }],
+        false
+      )
     }
     return yield* compensationFailed(f, i, error, reply.retryable !== false, false, Number.POSITIVE_INFINITY)
   })
@@ -268,7 +370,12 @@ const planCompensationReply = (f: Facts, reply: ReplyPayload): Effect.Effect<Pla
  * @since 0.1.0
  * @category constructors
  */
-export const planCommand = (definition: Any, execution: Execution, decoded: Decoded, trigger: Trigger): Effect.Effect<Plan> =>
+export const planCommand = (
+  definition: Any,
+  execution: Execution,
+  decoded: Decoded,
+  trigger: Trigger
+): Effect.Effect<Plan> =>
   Effect.gen(function*() {
     const f: Facts = { definition, execution, decoded, now: yield* Clock.currentTimeMillis }
     if (trigger._tag === "Overdue") return yield* planOverdue(f, trigger.maxCompensationAttempts)

@@ -6,7 +6,13 @@
 import { Cause, Clock, Effect, Exit, Option } from "effect"
 import { describe, describeCause, isRetryable, type StoreError } from "../Errors.ts"
 import type { Any, LocalStep, StepContext } from "../SagaDefinition.ts"
-import { SagaCompensationFailed, type SagaConflict, type SagaNotFound, SagaStepFailed, SagaStepTimeout } from "../SagaErrors.ts"
+import {
+  SagaCompensationFailed,
+  type SagaConflict,
+  type SagaNotFound,
+  SagaStepFailed,
+  SagaStepTimeout
+} from "../SagaErrors.ts"
 import type { Claim, StepRecord } from "../SagaStore.ts"
 import { SagaStore } from "../SagaStore.ts"
 import { ActionFailed, EngineFailed, timedOutText, timeoutAttempt } from "./sagaAttempt.ts"
@@ -26,28 +32,50 @@ const runAction = (definition: Any, t: Tracker, step: LocalStep, context: StepCo
     steps: [{ index: context.index, attemptStarted: true }]
   }).pipe(
     Effect.mapError((e) => new EngineFailed(e)),
-    Effect.andThen(Effect.suspend(() => step.action(context)).pipe(Effect.mapError((e) => new ActionFailed(e, undefined)))),
+    Effect.andThen(
+      Effect.suspend(() => step.action(context)).pipe(Effect.mapError((e) => new ActionFailed(e, undefined)))
+    ),
     timeoutAttempt(step.timeout)
   )
   // What is retried: a timed-out attempt, and an action error that is transient (`ActionFailed.isRetryable`); never the engine's own failure.
-  const retried = step.retry === undefined ? attempt : attempt.pipe(Effect.retry({ schedule: step.retry, while: isRetryable }))
+  const retried = step.retry === undefined
+    ? attempt
+    : attempt.pipe(Effect.retry({ schedule: step.retry, while: isRetryable }))
   return retried.pipe(
     Effect.withSpan(spanName("step", step.name), {
-      attributes: { "tidings.saga.id": t.id, "tidings.saga.type": definition.name, "tidings.saga.step": step.name, "tidings.saga.step_index": context.index }
+      attributes: {
+        "tidings.saga.id": t.id,
+        "tidings.saga.type": definition.name,
+        "tidings.saga.step": step.name,
+        "tidings.saga.step_index": context.index
+      }
     })
   )
 }
 
-type StepFailure = { readonly text: string; readonly error: SagaStepFailed | SagaStepTimeout; readonly cause: Cause.Cause<unknown> }
+type StepFailure = {
+  readonly text: string
+  readonly error: SagaStepFailed | SagaStepTimeout
+  readonly cause: Cause.Cause<unknown>
+}
 
 /** Why a step's exit is a failure, as stored and as the caller's error; the engine's own failures pass through. */
-const failureOf = (definition: Any, sagaId: string, step: LocalStep, cause: Cause.Cause<ActionFailed | EngineFailed>): Effect.Effect<StepFailure, SagaConflict | SagaNotFound | StoreError> => {
+const failureOf = (
+  definition: Any,
+  sagaId: string,
+  step: LocalStep,
+  cause: Cause.Cause<ActionFailed | EngineFailed>
+): Effect.Effect<StepFailure, SagaConflict | SagaNotFound | StoreError> => {
   const at = { sagaId, saga: definition.name, step: step.name }
   const error = Option.getOrUndefined(Cause.findErrorOption(cause))
   // The store failed or the saga was lost: nothing more is ours to do (recovery takes over).
   if (error instanceof EngineFailed) return Effect.fail(error.error)
   if (error instanceof ActionFailed && error.timeoutMs !== undefined) {
-    return Effect.succeed({ text: timedOutText(error.timeoutMs), error: new SagaStepTimeout({ ...at, timeoutMs: error.timeoutMs }), cause })
+    return Effect.succeed({
+      text: timedOutText(error.timeoutMs),
+      error: new SagaStepTimeout({ ...at, timeoutMs: error.timeoutMs }),
+      cause
+    })
   }
   if (error instanceof ActionFailed) {
     const text = describe(error.error)
@@ -58,7 +86,11 @@ const failureOf = (definition: Any, sagaId: string, step: LocalStep, cause: Caus
     return Effect.succeed({ text, error: new SagaStepFailed({ ...at, message: text }), cause })
   }
   const text = describeCause(cause)
-  return Effect.succeed({ text, error: new SagaStepFailed({ ...at, message: text, cause: Cause.squash(cause) }), cause })
+  return Effect.succeed({
+    text,
+    error: new SagaStepFailed({ ...at, message: text, cause: Cause.squash(cause) }),
+    cause
+  })
 }
 
 /**
@@ -84,7 +116,13 @@ export const runLocal = (def: Any, run: LocalRun) =>
   Effect.gen(function*() {
     const store = yield* SagaStore
     const { id, input, claim } = run
-    const created = yield* store.create({ id, type: def.name, input: run.encodedInput, steps: def.steps.map((s) => s.name), claim })
+    const created = yield* store.create({
+      id,
+      type: def.name,
+      input: run.encodedInput,
+      steps: def.steps.map((s) => s.name),
+      claim
+    })
     yield* SagaMetrics.started
     const t: Tracker = { store, id, version: created.version }
 
@@ -114,16 +152,29 @@ export const runLocal = (def: Any, run: LocalRun) =>
               continue
             }
             const text = `the result does not match its schema: ${encoded.failure}`
-            failure = { text, error: new SagaStepFailed({ sagaId: id, saga: def.name, step: step.name, message: text }), cause: Cause.die(text) }
+            failure = {
+              text,
+              error: new SagaStepFailed({ sagaId: id, saga: def.name, step: step.name, message: text }),
+              cause: Cause.die(text)
+            }
           } else {
             failure = yield* failureOf(def, id, step, exit.cause)
           }
           const reason = `step ${step.name} failed: ${failure.text}`
           yield* Effect.logWarning(`saga ${id} (${def.name}): ${reason}; compensating`)
-          yield* persist(t, { status: "compensating", error: reason, deadline: null, steps: [{ index: i, status: "failed", error: failure.text, finished: true }] })
+          yield* persist(t, {
+            status: "compensating",
+            error: reason,
+            deadline: null,
+            steps: [{ index: i, status: "failed", error: failure.text, finished: true }]
+          })
           records[i] = { ...records[i]!, status: "failed" }
-          const outcome = yield* detached(compensateLocal(def, t, { input, results }, records, run.maxCompensationAttempts))
-          if (Cause.hasInterruptsOnly(failure.cause)) return yield* Effect.failCause(failure.cause as Cause.Cause<never>)
+          const outcome = yield* detached(
+            compensateLocal(def, t, { input, results }, records, run.maxCompensationAttempts)
+          )
+          if (Cause.hasInterruptsOnly(failure.cause)) {
+            return yield* Effect.failCause(failure.cause as Cause.Cause<never>)
+          }
           if (outcome._tag === "Compensated") return yield* Effect.fail(failure.error)
           return yield* new SagaCompensationFailed({
             sagaId: id,

@@ -35,7 +35,10 @@ const writeRetry = Schedule.exponential("50 millis").pipe(Schedule.upTo({ times:
  * @since 0.1.0
  * @category combinators
  */
-export const persist = (t: Tracker, update: SagaUpdate): Effect.Effect<SagaRecord, SagaConflict | SagaNotFound | StoreError> =>
+export const persist = (
+  t: Tracker,
+  update: SagaUpdate
+): Effect.Effect<SagaRecord, SagaConflict | SagaNotFound | StoreError> =>
   Effect.suspend(() => t.store.update(t.id, t.version, update)).pipe(
     Effect.retry({ schedule: writeRetry, while: (e) => e._tag === "StoreError" && isRetryable(e) }),
     Effect.tap((record) => Effect.sync(() => void (t.version = record.version))),
@@ -48,15 +51,17 @@ export const persist = (t: Tracker, update: SagaUpdate): Effect.Effect<SagaRecor
  * @since 0.1.0
  * @category combinators
  */
-export const withHeartbeat = (store: SagaStore["Service"], id: string, claim: Claim) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.scoped(Effect.gen(function*() {
-    const period = Duration.millis(Math.max(10, Math.floor(Duration.toMillis(claim.lease) / 3)))
-    const beat: Effect.Effect<void> = Effect.sleep(period).pipe(
-      Effect.andThen(store.heartbeat(id, claim)),
-      Effect.catch((e) => Effect.as(Effect.logWarning("saga heartbeat failed", e), true)),
-      // false: the saga ended (its claim released) or another instance took it over (its next write will conflict)
-      Effect.flatMap((held) => held ? beat : Effect.logDebug(`saga ${id}: claim no longer held; heartbeat stops`))
-    )
-    yield* Effect.forkScoped(beat)
-    return yield* effect
-  }))
+export const withHeartbeat =
+  (store: SagaStore["Service"], id: string, claim: Claim) =>
+  <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Effect.scoped(Effect.gen(function*() {
+      const period = Duration.millis(Math.max(10, Math.floor(Duration.toMillis(claim.lease) / 3)))
+      const beat: Effect.Effect<void> = Effect.sleep(period).pipe(
+        Effect.andThen(store.heartbeat(id, claim)),
+        Effect.catch((e) => Effect.as(Effect.logWarning("saga heartbeat failed", e), true)),
+        // false: the saga ended (its claim released) or another instance took it over (its next write will conflict)
+        Effect.flatMap((held) => held ? beat : Effect.logDebug(`saga ${id}: claim no longer held; heartbeat stops`))
+      )
+      yield* Effect.forkScoped(beat)
+      return yield* effect
+    }))

@@ -134,7 +134,8 @@ export const variables = (schema: Schema.Top, prefix: string, names: Names = {})
       classify(ps.type, leaf)
       const optional = parentOptional || SchemaAST.isOptional(ps.type)
       // A scalar (possibly also accepting `false`), or the off switch of a `false | { ... }` group.
-      const kind: Kind | undefined = leaf.kind ?? (leaf.allowsFalse ? (leaf.objects.length > 0 ? "switch" : "boolean") : undefined)
+      const kind: Kind | undefined = leaf.kind ??
+        (leaf.allowsFalse ? (leaf.objects.length > 0 ? "switch" : "boolean") : undefined)
       const renamed = names[here.join(".")]
       if (renamed === false) continue
       if (kind !== undefined) {
@@ -188,7 +189,9 @@ const scalar = (variable: Variable, text: string): unknown => {
 
 /** The value `variable` contributes to the input object, from its text. */
 export const parse = (variable: Variable, text: string): unknown =>
-  variable.list ? text.split(",").map((item) => item.trim()).filter((item) => item !== "").map((item) => scalar(variable, item)) : scalar(variable, text)
+  variable.list
+    ? text.split(",").map((item) => item.trim()).filter((item) => item !== "").map((item) => scalar(variable, item))
+    : scalar(variable, text)
 
 const setAt = (target: Record<string, unknown>, path: ReadonlyArray<string>, value: unknown) => {
   let node = target
@@ -219,14 +222,22 @@ export const readInput = (
   prefix: string,
   defaults: unknown,
   names: Names = {}
-): Effect.Effect<{ readonly input: Record<string, unknown>; readonly texts: ReadonlyMap<string, string> }, ReadonlyArray<Issue>> =>
+): Effect.Effect<
+  { readonly input: Record<string, unknown>; readonly texts: ReadonlyMap<string, string> },
+  ReadonlyArray<Issue>
+> =>
   Effect.gen(function*() {
     const vars = variables(schema, prefix, names)
-    const input: Record<string, unknown> = typeof defaults === "object" && defaults !== null ? structuredCloneShallow(defaults as Record<string, unknown>) : {}
+    const input: Record<string, unknown> = typeof defaults === "object" && defaults !== null
+      ? structuredCloneShallow(defaults as Record<string, unknown>)
+      : {}
     const given = new Map<string, string>()
-    const texts = yield* Effect.forEach(vars, (v) => Effect.map(Config.option(Config.String(v.name)), (o) => [v, o] as const)).pipe(
-      Effect.catch((error) => Effect.fail(configError(prefix, error)))
-    )
+    const texts = yield* Effect.forEach(vars, (v) =>
+      Effect.map(Config.option(Config.String(v.name)), (o) => [v, o] as const)).pipe(
+        Effect.catch((error) =>
+          Effect.fail(configError(prefix, error))
+        )
+      )
     for (const [variable, text] of texts) {
       if (Option.isNone(text) || text.value === "") continue
       const value = parse(variable, text.value)
@@ -243,13 +254,18 @@ export const readInput = (
 const structuredCloneShallow = (value: Record<string, unknown>): Record<string, unknown> => {
   const out: Record<string, unknown> = {}
   for (const [key, v] of Object.entries(value)) {
-    out[key] = typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype ? structuredCloneShallow(v as Record<string, unknown>) : v
+    out[key] = typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype
+      ? structuredCloneShallow(v as Record<string, unknown>)
+      : v
   }
   return out
 }
 
 const configError = (prefix: string, error: unknown): ReadonlyArray<Issue> => [
-  { path: prefix, message: `the configuration could not be read: ${String((error as { message?: unknown })?.message ?? error)}` }
+  {
+    path: prefix,
+    message: `the configuration could not be read: ${String((error as { message?: unknown })?.message ?? error)}`
+  }
 ]
 
 /**
@@ -276,7 +292,10 @@ export const renameIssues = (
         return { path: variable.name, message: `${reword(issue.message, variable, texts.get(variable.name))}${item}` }
       }
     }
-    return { path: keys.length === 0 ? prefix : `${envName(prefix, keys)}_*`, message: reword(issue.message, undefined, undefined) }
+    return {
+      path: keys.length === 0 ? prefix : `${envName(prefix, keys)}_*`,
+      message: reword(issue.message, undefined, undefined)
+    }
   })
 }
 
@@ -285,7 +304,9 @@ export const renameIssues = (
 const reword = (message: string, variable: Variable | undefined, text: string | undefined): string => {
   if (message === "Missing key") return "is required but not set"
   const cleaned = message.replace(/ \| undefined$/, "")
-  if (variable === undefined || text === undefined || variable.kind === "secret" || /\bgot\b/.test(cleaned)) return cleaned
+  if (variable === undefined || text === undefined || variable.kind === "secret" || /\bgot\b/.test(cleaned)) {
+    return cleaned
+  }
   return `${cleaned}, got ${JSON.stringify(text.length > 80 ? `${text.slice(0, 80)}...` : text)}`
 }
 
@@ -294,12 +315,18 @@ const reword = (message: string, variable: Variable | undefined, text: string | 
  * decoding each top-level field alone from nothing. Derived defaults (computed from other options
  * after decoding) have none.
  */
-export const defaults = (schema: Schema.Top & { readonly fields?: Schema.Struct.Fields }, prefix: string, names: Names = {}): ReadonlyMap<string, string> => {
+export const defaults = (
+  schema: Schema.Top & { readonly fields?: Schema.Struct.Fields },
+  prefix: string,
+  names: Names = {}
+): ReadonlyMap<string, string> => {
   const out = new Map<string, string>()
   const fields = schema.fields
   if (fields === undefined) return out
   for (const [key, field] of Object.entries(fields)) {
-    const exit = Schema.decodeUnknownExit(Schema.Struct({ [key]: field }) as unknown as Schema.Codec<Record<string, unknown>, unknown>)({})
+    const exit = Schema.decodeUnknownExit(
+      Schema.Struct({ [key]: field }) as unknown as Schema.Codec<Record<string, unknown>, unknown>
+    )({})
     if (!Exit.isSuccess(exit)) continue
     const visit = (value: unknown, path: ReadonlyArray<string>) => {
       if (value === undefined) return

@@ -19,16 +19,25 @@ import type { Message } from "../Message.ts"
 import * as Metrics from "../Metrics.ts"
 
 // The contract's event types: `contract.ordered` (v2, upcast from v1) and `contract.noted`.
-const OrderedV1 = Event.define("contract.ordered", { aggregateType: "order", schema: Schema.Struct({ orderId: Schema.String, cents: Schema.Int }) })
+const OrderedV1 = Event.define("contract.ordered", {
+  aggregateType: "order",
+  schema: Schema.Struct({ orderId: Schema.String, cents: Schema.Int })
+})
 const Ordered = Event.define("contract.ordered", {
   aggregateType: "order",
   version: 2,
-  schema: Schema.Struct({ orderId: Schema.String, total: Schema.Struct({ cents: Schema.Int, currency: Schema.String }) })
+  schema: Schema.Struct({
+    orderId: Schema.String,
+    total: Schema.Struct({ cents: Schema.Int, currency: Schema.String })
+  })
 })
 const Noted = Event.define("contract.noted", { aggregateType: "note", schema: Schema.Struct({ text: Schema.String }) })
 
 const registry = EventRegistry.make([
-  EventRegistry.entry(Ordered, EventRegistry.upcast(OrderedV1, (v1) => ({ orderId: v1.orderId, total: { cents: v1.cents, currency: "EUR" } }))),
+  EventRegistry.entry(
+    Ordered,
+    EventRegistry.upcast(OrderedV1, (v1) => ({ orderId: v1.orderId, total: { cents: v1.cents, currency: "EUR" } }))
+  ),
   Noted
 ])
 
@@ -101,7 +110,12 @@ const ordered = (orderId: string) => message(Ordered.type, 2, { orderId, total: 
  * Waits until `check` holds: on `TestClock` by advancing it in 10 ms steps, on the real clock by
  * polling; bounded either way.
  */
-const until = <E, R>(clock: "test" | "live", check: Effect.Effect<boolean, E, R>, what: string, limit: Duration.Input = "20 seconds") =>
+const until = <E, R>(
+  clock: "test" | "live",
+  check: Effect.Effect<boolean, E, R>,
+  what: string,
+  limit: Duration.Input = "20 seconds"
+) =>
   Effect.gen(function*() {
     const steps = Math.ceil(Duration.toMillis(Duration.fromInputUnsafe(limit)) / 10)
     for (let i = 0; i < steps; i++) {
@@ -123,8 +137,13 @@ export const consumerContract = (name: string, harness: ConsumerHarness): void =
   const test = harness.clock === "test" ? it.effect : it.live
   const wait = (check: () => boolean, what: string) => until(harness.clock, Effect.sync(check), what)
   /** Waits until a consumer metric reaches `value`. */
-  const waitCount = (name: string, metric: Metric.Counter<number>, extra: Record<string, string>, value: number, what: string) =>
-    until(harness.clock, Effect.map(counter(name, metric, extra), (n) => n === value), what)
+  const waitCount = (
+    name: string,
+    metric: Metric.Counter<number>,
+    extra: Record<string, string>,
+    value: number,
+    what: string
+  ) => until(harness.clock, Effect.map(counter(name, metric, extra), (n) => n === value), what)
   const m = Metrics.consumer
   const base = { maxAttempts: 3, timeout: "5 seconds", unavailableDelay: "20 millis" } as const
 
@@ -132,11 +151,18 @@ export const consumerContract = (name: string, harness: ConsumerHarness): void =
   const deadIds = (c: ConsumerStarted, n: number) =>
     Effect.gen(function*() {
       let ids: Array<string | undefined> = []
-      yield* until(harness.clock, Effect.map(c.deadLetters, (ls) => (ids = ls.map((l) => l.messageId)).length >= n), `${n} dead letters`)
+      yield* until(
+        harness.clock,
+        Effect.map(c.deadLetters, (ls) => (ids = ls.map((l) => l.messageId)).length >= n),
+        `${n} dead letters`
+      )
       return ids
     })
   /** A consumer recording what its handler saw, with `behave` deciding per delivery. */
-  const record = <E>(behave: (d: Consumer.Delivery<EventRegistry.Decoded>) => Effect.Effect<void, E>, options: Partial<ConsumerStartOptions<E>> = {}) =>
+  const record = <E>(
+    behave: (d: Consumer.Delivery<EventRegistry.Decoded>) => Effect.Effect<void, E>,
+    options: Partial<ConsumerStartOptions<E>> = {}
+  ) =>
     Effect.gen(function*() {
       const seen: Array<{ readonly delivery: Consumer.Delivery<EventRegistry.Decoded>; readonly at: number }> = []
       const started = yield* harness.start<E>({
@@ -158,9 +184,20 @@ export const consumerContract = (name: string, harness: ConsumerHarness): void =
         yield* waitCount(c.name, m.acked, {}, 1, "the ack")
         const d = c.seen[0]!.delivery
         assert.deepStrictEqual(d.event, { type: Ordered.type, version: 2, receivedVersion: 2, payload: sent.payload })
-        assert.deepStrictEqual([d.messageId, d.id, d.type, d.version, d.attempt, d.redelivered], [sent.id, sent.id, Ordered.type, 2, 1, false])
+        assert.deepStrictEqual([d.messageId, d.id, d.type, d.version, d.attempt, d.redelivered], [
+          sent.id,
+          sent.id,
+          Ordered.type,
+          2,
+          1,
+          false
+        ])
         assert.deepStrictEqual(d.payload, sent.payload)
-        assert.deepStrictEqual([d.aggregateType, d.aggregateId, d.orderingKey], [sent.aggregateType, sent.aggregateId, sent.orderingKey])
+        assert.deepStrictEqual([d.aggregateType, d.aggregateId, d.orderingKey], [
+          sent.aggregateType,
+          sent.aggregateId,
+          sent.orderingKey
+        ])
         assert.strictEqual(yield* counter(c.name, m.consumed), 1)
         assert.deepStrictEqual(yield* c.deadLetters, [])
       }))
@@ -195,8 +232,15 @@ export const consumerContract = (name: string, harness: ConsumerHarness): void =
 
     test("transient failures up to maxAttempts -> dead-lettered (TransientFailure); defects and timeouts are transient", () =>
       Effect.gen(function*() {
-        const c = yield* record((d) =>
-          d.attempt === 1 ? Effect.fail(new Transient()) : d.attempt === 2 ? Effect.die(new Error("bug")) : Effect.never, { timeout: "200 millis" })
+        const c = yield* record(
+          (d) =>
+            d.attempt === 1
+              ? Effect.fail(new Transient())
+              : d.attempt === 2
+              ? Effect.die(new Error("bug"))
+              : Effect.never,
+          { timeout: "200 millis" }
+        )
         const sent = ordered("o1")
         yield* c.publish(sent)
         yield* waitCount(c.name, m.deadLettered, { reason: "Timeout" }, 1, "the dead letter")
@@ -254,7 +298,9 @@ export const consumerContract = (name: string, harness: ConsumerHarness): void =
     test("delivered more than maxAttempts times -> dead-lettered (DeliveryLimit) without running the handler", () =>
       Effect.gen(function*() {
         // Never give up ourselves: only the delivery limit stops it.
-        const c = yield* record(() => Effect.fail(new Transient()), { decide: (outcome) => outcome._tag === "Failure" ? "retry" : undefined })
+        const c = yield* record(() => Effect.fail(new Transient()), {
+          decide: (outcome) => outcome._tag === "Failure" ? "retry" : undefined
+        })
         const sent = ordered("o1")
         yield* c.publish(sent)
         yield* waitCount(c.name, m.deadLettered, { reason: "DeliveryLimit" }, 1, "the dead letter")
@@ -264,12 +310,20 @@ export const consumerContract = (name: string, harness: ConsumerHarness): void =
 
     test("a dependency that is unavailable is no message failure: the delivery is held and run again, no attempt counted", () =>
       Effect.gen(function*() {
-        const down = new Errors.StoreError({ operation: "test", message: "database down", reason: new Errors.Unavailable() })
+        const down = new Errors.StoreError({
+          operation: "test",
+          message: "database down",
+          reason: new Errors.Unavailable()
+        })
         let failures = 0
         const c = yield* record(() => failures < 3 ? Effect.fail((failures++, down)) : Effect.void, { maxAttempts: 1 })
         yield* c.publish(ordered("o1"))
         yield* waitCount(c.name, m.acked, {}, 1, "the ack")
-        assert.deepStrictEqual(c.seen.map((s) => s.delivery.attempt), [1, 1, 1, 1], "the same delivery, its attempt not counted")
+        assert.deepStrictEqual(
+          c.seen.map((s) => s.delivery.attempt),
+          [1, 1, 1, 1],
+          "the same delivery, its attempt not counted"
+        )
         assert.strictEqual(yield* counter(c.name, m.unavailable), 3)
         assert.strictEqual(yield* counter(c.name, m.retried, { mode: "delayed" }), 0)
         assert.strictEqual(yield* counter(c.name, m.retried, { mode: "requeue" }), 0)

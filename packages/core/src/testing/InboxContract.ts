@@ -19,7 +19,11 @@ import { OutboxStore, type Service as OutboxService } from "../OutboxStore.ts"
 import * as Projection from "../Projection.ts"
 
 const failureTag = <A, E>(exit: Exit.Exit<A, E>): string | undefined =>
-  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { readonly _tag?: string })._tag)) : undefined
+  Exit.isFailure(exit)
+    ? Option.getOrUndefined(
+      Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { readonly _tag?: string })._tag)
+    )
+    : undefined
 
 const Noted = Event.define("inbox.noted", { aggregateType: "note", schema: Schema.Struct({ n: Schema.Int }) })
 
@@ -84,7 +88,13 @@ export const inboxContract = (
   /** Lets time pass: the test clock moves, or the real one is waited for. */
   const elapse = (d: Duration.Input) => clock === "test" ? TestClock.adjust(d) : Effect.sleep(d)
   const runWith = <A, E>(body: (stores: InboxStores) => Effect.Effect<A, E, InboxStore | OutboxStore>) =>
-    Effect.scoped(Effect.flatMap(makeStores, (s) => Effect.provide(body(s), Layer.mergeAll(Layer.succeed(InboxStore, s.inbox), Layer.succeed(OutboxStore, s.outbox)))))
+    Effect.scoped(
+      Effect.flatMap(makeStores, (s) =>
+        Effect.provide(
+          body(s),
+          Layer.mergeAll(Layer.succeed(InboxStore, s.inbox), Layer.succeed(OutboxStore, s.outbox))
+        ))
+    )
   const run = <A, E>(body: Effect.Effect<A, E, InboxStore | OutboxStore>) => runWith(() => body)
 
   describe(`Inbox contract: ${name}`, () => {
@@ -93,11 +103,21 @@ export const inboxContract = (
         const store = yield* InboxStore
         const m = id()
         const first = yield* store.begin(m, "c1", "i1")
-        assert.deepStrictEqual([first.status, first.attempts, first.finishedAttempts, first.crashes], ["processing", 1, 0, 0])
+        assert.deepStrictEqual([first.status, first.attempts, first.finishedAttempts, first.crashes], [
+          "processing",
+          1,
+          0,
+          0
+        ])
         assert.strictEqual((yield* store.begin(m, "c1", "i1")).attempts, 2)
         assert.isTrue(yield* store.withTransaction(store.markProcessed(m, "c1")))
         const done = (yield* store.get(m, "c1"))!
-        assert.deepStrictEqual([done.status, done.attempts, done.finishedAttempts, done.processedAt !== null], ["processed", 2, 1, true])
+        assert.deepStrictEqual([done.status, done.attempts, done.finishedAttempts, done.processedAt !== null], [
+          "processed",
+          2,
+          1,
+          true
+        ])
         assert.strictEqual((yield* store.begin(m, "c1", "i1")).attempts, 2)
         assert.isFalse(yield* store.withTransaction(store.markProcessed(m, "c1")))
         // Another consumer has its own row.
@@ -120,10 +140,15 @@ export const inboxContract = (
         assert.strictEqual((yield* store.get(m, "c2"))?.status, "failed", "another consumer's row stays")
         assert.isFalse(yield* store.resetFailed(m, "c1"))
         const calls = { n: 0 }
-        assert.deepStrictEqual(yield* Inbox.handle("c1", m, Effect.as(bump(store, m, calls), 1)), { _tag: "Processed", value: 1 })
+        assert.deepStrictEqual(yield* Inbox.handle("c1", m, Effect.as(bump(store, m, calls), 1)), {
+          _tag: "Processed",
+          value: 1
+        })
         assert.strictEqual(calls.n, 1)
         // Inside a transaction, the reset commits (or rolls back) with it.
-        const exit = yield* Effect.exit(store.withTransaction(Effect.andThen(store.resetFailed(m, "c2"), Effect.fail("rolled back" as const))))
+        const exit = yield* Effect.exit(
+          store.withTransaction(Effect.andThen(store.resetFailed(m, "c2"), Effect.fail("rolled back" as const)))
+        )
         assert.isTrue(Exit.isFailure(exit))
         assert.strictEqual((yield* store.get(m, "c2"))?.status, "failed")
       })))
@@ -146,8 +171,14 @@ export const inboxContract = (
         const store = yield* InboxStore
         const calls = { n: 0 }
         const m = id()
-        const results = yield* Effect.forEach(Array.from({ length: 8 }), () => Inbox.handle("c", m, bump(store, m, calls)), { concurrency: "unbounded" })
-        assert.strictEqual(results.filter((r) => r._tag === "Processed").length, 1)
+        const results = yield* Effect.forEach(Array.from({ length: 8 }), () =>
+          Inbox.handle("c", m, bump(store, m, calls)), { concurrency: "unbounded" })
+        assert.strictEqual(
+          results.filter((r) =>
+            r._tag === "Processed"
+          ).length,
+          1
+        )
         assert.strictEqual(calls.n, 1)
         assert.strictEqual(yield* store.position("effects", m), 1)
         assert.strictEqual((yield* store.get(m, "c"))!.crashes, 0)
@@ -170,7 +201,9 @@ export const inboxContract = (
         const row = (yield* store.get(m, "c"))!
         assert.deepStrictEqual([row.status, row.attempts, row.finishedAttempts], ["processing", 1, 1])
         assert.match(row.lastError ?? "", /boom/)
-        const ok = bump(store, m, calls).pipe(Effect.andThen(Outbox.append(Noted, { aggregateId: m, payload: { n: 2 } })))
+        const ok = bump(store, m, calls).pipe(
+          Effect.andThen(Outbox.append(Noted, { aggregateId: m, payload: { n: 2 } }))
+        )
         assert.strictEqual((yield* Inbox.handle("c", m, ok))._tag, "Processed")
         assert.strictEqual((yield* Inbox.handle("c", m, ok))._tag, "Duplicate")
         assert.strictEqual(yield* store.position("effects", m), 1)
@@ -197,7 +230,10 @@ export const inboxContract = (
         for (let i = 0; i < 5; i++) yield* Effect.exit(Inbox.handle("c", m2, Effect.fail("nope"), { maxCrashes: 3 }))
         assert.strictEqual((yield* Inbox.handle("c", m2, bump(store, m2, calls), { maxCrashes: 3 }))._tag, "Processed")
         // A redelivery of the dead-lettered message fails permanently again without running.
-        assert.strictEqual(failureTag(yield* Effect.exit(Inbox.handle("c", m, bump(store, m, calls)))), "InboxCrashLoop")
+        assert.strictEqual(
+          failureTag(yield* Effect.exit(Inbox.handle("c", m, bump(store, m, calls)))),
+          "InboxCrashLoop"
+        )
         assert.strictEqual(calls.n, 1)
       })))
 
@@ -238,7 +274,11 @@ export const inboxContract = (
         assert.isAtLeast(all.processed, 3)
 
         const letters = yield* store.list({ consumer, status: "failed", limit: 10 })
-        assert.deepStrictEqual(letters.map((r) => [r.messageId, r.status, r.lastError]), [[dead, "failed", "poison: schema mismatch"]])
+        assert.deepStrictEqual(letters.map((r) => [r.messageId, r.status, r.lastError]), [[
+          dead,
+          "failed",
+          "poison: schema mismatch"
+        ]])
         const processed = yield* store.list({ consumer, status: "processed", limit: 2 })
         assert.deepStrictEqual(processed.map((r) => r.messageId), [done[2], done[1]])
         assert.strictEqual((yield* store.list({ consumer, limit: 100 })).length, 5)
@@ -246,18 +286,20 @@ export const inboxContract = (
       })))
 
     test("retention deletes old rows in bounded batches", () =>
-      runWith((stores) => Effect.gen(function*() {
-        const store = yield* InboxStore
-        for (let i = 0; i < 5; i++) yield* Inbox.handle("r", id(), Effect.void)
-        // An hour passes (or the rows are made an hour older): no wall-clock window a slow machine could miss.
-        yield* stores.backdate === undefined ? elapse("1 hour") : Effect.orDie(stores.backdate(Duration.hours(1)))
-        const fresh = id()
-        yield* Inbox.handle("r", fresh, Effect.void)
-        assert.strictEqual(yield* store.prune({ olderThan: Duration.minutes(30), limit: 2 }), 2)
-        assert.strictEqual(yield* Inbox.pruneOnce({ olderThan: Duration.minutes(30), batchSize: 2 }), 3)
-        assert.strictEqual(yield* store.prune({ olderThan: Duration.minutes(30), limit: 2 }), 0)
-        assert.strictEqual((yield* store.get(fresh, "r"))?.status, "processed")
-      })))
+      runWith((stores) =>
+        Effect.gen(function*() {
+          const store = yield* InboxStore
+          for (let i = 0; i < 5; i++) yield* Inbox.handle("r", id(), Effect.void)
+          // An hour passes (or the rows are made an hour older): no wall-clock window a slow machine could miss.
+          yield* stores.backdate === undefined ? elapse("1 hour") : Effect.orDie(stores.backdate(Duration.hours(1)))
+          const fresh = id()
+          yield* Inbox.handle("r", fresh, Effect.void)
+          assert.strictEqual(yield* store.prune({ olderThan: Duration.minutes(30), limit: 2 }), 2)
+          assert.strictEqual(yield* Inbox.pruneOnce({ olderThan: Duration.minutes(30), batchSize: 2 }), 3)
+          assert.strictEqual(yield* store.prune({ olderThan: Duration.minutes(30), limit: 2 }), 0)
+          assert.strictEqual((yield* store.get(fresh, "r"))?.status, "processed")
+        })
+      ))
 
     test("projection: in order per aggregate; stale events skipped, gaps refused, duplicates ignored", () =>
       run(Effect.gen(function*() {
@@ -266,7 +308,8 @@ export const inboxContract = (
           name: "p",
           table: "view",
           position: (e: { agg: string; v: number }) => ({ aggregateId: e.agg, version: e.v }),
-          apply: (e: { agg: string; v: number }) => Effect.sync(() => void view.set(e.agg, [...(view.get(e.agg) ?? []), e.v]))
+          apply: (e: { agg: string; v: number }) =>
+            Effect.sync(() => void view.set(e.agg, [...(view.get(e.agg) ?? []), e.v]))
         })
         const agg = id()
         const ids = [id(), id(), id()]

@@ -12,7 +12,7 @@ import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option, type Scope } fr
 import * as EagerDispatch from "../EagerDispatch.ts"
 import * as Outbox from "../Outbox.ts"
 import { type ClaimedEvent, OutboxStore, type Service } from "../OutboxStore.ts"
-import { draft, failureTag, liveTime, seed, Thing, type Time, testTime } from "./helpers.ts"
+import { draft, failureTag, liveTime, seed, testTime, Thing, type Time } from "./helpers.ts"
 
 /**
  * Options of the contract suites.
@@ -56,10 +56,17 @@ const lease = Duration.seconds(30)
  * @since 0.1.0
  * @category contracts
  */
-export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>, options: ContractOptions = {}): void => {
+export const outboxStoreContract = (
+  name: string,
+  makeStore: Effect.Effect<Service, unknown, Scope.Scope>,
+  options: ContractOptions = {}
+): void => {
   const { test, time } = timeOf(options)
   const run = <A, E>(body: Effect.Effect<A, E, OutboxStore>) =>
-    Effect.scoped(Effect.flatMap(makeStore, (store) => Effect.provide(body, Layer.mergeAll(Layer.succeed(OutboxStore, store), Layer.fresh(EagerDispatch.layer)))))
+    Effect.scoped(
+      Effect.flatMap(makeStore, (store) =>
+        Effect.provide(body, Layer.mergeAll(Layer.succeed(OutboxStore, store), Layer.fresh(EagerDispatch.layer))))
+    )
 
   describe(`OutboxStore contract: ${name}`, () => {
     test("append outside a transaction is a typed error and writes nothing", () =>
@@ -75,7 +82,11 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         const store = yield* OutboxStore
         const written = yield* store.withTransaction(
           Outbox.appendAll([
-            Thing.make({ aggregateId: "order-1", payload: { n: 1, label: "ü \"quoted\" \n" }, headers: { "x-tenant": "t1" } }),
+            Thing.make({
+              aggregateId: "order-1",
+              payload: { n: 1, label: "ü \"quoted\" \n" },
+              headers: { "x-tenant": "t1" }
+            }),
             Thing.make({ aggregateId: "order-2", orderingKey: "customer-9", payload: { n: 2, label: "b" } })
           ])
         )
@@ -106,7 +117,9 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.isTrue(Exit.isFailure(exit))
         assert.strictEqual(hooks, 0)
         assert.deepStrictEqual(yield* store.claim({ relayId: "r", batchSize: 10, lease }), [])
-        yield* store.withTransaction(Effect.andThen(Outbox.appendAll([draft(3)]), store.afterCommit(Effect.sync(() => void hooks++))))
+        yield* store.withTransaction(
+          Effect.andThen(Outbox.appendAll([draft(3)]), store.afterCommit(Effect.sync(() => void hooks++)))
+        )
         assert.strictEqual(hooks, 1)
       })))
 
@@ -114,10 +127,12 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
         const appended = yield* Deferred.make<void>()
-        const fiber = yield* Effect.forkChild(store.withTransaction(Outbox.appendAll([draft(1)]).pipe(
-          Effect.andThen(Deferred.succeed(appended, undefined)),
-          Effect.andThen(Effect.never)
-        )))
+        const fiber = yield* Effect.forkChild(store.withTransaction(
+          Outbox.appendAll([draft(1)]).pipe(
+            Effect.andThen(Deferred.succeed(appended, undefined)),
+            Effect.andThen(Effect.never)
+          )
+        ))
         yield* Deferred.await(appended)
         yield* Fiber.interrupt(fiber)
         assert.strictEqual((yield* store.stats).pending, 0)
@@ -200,9 +215,12 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         const store = yield* OutboxStore
         const write = (relayId: string, lease: Duration.Duration, from: number) =>
           Effect.gen(function*() {
-            const messages = yield* Effect.forEach([0, 1], (i) => Outbox.encode(draft(from + i), Date.now(), Option.none()))
+            const messages = yield* Effect.forEach([0, 1], (i) =>
+              Outbox.encode(draft(from + i), Date.now(), Option.none()))
             yield* store.withTransaction(store.append(messages, { relayId, lease }))
-            return messages.map((m) => m.id)
+            return messages.map((m) =>
+              m.id
+            )
           })
         const [a, b] = yield* write("eager", lease, 0)
         const [c, d] = yield* write("gone", Duration.millis(300), 2)
@@ -213,7 +231,14 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.deepStrictEqual(ids(yield* store.claim({ relayId: "other", batchSize: 10, lease })), [e!])
         assert.strictEqual(yield* store.settle("other", { published: [a!], retry: [], failed: [] }), 0)
         // the claimant settles them; their first attempt was counted when they were written
-        assert.strictEqual(yield* store.settle("eager", { published: [a!], retry: [{ id: b!, delay: Duration.millis(0), error: "nack" }], failed: [] }), 2)
+        assert.strictEqual(
+          yield* store.settle("eager", {
+            published: [a!],
+            retry: [{ id: b!, delay: Duration.millis(0), error: "nack" }],
+            failed: []
+          }),
+          2
+        )
         const retried = yield* store.claim({ relayId: "other", batchSize: 10, lease })
         assert.deepStrictEqual(ids(retried), [b!])
         assert.strictEqual(retried[0]!.attempts, 2)
@@ -229,35 +254,59 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
     test("per-key: a key's events are claimed in order, and a key with an event in flight is skipped", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
-        const [a1, a2, b1] = yield* store.withTransaction(Outbox.appendAll([draft(1, "A"), draft(2, "A"), draft(3, "B")])).pipe(
+        const [a1, a2, b1] = yield* store.withTransaction(
+          Outbox.appendAll([draft(1, "A"), draft(2, "A"), draft(3, "B")])
+        ).pipe(
           Effect.map((ms) => ms.map((m) => m.id))
         )
         const first = yield* claimSome(time, store, { relayId: "r1", batchSize: 1, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(first), [a1!])
         const second = yield* claimSome(time, store, { relayId: "r2", batchSize: 10, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(second), [b1!], "A is blocked while A1 is in flight")
-        const next = yield* store.settleAndClaim("r1", { published: [a1!], retry: [], failed: [] }, { relayId: "r1", batchSize: 10, lease, ordering: "per-key" })
-        const after = next.length > 0 ? next : yield* claimSome(time, store, { relayId: "r1", batchSize: 10, lease, ordering: "per-key" })
+        const next = yield* store.settleAndClaim("r1", { published: [a1!], retry: [], failed: [] }, {
+          relayId: "r1",
+          batchSize: 10,
+          lease,
+          ordering: "per-key"
+        })
+        const after = next.length > 0
+          ? next
+          : yield* claimSome(time, store, { relayId: "r1", batchSize: 10, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(after), [a2!])
       })))
 
     test("per-key: a claim takes a key's consecutive events; a retried event holds back its key until due", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
-        const written = yield* store.withTransaction(Outbox.appendAll([draft(1, "A"), draft(2, "A"), draft(3, "A"), draft(4, "B")]))
+        const written = yield* store.withTransaction(
+          Outbox.appendAll([draft(1, "A"), draft(2, "A"), draft(3, "A"), draft(4, "B")])
+        )
         const [a1, a2, a3, b1] = written.map((m) => m.id)
         const claimed = yield* claimSome(time, store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(claimed), [a1!, a2!, a3!, b1!])
         // A1 failed once: A2 and A3 were never attempted and go back behind it
-        yield* store.settle("r", { published: [b1!], retry: [{ id: a1!, delay: Duration.millis(400), error: "nack" }], failed: [], released: [a2!, a3!] })
+        yield* store.settle("r", {
+          published: [b1!],
+          retry: [{ id: a1!, delay: Duration.millis(400), error: "nack" }],
+          failed: [],
+          released: [a2!, a3!]
+        })
         assert.deepStrictEqual(yield* store.claim({ relayId: "r", batchSize: 10, lease, ordering: "per-key" }), [])
         yield* time.advance("550 millis")
         const again = yield* claimSome(time, store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })
         assert.deepStrictEqual(ids(again), [a1!, a2!, a3!])
         assert.deepStrictEqual(again.map((c) => c.attempts), [2, 1, 1])
         // a failed head lets its key move on
-        yield* store.settle("r", { published: [], retry: [], failed: [{ id: a1!, error: "poison" }], released: [a2!, a3!] })
-        assert.deepStrictEqual(ids(yield* claimSome(time, store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })), [a2!, a3!])
+        yield* store.settle("r", {
+          published: [],
+          retry: [],
+          failed: [{ id: a1!, error: "poison" }],
+          released: [a2!, a3!]
+        })
+        assert.deepStrictEqual(
+          ids(yield* claimSome(time, store, { relayId: "r", batchSize: 10, lease, ordering: "per-key" })),
+          [a2!, a3!]
+        )
       })))
 
     test("crash-loop guard: an event whose publish keeps dying is failed after maxCrashes, with the reason", () =>
@@ -278,7 +327,11 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         // a publish that finishes (even failing) is not a crash
         assert.strictEqual(yield* store.retryFailed(), 1)
         yield* store.claim({ relayId: "r", batchSize: 1, lease: short })
-        yield* store.settle("r", { published: [], retry: [{ id: poison!, delay: Duration.zero, error: "nack" }], failed: [] })
+        yield* store.settle("r", {
+          published: [],
+          retry: [{ id: poison!, delay: Duration.zero, error: "nack" }],
+          failed: []
+        })
         yield* store.claim({ relayId: "r", batchSize: 1, lease: short })
         yield* time.advance("250 millis")
         assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 2 }), { suspect: 1, failed: 0 })
@@ -294,13 +347,23 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.deepStrictEqual(holders.map((h) => [h.holder, h.events]), [["relay-a", 3]])
         assert.isTrue(holders[0]!.claimedUntil.getTime() > Date.now())
         assert.strictEqual((yield* store.get(seeded[0]!))?.claimedBy, "relay-a")
-        yield* store.settle("relay-a", { published: [seeded[0]!], retry: [], failed: [{ id: seeded[1]!, error: "refused" }], released: [seeded[2]!] })
+        yield* store.settle("relay-a", {
+          published: [seeded[0]!],
+          retry: [],
+          failed: [{ id: seeded[1]!, error: "refused" }],
+          released: [seeded[2]!]
+        })
         assert.deepStrictEqual(yield* store.holders, [])
 
         assert.deepStrictEqual((yield* store.list({ limit: 10 })).map((e) => e.message.id), [...seeded].reverse())
         assert.deepStrictEqual((yield* store.list({ limit: 2 })).map((e) => e.message.id), [seeded[3], seeded[2]])
         const failed = yield* store.list({ status: "failed", limit: 10 })
-        assert.deepStrictEqual(failed.map((e) => [e.message.id, e.status, e.attempts, e.lastError]), [[seeded[1]!, "failed", 1, "refused"]])
+        assert.deepStrictEqual(failed.map((e) => [e.message.id, e.status, e.attempts, e.lastError]), [[
+          seeded[1]!,
+          "failed",
+          1,
+          "refused"
+        ]])
         assert.deepStrictEqual(yield* store.list({ type: "other.type", limit: 10 }), [])
         assert.strictEqual((yield* store.list({ type: Thing.type, status: "pending", limit: 10 })).length, 2)
 
@@ -318,8 +381,13 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         const minutes = yield* store.throughput({ minutes: 5 })
         assert.strictEqual(minutes.length, 5)
         assert.strictEqual(minutes.reduce((n, m) => n + m.published, 0), 1)
-        assert.isTrue(minutes.every((m, i) => i === 0 || m.minute.getTime() - minutes[i - 1]!.minute.getTime() === 60_000), "consecutive minutes")
-        assert.isTrue(minutes.at(-1)!.minute.getTime() <= Date.now() && minutes.at(-1)!.minute.getTime() > Date.now() - 120_000)
+        assert.isTrue(
+          minutes.every((m, i) => i === 0 || m.minute.getTime() - minutes[i - 1]!.minute.getTime() === 60_000),
+          "consecutive minutes"
+        )
+        assert.isTrue(
+          minutes.at(-1)!.minute.getTime() <= Date.now() && minutes.at(-1)!.minute.getTime() > Date.now() - 120_000
+        )
 
         // Published and failed events go back to pending (a replay); pending ones are left alone.
         assert.strictEqual(yield* store.requeue([seeded[0]!, seeded[1]!, seeded[3]!, "not-a-uuid"]), 2)
@@ -364,7 +432,11 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         const [a, b] = yield* seed(2)
         for (let i = 0; i < 3; i++) {
           const claimed = yield* store.claim({ relayId: `r${i}`, batchSize: 10, lease })
-          assert.deepStrictEqual(claimed.map((c) => c.attempts), [1, 1], `claim ${i + 1}: released claims counted nothing`)
+          assert.deepStrictEqual(
+            claimed.map((c) => c.attempts),
+            [1, 1],
+            `claim ${i + 1}: released claims counted nothing`
+          )
           assert.strictEqual(yield* store.release(`r${i}`, ids(claimed)), 2)
         }
         // a crashed attempt stays counted: b becomes a suspect; released, it stays one
@@ -377,7 +449,11 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
         assert.strictEqual(yield* store.release("r", [a!]), 1)
         const stats = yield* store.stats
         assert.deepStrictEqual([stats.suspect, stats.pending, stats.processing], [2, 0, 0])
-        assert.deepStrictEqual(yield* store.claim({ relayId: "r", batchSize: 10, lease }), [], "suspects are not claimed in batches")
+        assert.deepStrictEqual(
+          yield* store.claim({ relayId: "r", batchSize: 10, lease }),
+          [],
+          "suspects are not claimed in batches"
+        )
         const again = yield* store.claimSuspect({ relayId: "r", lease })
         assert.strictEqual(again?.message.id, a!)
         assert.strictEqual(again?.attempts, 2, "the released claim was not counted")
@@ -387,14 +463,23 @@ export const outboxStoreContract = (name: string, makeStore: Effect.Effect<Servi
     test("claimSuspect: unordered takes a suspect even behind an earlier unsettled event of its key; per-key does not", () =>
       run(Effect.gen(function*() {
         const store = yield* OutboxStore
-        const [first, second] = (yield* store.withTransaction(Outbox.appendAll([draft(1, "K"), draft(2, "K")]))).map((m) => m.id)
+        const [first, second] = (yield* store.withTransaction(Outbox.appendAll([draft(1, "K"), draft(2, "K")]))).map((
+          m
+        ) => m.id)
         // first: retried later (pending, not due); second: its relay died (suspect)
         yield* store.claim({ relayId: "a", batchSize: 1, lease })
         yield* store.claim({ relayId: "dies", batchSize: 1, lease: Duration.millis(100) })
-        yield* store.settle("a", { published: [], retry: [{ id: first!, delay: Duration.hours(1), error: "nack" }], failed: [] })
+        yield* store.settle("a", {
+          published: [],
+          retry: [{ id: first!, delay: Duration.hours(1), error: "nack" }],
+          failed: []
+        })
         yield* time.advance("200 millis")
         assert.deepStrictEqual(yield* store.reclaimExpired({ maxCrashes: 3 }), { suspect: 1, failed: 0 })
-        assert.isUndefined(yield* store.claimSuspect({ relayId: "r", lease, ordering: "per-key" }), "per key, it waits behind the first")
+        assert.isUndefined(
+          yield* store.claimSuspect({ relayId: "r", lease, ordering: "per-key" }),
+          "per key, it waits behind the first"
+        )
         const unordered = yield* store.claimSuspect({ relayId: "r", lease, ordering: "unordered" })
         assert.strictEqual(unordered?.message.id, second!)
       })))

@@ -41,7 +41,9 @@ const messagesOf = (count: number, refusedType?: string) =>
     const now = yield* Clock.currentTimeMillis
     return yield* Effect.forEach(Array.from({ length: count }), (_, n) =>
       Outbox.encode(
-        refusedType !== undefined && n % 3 === 1 ? Refusable(refusedType).make({ aggregateId: `a${n}`, payload: { n, label: "refused" } }) : draft(n),
+        refusedType !== undefined && n % 3 === 1
+          ? Refusable(refusedType).make({ aggregateId: `a${n}`, payload: { n, label: "refused" } })
+          : draft(n),
         now,
         Option.none()
       ))
@@ -58,7 +60,11 @@ const assertOneResultEach = (messages: ReadonlyArray<Message>, results: Readonly
  * @since 0.1.0
  * @category contracts
  */
-export const publisherContract = (name: string, makeHarness: Effect.Effect<PublisherHarness, unknown, Scope.Scope>, options: ContractOptions = {}): void => {
+export const publisherContract = (
+  name: string,
+  makeHarness: Effect.Effect<PublisherHarness, unknown, Scope.Scope>,
+  options: ContractOptions = {}
+): void => {
   const { test, time } = timeOf(options)
   const run = <A, E>(body: (harness: PublisherHarness) => Effect.Effect<A, E>) =>
     Effect.scoped(Effect.flatMap(Effect.orDie(makeHarness), body))
@@ -70,11 +76,15 @@ export const publisherContract = (name: string, makeHarness: Effect.Effect<Publi
           const messages = yield* messagesOf(25)
           const results = yield* publisher.publish(messages)
           assertOneResultEach(messages, results)
-          assert.isTrue(results.every((r) => r._tag === "Published"), "a broker that accepts everything confirms everything")
+          assert.isTrue(
+            results.every((r) => r._tag === "Published"),
+            "a broker that accepts everything confirms everything"
+          )
           const got = new Set(yield* received)
           for (const m of messages) assert.isTrue(got.has(m.id), `${m.id} was reported published and received`)
           assert.deepStrictEqual(yield* publisher.publish([]), [], "an empty batch publishes nothing")
-        })))
+        })
+      ))
 
     test("a refused message is Rejected with a PublishError that is not unavailability; the rest of its batch is published", () =>
       run(({ publisher, received, refusedType }) =>
@@ -98,7 +108,8 @@ export const publisherContract = (name: string, makeHarness: Effect.Effect<Publi
               assert.isTrue(got.has(m.id))
             }
           }
-        })))
+        })
+      ))
 
     test("while the broker is unavailable, publishing fails as unavailability (never Published) and awaitAvailable waits; once it is back, both go on", () =>
       run(({ publisher, setAvailable }) =>
@@ -106,16 +117,25 @@ export const publisherContract = (name: string, makeHarness: Effect.Effect<Publi
           if (setAvailable === undefined) return
           yield* setAvailable(false)
           const messages = yield* messagesOf(3)
-          const waiting = publisher.awaitAvailable === undefined ? undefined : yield* Effect.forkChild(publisher.awaitAvailable)
+          const waiting = publisher.awaitAvailable === undefined
+            ? undefined
+            : yield* Effect.forkChild(publisher.awaitAvailable)
           const down = yield* Effect.exit(time.run(publisher.publish(messages).pipe(Effect.timeout("10 seconds"))))
           if (Exit.isFailure(down)) {
             const error = Option.getOrUndefined(Exit.findErrorOption(down))
             assert.isTrue(Errors.isUnavailable(error), `the batch failed as unavailable: ${Errors.describe(error)}`)
           } else {
             assertOneResultEach(messages, down.value)
-            for (const r of down.value) assert.isTrue(r._tag === "Rejected" && Errors.isUnavailable(r.error), "each message failed as unavailable")
+            for (const r of down.value) {
+              assert.isTrue(
+                r._tag === "Rejected" && Errors.isUnavailable(r.error),
+                "each message failed as unavailable"
+              )
+            }
           }
-          if (waiting !== undefined) assert.isUndefined(waiting.pollUnsafe(), "awaitAvailable waits while the broker is away")
+          if (waiting !== undefined) {
+            assert.isUndefined(waiting.pollUnsafe(), "awaitAvailable waits while the broker is away")
+          }
           yield* setAvailable(true)
           if (waiting !== undefined) yield* time.run(Fiber.join(waiting).pipe(Effect.timeout("10 seconds")))
           // A driver may need a moment to reconnect after it says it is back.
@@ -127,6 +147,7 @@ export const publisherContract = (name: string, makeHarness: Effect.Effect<Publi
             "10 seconds",
             "publishing after the broker came back"
           )
-        })))
+        })
+      ))
   })
 }

@@ -26,7 +26,11 @@ import { makeSuite } from "./relay/suite.ts"
  * @since 0.1.0
  * @category contracts
  */
-export const relayContract = (name: string, makeStore: Effect.Effect<Service, unknown, Scope.Scope>, options: ContractOptions = {}): void => {
+export const relayContract = (
+  name: string,
+  makeStore: Effect.Effect<Service, unknown, Scope.Scope>,
+  options: ContractOptions = {}
+): void => {
   const { test, time } = timeOf(options)
   const suite = makeSuite(makeStore, test, time)
   describe(`Relay contract: ${name}`, () => {

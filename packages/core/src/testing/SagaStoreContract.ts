@@ -65,7 +65,11 @@ export const sagaStoreContract = (
     test("create and load: the execution and its steps round-trip", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
-        const saga = newSaga({ deadline: Duration.seconds(60), claim: claim("runner-1", 30_000), stepUpdates: [{ index: 0, attemptStarted: true }] })
+        const saga = newSaga({
+          deadline: Duration.seconds(60),
+          claim: claim("runner-1", 30_000),
+          stepUpdates: [{ index: 0, attemptStarted: true }]
+        })
         const before = yield* now
         const created = yield* store.create(saga)
         assert.strictEqual(created.id, saga.id)
@@ -82,11 +86,14 @@ export const sagaStoreContract = (
         const deadline = loaded.saga.deadline!.getTime()
         assert.isTrue(deadline >= before + 59_000 && deadline <= (yield* now) + 61_000, `deadline ${deadline}`)
         assert.isTrue(loaded.saga.claimedUntil!.getTime() >= before + 29_000)
-        assert.deepStrictEqual(loaded.steps.map((s) => [s.index, s.name, s.status, s.result, s.error, s.attempts, s.compensationAttempts]), [
-          [0, "reserve", "pending", null, null, 1, 0],
-          [1, "charge", "pending", null, null, 0, 0],
-          [2, "confirm", "pending", null, null, 0, 0]
-        ])
+        assert.deepStrictEqual(
+          loaded.steps.map((s) => [s.index, s.name, s.status, s.result, s.error, s.attempts, s.compensationAttempts]),
+          [
+            [0, "reserve", "pending", null, null, 1, 0],
+            [1, "charge", "pending", null, null, 0, 0],
+            [2, "confirm", "pending", null, null, 0, 0]
+          ]
+        )
         assert.instanceOf(loaded.steps[0]!.startedAt, Date)
         assert.isNull(loaded.steps[1]!.startedAt)
         assert.isNull(loaded.steps[0]!.finishedAt)
@@ -107,20 +114,41 @@ export const sagaStoreContract = (
         yield* passTime("5 millis")
         const other = newSaga({ type: `${type}-other` })
         yield* store.create(other)
-        yield* store.update(a.id, 0, { status: "failed", error: "compensation kept failing", steps: [{ index: 0, status: "compensation_failed", compensationStarted: true }] })
+        yield* store.update(a.id, 0, {
+          status: "failed",
+          error: "compensation kept failing",
+          steps: [{ index: 0, status: "compensation_failed", compensationStarted: true }]
+        })
         assert.deepStrictEqual((yield* store.list({ type, limit: 10 })).map((x) => x.id), [b.id, a.id])
         assert.deepStrictEqual((yield* store.list({ type, limit: 1 })).map((x) => x.id), [b.id])
-        assert.deepStrictEqual((yield* store.list({ type, status: "failed", limit: 10 })).map((x) => [x.id, x.error]), [[a.id, "compensation kept failing"]])
-        assert.deepStrictEqual((yield* store.list({ type: `${type}-other`, status: "running", limit: 10 })).map((x) => x.id), [other.id])
-        assert.strictEqual((yield* store.list({ status: "running", limit: 100 })).filter((x) => x.type === type).length, 1)
+        assert.deepStrictEqual((yield* store.list({ type, status: "failed", limit: 10 })).map((x) => [x.id, x.error]), [
+          [a.id, "compensation kept failing"]
+        ])
+        assert.deepStrictEqual(
+          (yield* store.list({ type: `${type}-other`, status: "running", limit: 10 })).map((x) => x.id),
+          [other.id]
+        )
+        assert.strictEqual(
+          (yield* store.list({ status: "running", limit: 100 })).filter((x) => x.type === type).length,
+          1
+        )
         assert.deepStrictEqual(yield* store.list({ type: "no-such-type", limit: 10 }), [])
 
         yield* store.update(a.id, 1, { steps: [{ index: 0, compensationStarted: true }] })
         assert.strictEqual((yield* store.load(a.id))!.steps[0]!.compensationAttempts, 2)
         // An operator's retry: the attempts start over (and one may start in the same write).
-        yield* store.update(a.id, 2, { status: "compensating", steps: [{ index: 0, status: "completed", resetCompensationAttempts: true }] })
-        assert.deepStrictEqual((yield* store.load(a.id))!.steps.map((x) => [x.status, x.compensationAttempts]), [["completed", 0], ["pending", 0], ["pending", 0]])
-        yield* store.update(a.id, 3, { steps: [{ index: 0, resetCompensationAttempts: true, compensationStarted: true }] })
+        yield* store.update(a.id, 2, {
+          status: "compensating",
+          steps: [{ index: 0, status: "completed", resetCompensationAttempts: true }]
+        })
+        assert.deepStrictEqual((yield* store.load(a.id))!.steps.map((x) => [x.status, x.compensationAttempts]), [
+          ["completed", 0],
+          ["pending", 0],
+          ["pending", 0]
+        ])
+        yield* store.update(a.id, 3, {
+          steps: [{ index: 0, resetCompensationAttempts: true, compensationStarted: true }]
+        })
         assert.strictEqual((yield* store.load(a.id))!.steps[0]!.compensationAttempts, 1)
       })))
 
@@ -128,7 +156,9 @@ export const sagaStoreContract = (
       run(Effect.gen(function*() {
         const store = yield* SagaStore
         const rolledBack = newSaga()
-        const exit = yield* Effect.result(store.withTransaction(Effect.andThen(store.create(rolledBack), Effect.fail("business rule" as const))))
+        const exit = yield* Effect.result(
+          store.withTransaction(Effect.andThen(store.create(rolledBack), Effect.fail("business rule" as const)))
+        )
         assert.isTrue(Result.isFailure(exit))
         assert.isUndefined(yield* store.load(rolledBack.id))
         const committed = newSaga()
@@ -155,13 +185,19 @@ export const sagaStoreContract = (
         assert.strictEqual(updated.currentStep, 1)
         assert.isTrue(updated.updatedAt.getTime() > updated.createdAt.getTime())
         assert.strictEqual((yield* Effect.flip(store.update(saga.id, 0, { status: "failed" })))._tag, "SagaConflict")
-        assert.strictEqual((yield* Effect.flip(store.update(uuidv7(Date.now()), 0, { status: "failed" })))._tag, "SagaNotFound")
+        assert.strictEqual(
+          (yield* Effect.flip(store.update(uuidv7(Date.now()), 0, { status: "failed" })))._tag,
+          "SagaNotFound"
+        )
         const second = yield* store.update(saga.id, 1, {
           status: "compensating",
           error: "charge failed: card declined",
           deadline: null,
           claim: null,
-          steps: [{ index: 1, status: "failed", error: "card declined", finished: true }, { index: 0, compensationStarted: true }]
+          steps: [{ index: 1, status: "failed", error: "card declined", finished: true }, {
+            index: 0,
+            compensationStarted: true
+          }]
         })
         assert.strictEqual(second.version, 2)
         const loaded = (yield* store.load(saga.id))!
@@ -171,7 +207,12 @@ export const sagaStoreContract = (
         assert.isNull(loaded.saga.claimedBy)
         assert.isNull(loaded.saga.claimedUntil)
         const [s0, s1, s2] = loaded.steps
-        assert.deepStrictEqual([s0!.status, s0!.result, s0!.compensationAttempts, s0!.attempts], ["completed", { reservationId: "r-9", lines: [1, 2] }, 1, 0])
+        assert.deepStrictEqual([s0!.status, s0!.result, s0!.compensationAttempts, s0!.attempts], [
+          "completed",
+          { reservationId: "r-9", lines: [1, 2] },
+          1,
+          0
+        ])
         assert.instanceOf(s0!.finishedAt, Date)
         assert.deepStrictEqual([s1!.status, s1!.error, s1!.attempts], ["failed", "card declined", 1])
         assert.instanceOf(s1!.startedAt, Date)
@@ -189,11 +230,17 @@ export const sagaStoreContract = (
         yield* store.create(saga)
         const results = yield* Effect.forEach(
           Array.from({ length: 8 }, (_, i) => i),
-          (i) => Effect.result(store.update(saga.id, 0, { error: `writer ${i}`, steps: [{ index: 0, attemptStarted: true }] })),
+          (i) =>
+            Effect.result(
+              store.update(saga.id, 0, { error: `writer ${i}`, steps: [{ index: 0, attemptStarted: true }] })
+            ),
           { concurrency: "unbounded" }
         )
         assert.strictEqual(results.filter(Result.isSuccess).length, 1)
-        assert.deepStrictEqual(results.filter(Result.isFailure).map((r) => r.failure._tag), Array(7).fill("SagaConflict"))
+        assert.deepStrictEqual(
+          results.filter(Result.isFailure).map((r) => r.failure._tag),
+          Array(7).fill("SagaConflict")
+        )
         const loaded = (yield* store.load(saga.id))!
         assert.strictEqual(loaded.saga.version, 1)
         assert.strictEqual(loaded.steps[0]!.attempts, 1)
@@ -215,7 +262,9 @@ export const sagaStoreContract = (
         // A transaction reads version 0, another commits version 1 meanwhile: the first one's write loses.
         // the other writer is a fiber forked before the transaction opened, so it runs outside it
         const go = yield* Deferred.make<void>()
-        const other = yield* Effect.forkChild(Effect.andThen(Deferred.await(go), store.update(saga.id, 0, { error: "the other writer" })))
+        const other = yield* Effect.forkChild(
+          Effect.andThen(Deferred.await(go), store.update(saga.id, 0, { error: "the other writer" }))
+        )
         const raced = yield* Effect.result(store.withTransaction(Effect.gen(function*() {
           const seen = (yield* store.load(saga.id))!
           yield* Deferred.succeed(go, undefined)
@@ -281,14 +330,28 @@ export const sagaStoreContract = (
     test("countByStatus counts every saga by its status, transactions included", () =>
       run(Effect.gen(function*() {
         const store = yield* SagaStore
-        assert.deepStrictEqual(yield* store.countByStatus, { running: 0, completed: 0, compensating: 0, compensated: 0, failed: 0 })
+        assert.deepStrictEqual(yield* store.countByStatus, {
+          running: 0,
+          completed: 0,
+          compensating: 0,
+          compensated: 0,
+          failed: 0
+        })
         const a = newSaga({})
         const b = newSaga({})
         yield* store.create(a)
         yield* store.create(b)
-        yield* store.withTransaction(Effect.andThen(store.create(newSaga({})), store.update(a.id, 0, { status: "completed" })))
+        yield* store.withTransaction(
+          Effect.andThen(store.create(newSaga({})), store.update(a.id, 0, { status: "completed" }))
+        )
         yield* store.update(b.id, 0, { status: "compensating" })
-        assert.deepStrictEqual(yield* store.countByStatus, { running: 1, completed: 1, compensating: 1, compensated: 0, failed: 0 })
+        assert.deepStrictEqual(yield* store.countByStatus, {
+          running: 1,
+          completed: 1,
+          compensating: 1,
+          compensated: 0,
+          failed: 0
+        })
       })))
 
     test("findRecoverable: expired claims, past deadlines and stuck sagas, most overdue first", () =>
@@ -311,8 +374,15 @@ export const sagaStoreContract = (
         yield* passTime("1500 millis")
         due = (yield* store.findRecoverable({ stuckAfter, limit: 100 })).map((s) => s.id)
         assert.deepStrictEqual(due, [expired.id, overdue.id, compensating.id, stuck.id])
-        assert.deepStrictEqual(yield* store.findRecoverable({ stuckAfter, limit: 100, types: ["other-type"] }), [], "filtered by type")
-        assert.strictEqual((yield* store.findRecoverable({ stuckAfter, limit: 100, types: ["other-type", "create-order"] })).length, 4)
+        assert.deepStrictEqual(
+          yield* store.findRecoverable({ stuckAfter, limit: 100, types: ["other-type"] }),
+          [],
+          "filtered by type"
+        )
+        assert.strictEqual(
+          (yield* store.findRecoverable({ stuckAfter, limit: 100, types: ["other-type", "create-order"] })).length,
+          4
+        )
         const limited = yield* store.findRecoverable({ stuckAfter, limit: 2 })
         assert.deepStrictEqual(limited.map((s) => s.id), [expired.id, overdue.id])
         assert.strictEqual(limited[0]!.claimedBy, "dead-runner")

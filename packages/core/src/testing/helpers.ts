@@ -22,7 +22,11 @@ import * as Relay from "../Relay.ts"
  * @since 0.1.0
  * @category waiting
  */
-export const eventually = <E, R>(check: Effect.Effect<boolean, E, R>, timeout: Duration.Input = "10 seconds", what = "condition"): Effect.Effect<void, E, R> =>
+export const eventually = <E, R>(
+  check: Effect.Effect<boolean, E, R>,
+  timeout: Duration.Input = "10 seconds",
+  what = "condition"
+): Effect.Effect<void, E, R> =>
   check.pipe(
     Effect.flatMap((ok) => ok ? Effect.void : Effect.fail(notYet)),
     Effect.retry({ schedule: Schedule.spaced("20 millis"), while: (e) => e === notYet }),
@@ -45,7 +49,11 @@ export interface Time {
   /** Lets `duration` pass. */
   readonly advance: (duration: Duration.Input) => Effect.Effect<void>
   /** Waits until `check` returns true, for at most `timeout` of this clock's time. */
-  readonly eventually: <E, R>(check: Effect.Effect<boolean, E, R>, timeout?: Duration.Input, what?: string) => Effect.Effect<void, E, R>
+  readonly eventually: <E, R>(
+    check: Effect.Effect<boolean, E, R>,
+    timeout?: Duration.Input,
+    what?: string
+  ) => Effect.Effect<void, E, R>
   /** Runs `effect` to its end while time passes (a shutdown that waits for its deadline). */
   readonly run: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 }
@@ -65,7 +73,9 @@ export const testTime: Time = {
     Effect.gen(function*() {
       const until = (yield* Clock.currentTimeMillis) + Duration.toMillis(Duration.fromInputUnsafe(timeout))
       while (!(yield* check)) {
-        if ((yield* Clock.currentTimeMillis) >= until) return yield* Effect.die(new Error(`timed out waiting for ${what} (test clock)`))
+        if ((yield* Clock.currentTimeMillis) >= until) {
+          return yield* Effect.die(new Error(`timed out waiting for ${what} (test clock)`))
+        }
         yield* TestClock.adjust(step)
       }
     }),
@@ -107,7 +117,8 @@ export const Thing: Event.EventType<"thing.happened", ThingSchema> = Event.defin
  * @since 0.1.0
  * @category fixtures
  */
-export const draft = (n: number, aggregateId = `a${n % 3}`): Event.EventDraft<typeof Thing> => Thing.make({ aggregateId, payload: { n, label: `#${n}` } })
+export const draft = (n: number, aggregateId = `a${n % 3}`): Event.EventDraft<typeof Thing> =>
+  Thing.make({ aggregateId, payload: { n, label: `#${n}` } })
 
 /**
  * Appends `count` events in one committed transaction; returns their ids in order.
@@ -117,7 +128,9 @@ export const draft = (n: number, aggregateId = `a${n % 3}`): Event.EventDraft<ty
 export const seed = (count: number, from = 0): Effect.Effect<ReadonlyArray<string>, Outbox.AppendError, OutboxStore> =>
   Effect.gen(function*() {
     const store = yield* OutboxStore
-    const messages = yield* store.withTransaction(Outbox.appendAll(Array.from({ length: count }, (_, i) => draft(from + i))))
+    const messages = yield* store.withTransaction(
+      Outbox.appendAll(Array.from({ length: count }, (_, i) => draft(from + i)))
+    )
     return messages.map((m) => m.id)
   })
 
@@ -127,7 +140,9 @@ export const seed = (count: number, from = 0): Effect.Effect<ReadonlyArray<strin
  * @category assertions
  */
 export const failureTag = (exit: Exit.Exit<unknown, unknown>): string | undefined =>
-  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { _tag?: string })._tag)) : undefined
+  Exit.isFailure(exit)
+    ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => (e as { _tag?: string })._tag))
+    : undefined
 
 /**
  * The ids the memory broker received, in order.
@@ -154,7 +169,13 @@ export const checkDeliveredOnce = (delivered: ReadonlyArray<string>, ids: Readon
     const missing = ids.filter((id) => !counts.has(id))
     const extra = [...counts.keys()].filter((id) => !wanted.has(id))
     if (twice.length + missing.length + extra.length === 0) return Effect.void
-    return Effect.die(new Error(`delivered-once check: ${missing.length} missing, ${twice.length} more than once, ${extra.length} unexpected (${[...missing, ...twice, ...extra].slice(0, 5).join(", ")})`))
+    return Effect.die(
+      new Error(
+        `delivered-once check: ${missing.length} missing, ${twice.length} more than once, ${extra.length} unexpected (${
+          [...missing, ...twice, ...extra].slice(0, 5).join(", ")
+        })`
+      )
+    )
   })
 
 /**
@@ -162,7 +183,9 @@ export const checkDeliveredOnce = (delivered: ReadonlyArray<string>, ids: Readon
  * @since 0.1.0
  * @category assertions
  */
-export const assertDeliveredOnce = (ids: ReadonlyArray<string>): Effect.Effect<void, never, MemoryBroker.MemoryBroker> =>
+export const assertDeliveredOnce = (
+  ids: ReadonlyArray<string>
+): Effect.Effect<void, never, MemoryBroker.MemoryBroker> =>
   Effect.flatMap(deliveredIds, (delivered) => checkDeliveredOnce(delivered, ids))
 
 /**
@@ -187,10 +210,16 @@ export const startRelay = (config: Relay.Config): Effect.Effect<
  * @category relays
  */
 export const slowPublisher = (delay: Duration.Input): Layer.Layer<Publisher, never, Publisher> =>
-  Layer.effect(Publisher, Effect.gen(function*() {
-    const inner = yield* Publisher
-    return Publisher.of({ publish: (messages) => Effect.andThen(Effect.sleep(delay), inner.publish(messages)), ...(inner.awaitAvailable === undefined ? {} : { awaitAvailable: inner.awaitAvailable }) })
-  }))
+  Layer.effect(
+    Publisher,
+    Effect.gen(function*() {
+      const inner = yield* Publisher
+      return Publisher.of({
+        publish: (messages) => Effect.andThen(Effect.sleep(delay), inner.publish(messages)),
+        ...(inner.awaitAvailable === undefined ? {} : { awaitAvailable: inner.awaitAvailable })
+      })
+    })
+  )
 
 /**
  * Runs `body` with a store (built fresh by `makeStore` in the body's scope), its eager-dispatch
@@ -206,6 +235,8 @@ export const withStore = <A, E, R>(
   Effect.scoped(Effect.gen(function*() {
     const store = yield* Effect.orDie(makeStore)
     return yield* body.pipe(
-      Effect.provide(Layer.mergeAll(Layer.succeed(OutboxStore, store), Layer.fresh(EagerDispatch.layer), MemoryBroker.layer(broker)))
+      Effect.provide(
+        Layer.mergeAll(Layer.succeed(OutboxStore, store), Layer.fresh(EagerDispatch.layer), MemoryBroker.layer(broker))
+      )
     )
   })) as never

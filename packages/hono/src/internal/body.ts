@@ -29,7 +29,8 @@ export const limitsOf = (c: HonoContext): Limits => (c.get(key as never) as Limi
 /** Records the limits for the handlers of this request. */
 export const setLimits = (c: HonoContext, limits: Limits): void => c.set(key as never, limits as never)
 
-export const tooLarge = (limit: number) => new PayloadTooLarge({ message: `the request body is larger than ${limit} bytes` })
+export const tooLarge = (limit: number) =>
+  new PayloadTooLarge({ message: `the request body is larger than ${limit} bytes` })
 
 /** The declared `Content-Length`, or `undefined` without one (chunked) or with a malformed one. */
 export const declaredLength = (headers: Headers): number | undefined => {

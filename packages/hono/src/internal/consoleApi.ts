@@ -11,10 +11,10 @@ import { Relay } from "@tidings/core/Relay"
 import { SagaStore } from "@tidings/core/SagaStore"
 import { type Context, Effect, Metric, Option, Schema } from "effect"
 import type { Hono } from "hono"
-import type { DeadLetterQueues } from "./deadLetterQueues.ts"
 import * as HttpErrors from "../HttpErrors.ts"
 import * as Input from "../Input.ts"
 import type { Runtime } from "../Runtime.ts"
+import type { DeadLetterQueues } from "./deadLetterQueues.ts"
 
 export interface Settings {
   readonly checks: ReadonlyArray<Health.Check<any>>
@@ -25,11 +25,19 @@ export interface Settings {
 }
 
 const optional = <I, S>(tag: Context.Key<I, S>, name: string): Effect.Effect<S, HttpErrors.NotImplemented> =>
-  Effect.flatMap(Effect.serviceOption(tag), (o) =>
-    Option.isSome(o) ? Effect.succeed(o.value) : Effect.fail(new HttpErrors.NotImplemented({ message: `this app provides no ${name}` })))
+  Effect.flatMap(
+    Effect.serviceOption(tag),
+    (o) =>
+      Option.isSome(o)
+        ? Effect.succeed(o.value)
+        : Effect.fail(new HttpErrors.NotImplemented({ message: `this app provides no ${name}` }))
+  )
 
 /** Runs `f` with the service when the app has it; `null` otherwise. */
-const ifPresent = <I, S, A, E, R>(tag: Context.Key<I, S>, f: (service: S) => Effect.Effect<A, E, R>): Effect.Effect<A | null, E, R> =>
+const ifPresent = <I, S, A, E, R>(
+  tag: Context.Key<I, S>,
+  f: (service: S) => Effect.Effect<A, E, R>
+): Effect.Effect<A | null, E, R> =>
   Effect.flatMap(Effect.serviceOption(tag), (o) => Option.isSome(o) ? f(o.value) : Effect.succeed(null))
 
 interface ConsumerCounters {
@@ -71,7 +79,11 @@ const localConsumers = Effect.map(Metric.snapshot, (snapshots) => {
   }
   return {
     published,
-    consumers: [...byName].map(([name, c]) => ({ name, ...c, inFlight: Math.max(0, c.consumed - c.acked - c.retried - c.deadLettered) }))
+    consumers: [...byName].map(([name, c]) => ({
+      name,
+      ...c,
+      inFlight: Math.max(0, c.consumed - c.acked - c.retried - c.deadLettered)
+    }))
   }
 })
 
@@ -104,7 +116,10 @@ const overview = (settings: Settings) =>
     ], { concurrency: "unbounded" })
     const group = relay === null ? undefined : relay.r.relayIds[0]?.replace(/-\d+$/, "")
     const consumers = yield* Effect.forEach(local.consumers, (c) =>
-      Effect.map(ifPresent(InboxStore, (store) => store.count({ consumer: c.name })), (rows) => ({ ...c, inbox: rows })), { concurrency: 4 })
+      Effect.map(
+        ifPresent(InboxStore, (store) => store.count({ consumer: c.name })),
+        (rows) => ({ ...c, inbox: rows })
+      ), { concurrency: 4 })
     return {
       now: new Date(),
       refreshIntervalMs: settings.refreshIntervalMs,
@@ -124,7 +139,10 @@ const overview = (settings: Settings) =>
           batchSize: relay.r.settings.batchSize,
           published: local.published
         },
-        holders: (outbox?.holders ?? []).map((h) => ({ ...h, local: group !== undefined && h.holder.startsWith(`${group}-`) }))
+        holders: (outbox?.holders ?? []).map((h) => ({
+          ...h,
+          local: group !== undefined && h.holder.startsWith(`${group}-`)
+        }))
       },
       consumers,
       inbox,
@@ -139,7 +157,8 @@ const Name = Schema.String.check(Schema.isMinLength(1), Schema.isMaxLength(500))
 const OutboxStatus = Schema.Literals(["pending", "processing", "published", "failed", "suspect"])
 const InboxStatus = Schema.Literals(["processing", "processed", "failed"])
 const SagaStatus = Schema.Literals(["running", "completed", "compensating", "compensated", "failed"])
-const Limit = (max: number) => Schema.optional(Schema.NumberFromString.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: max })))
+const Limit = (max: number) =>
+  Schema.optional(Schema.NumberFromString.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: max })))
 
 const RetryBody = Schema.Union([
   Schema.Struct({ ids: Schema.Array(Uuid).check(Schema.isMinLength(1), Schema.isMaxLength(1000)) }),
@@ -148,7 +167,9 @@ const RetryBody = Schema.Union([
 ])
 const IdsBody = Schema.Struct({ ids: Schema.Array(Uuid).check(Schema.isMinLength(1), Schema.isMaxLength(1000)) })
 const ReplayBody = Schema.Struct({ messageId: Name, consumer: Name })
-const DlqReplayBody = Schema.Struct({ limit: Schema.optional(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100_000 }))) })
+const DlqReplayBody = Schema.Struct({
+  limit: Schema.optional(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100_000 })))
+})
 
 /** Registers the API's routes on `api` (mounted at `/api`, behind the guard). */
 export const register = (api: Hono, runtime: Runtime<any>, settings: Settings): void => {
@@ -160,86 +181,165 @@ export const register = (api: Hono, runtime: Runtime<any>, settings: Settings): 
 
   api.get("/overview", runtime.handler(() => overview(settings)))
 
-  const EventsQuery = Schema.Struct({ status: Schema.optional(OutboxStatus), type: Schema.optional(Name), limit: Limit(max) })
-  api.get("/outbox/events", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const q = yield* Input.query(c, EventsQuery)
-      const store = yield* optional(OutboxStore, "OutboxStore")
-      const events = yield* store.list({ limit: limitOf(q.limit), ...(q.status === undefined ? {} : { status: q.status }), ...(q.type === undefined ? {} : { type: q.type }) })
-      return { events: events.map(eventJson) }
-    })))
-  api.get("/outbox/events/:id", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const id = yield* Input.param(c, "id", Uuid)
-      const event = yield* (yield* optional(OutboxStore, "OutboxStore")).get(id)
-      if (event === undefined) return yield* new HttpErrors.NotFound({ message: `no outbox event ${id}` })
-      return eventJson(event)
-    })))
-  api.post("/outbox/failed/retry", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const body = yield* Input.json(c, RetryBody)
-      yield* optional(OutboxStore, "OutboxStore")
-      return { retried: yield* Admin.retryFailed(body) }
-    })))
-  api.post("/outbox/failed/discard", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const { ids } = yield* Input.json(c, IdsBody)
-      return { discarded: yield* (yield* optional(OutboxStore, "OutboxStore")).discardFailed(ids) }
-    })))
+  const EventsQuery = Schema.Struct({
+    status: Schema.optional(OutboxStatus),
+    type: Schema.optional(Name),
+    limit: Limit(max)
+  })
+  api.get(
+    "/outbox/events",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const q = yield* Input.query(c, EventsQuery)
+        const store = yield* optional(OutboxStore, "OutboxStore")
+        const events = yield* store.list({
+          limit: limitOf(q.limit),
+          ...(q.status === undefined ? {} : { status: q.status }),
+          ...(q.type === undefined ? {} : { type: q.type })
+        })
+        return { events: events.map(eventJson) }
+      })
+    )
+  )
+  api.get(
+    "/outbox/events/:id",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const id = yield* Input.param(c, "id", Uuid)
+        const event = yield* (yield* optional(OutboxStore, "OutboxStore")).get(id)
+        if (event === undefined) return yield* new HttpErrors.NotFound({ message: `no outbox event ${id}` })
+        return eventJson(event)
+      })
+    )
+  )
+  api.post(
+    "/outbox/failed/retry",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const body = yield* Input.json(c, RetryBody)
+        yield* optional(OutboxStore, "OutboxStore")
+        return { retried: yield* Admin.retryFailed(body) }
+      })
+    )
+  )
+  api.post(
+    "/outbox/failed/discard",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const { ids } = yield* Input.json(c, IdsBody)
+        return { discarded: yield* (yield* optional(OutboxStore, "OutboxStore")).discardFailed(ids) }
+      })
+    )
+  )
 
-  const InboxQuery = Schema.Struct({ status: Schema.optional(InboxStatus), consumer: Schema.optional(Name), limit: Limit(max) })
-  api.get("/inbox", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const q = yield* Input.query(c, InboxQuery)
-      const store = yield* optional(InboxStore, "InboxStore")
-      return {
-        records: yield* store.list({ limit: limitOf(q.limit), ...(q.status === undefined ? {} : { status: q.status }), ...(q.consumer === undefined ? {} : { consumer: q.consumer }) })
-      }
-    })))
-  api.post("/inbox/replay", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const { consumer, messageId } = yield* Input.json(c, ReplayBody)
-      yield* optional(InboxStore, "InboxStore")
-      const replayed = yield* Admin.replayDeadLetter(messageId, consumer)
-      if (!replayed.reset) return yield* new HttpErrors.NotFound({ message: `no dead-lettered inbox row for message ${messageId} and consumer ${consumer}` })
-      return replayed
-    })))
+  const InboxQuery = Schema.Struct({
+    status: Schema.optional(InboxStatus),
+    consumer: Schema.optional(Name),
+    limit: Limit(max)
+  })
+  api.get(
+    "/inbox",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const q = yield* Input.query(c, InboxQuery)
+        const store = yield* optional(InboxStore, "InboxStore")
+        return {
+          records: yield* store.list({
+            limit: limitOf(q.limit),
+            ...(q.status === undefined ? {} : { status: q.status }),
+            ...(q.consumer === undefined ? {} : { consumer: q.consumer })
+          })
+        }
+      })
+    )
+  )
+  api.post(
+    "/inbox/replay",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const { consumer, messageId } = yield* Input.json(c, ReplayBody)
+        yield* optional(InboxStore, "InboxStore")
+        const replayed = yield* Admin.replayDeadLetter(messageId, consumer)
+        if (!replayed.reset) {
+          return yield* new HttpErrors.NotFound({
+            message: `no dead-lettered inbox row for message ${messageId} and consumer ${consumer}`
+          })
+        }
+        return replayed
+      })
+    )
+  )
 
   const PeekQuery = Schema.Struct({ limit: Limit(Math.min(max, 100)) })
   api.get("/dlq", runtime.handler(() => Effect.map(Effect.flatMap(dlq, (d) => d.list), (queues) => ({ queues }))))
-  api.get("/dlq/:queue/messages", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const queue = yield* Input.param(c, "queue", Name)
-      const { limit } = yield* Input.query(c, PeekQuery)
-      return { messages: yield* (yield* dlq).peek(queue, limit ?? 20) }
-    })))
-  api.post("/dlq/:queue/replay", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const queue = yield* Input.param(c, "queue", Name)
-      const { limit } = yield* Input.json(c, DlqReplayBody)
-      return { replayed: yield* (yield* dlq).replay(queue, limit === undefined ? {} : { limit }) }
-    })))
+  api.get(
+    "/dlq/:queue/messages",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const queue = yield* Input.param(c, "queue", Name)
+        const { limit } = yield* Input.query(c, PeekQuery)
+        return { messages: yield* (yield* dlq).peek(queue, limit ?? 20) }
+      })
+    )
+  )
+  api.post(
+    "/dlq/:queue/replay",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const queue = yield* Input.param(c, "queue", Name)
+        const { limit } = yield* Input.json(c, DlqReplayBody)
+        return { replayed: yield* (yield* dlq).replay(queue, limit === undefined ? {} : { limit }) }
+      })
+    )
+  )
 
-  const SagasQuery = Schema.Struct({ status: Schema.optional(SagaStatus), type: Schema.optional(Name), limit: Limit(max) })
-  api.get("/sagas", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const q = yield* Input.query(c, SagasQuery)
-      const store = yield* optional(SagaStore, "SagaStore")
-      return { sagas: yield* store.list({ limit: limitOf(q.limit), ...(q.status === undefined ? {} : { status: q.status }), ...(q.type === undefined ? {} : { type: q.type }) }) }
-    })))
-  api.get("/sagas/:id", runtime.handler((c) =>
-    Effect.gen(function*() {
-      const id = yield* Input.param(c, "id", Uuid)
-      const execution = yield* (yield* optional(SagaStore, "SagaStore")).load(id)
-      if (execution === undefined) return yield* new HttpErrors.NotFound({ message: `no saga ${id}` })
-      return { ...execution, timeline: Admin.timeline(execution, Date.now()) }
-    })))
-  for (const [action, run] of [["retry", Admin.retrySaga], ["compensate", (id: string) => Admin.compensateSaga(id)]] as const) {
-    api.post(`/sagas/:id/${action}`, runtime.handler((c) =>
+  const SagasQuery = Schema.Struct({
+    status: Schema.optional(SagaStatus),
+    type: Schema.optional(Name),
+    limit: Limit(max)
+  })
+  api.get(
+    "/sagas",
+    runtime.handler((c) =>
+      Effect.gen(function*() {
+        const q = yield* Input.query(c, SagasQuery)
+        const store = yield* optional(SagaStore, "SagaStore")
+        return {
+          sagas: yield* store.list({
+            limit: limitOf(q.limit),
+            ...(q.status === undefined ? {} : { status: q.status }),
+            ...(q.type === undefined ? {} : { type: q.type })
+          })
+        }
+      })
+    )
+  )
+  api.get(
+    "/sagas/:id",
+    runtime.handler((c) =>
       Effect.gen(function*() {
         const id = yield* Input.param(c, "id", Uuid)
-        yield* optional(SagaStore, "SagaStore")
-        return { saga: yield* run(id) }
-      })))
+        const execution = yield* (yield* optional(SagaStore, "SagaStore")).load(id)
+        if (execution === undefined) return yield* new HttpErrors.NotFound({ message: `no saga ${id}` })
+        return { ...execution, timeline: Admin.timeline(execution, Date.now()) }
+      })
+    )
+  )
+  for (
+    const [action, run] of [["retry", Admin.retrySaga], [
+      "compensate",
+      (id: string) => Admin.compensateSaga(id)
+    ]] as const
+  ) {
+    api.post(
+      `/sagas/:id/${action}`,
+      runtime.handler((c) =>
+        Effect.gen(function*() {
+          const id = yield* Input.param(c, "id", Uuid)
+          yield* optional(SagaStore, "SagaStore")
+          return { saga: yield* run(id) }
+        })
+      )
+    )
   }
 }

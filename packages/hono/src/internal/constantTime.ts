@@ -1,6 +1,7 @@
 const encoder = new TextEncoder()
 
-const digest = async (text: string): Promise<Uint8Array> => new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)))
+const digest = async (text: string): Promise<Uint8Array> =>
+  new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)))
 
 /**
  * Compares two secrets in time independent of where they differ and of their lengths: both are

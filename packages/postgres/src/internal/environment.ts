@@ -11,7 +11,8 @@ import { type Duration, Effect, type Redacted, Schema } from "effect"
 // JSR's fast check reads only declared types.
 type Defaulted<S extends Schema.Top> = Schema.withDecodingDefault<S>
 
-const withDefault = <S extends Schema.Top>(schema: S, value: S["Encoded"]): Defaulted<S> => schema.pipe(Schema.withDecodingDefault(Effect.succeed(value)))
+const withDefault = <S extends Schema.Top>(schema: S, value: S["Encoded"]): Defaulted<S> =>
+  schema.pipe(Schema.withDecodingDefault(Effect.succeed(value)))
 
 const postgresUrl = (value: string): string | undefined => {
   if (!/^postgres(ql)?:\/\//i.test(value)) return "must be a postgres:// or postgresql:// URL"
@@ -46,12 +47,23 @@ export const ClientSchema: Schema.Struct<{
 })
 
 /** `TIDINGS_PG_URL`, `TIDINGS_PG_MAX_CONNECTIONS`, ... */
-export const client: Settings.Environment<typeof ClientSchema> = { component: "PgClient", schema: ClientSchema, prefix: "TIDINGS_PG" }
+export const client: Settings.Environment<typeof ClientSchema> = {
+  component: "PgClient",
+  schema: ClientSchema,
+  prefix: "TIDINGS_PG"
+}
 
-const schemaName: Schema.String = Schema.String.check(Schema.makeFilter((s: string) =>
-  /^[a-z_][a-z0-9_]{0,62}$/.test(s) ? undefined : "must be 1-63 characters of a-z, 0-9 and _, not starting with a digit"
-))
-const bookkeepingCommit: Defaulted<Schema.Literals<readonly ["async", "sync"]>> = withDefault(Schema.Literals(["async", "sync"]), "async")
+const schemaName: Schema.String = Schema.String.check(
+  Schema.makeFilter((s: string) =>
+    /^[a-z_][a-z0-9_]{0,62}$/.test(s)
+      ? undefined
+      : "must be 1-63 characters of a-z, 0-9 and _, not starting with a digit"
+  )
+)
+const bookkeepingCommit: Defaulted<Schema.Literals<readonly ["async", "sync"]>> = withDefault(
+  Schema.Literals(["async", "sync"]),
+  "async"
+)
 
 /** The outbox store's settings (`PgOutboxStore.ConfigSchema`). */
 export const OutboxSchema: Schema.Struct<{
@@ -65,16 +77,35 @@ export const OutboxSchema: Schema.Struct<{
 })
 
 /** The inbox store's settings (`PgInboxStore.ConfigSchema`). */
-export const InboxSchema: Schema.Struct<{ readonly schema: Defaulted<Schema.String>; readonly bookkeepingCommit: typeof bookkeepingCommit }> = Schema.Struct({ schema: withDefault(schemaName, "tidings"), bookkeepingCommit })
+export const InboxSchema: Schema.Struct<
+  { readonly schema: Defaulted<Schema.String>; readonly bookkeepingCommit: typeof bookkeepingCommit }
+> = Schema.Struct({ schema: withDefault(schemaName, "tidings"), bookkeepingCommit })
 
 /** The saga store's settings (`PgSagaStore.ConfigSchema`). */
-export const SagaSchema: Schema.Struct<{ readonly schema: Defaulted<Schema.String> }> = Schema.Struct({ schema: withDefault(schemaName, "tidings") })
+export const SagaSchema: Schema.Struct<{ readonly schema: Defaulted<Schema.String> }> = Schema.Struct({
+  schema: withDefault(schemaName, "tidings")
+})
 
 const shared = { schema: "TIDINGS_SCHEMA" } as const
 
 /** `TIDINGS_SCHEMA`, `TIDINGS_OUTBOX_NOTIFY`, `TIDINGS_OUTBOX_BOOKKEEPING_COMMIT`. */
-export const outbox: Settings.Environment<typeof OutboxSchema> = { component: "PgOutboxStore", schema: OutboxSchema, prefix: "TIDINGS_OUTBOX", names: shared }
+export const outbox: Settings.Environment<typeof OutboxSchema> = {
+  component: "PgOutboxStore",
+  schema: OutboxSchema,
+  prefix: "TIDINGS_OUTBOX",
+  names: shared
+}
 /** `TIDINGS_SCHEMA`, `TIDINGS_INBOX_BOOKKEEPING_COMMIT`. */
-export const inbox: Settings.Environment<typeof InboxSchema> = { component: "PgInboxStore", schema: InboxSchema, prefix: "TIDINGS_INBOX", names: shared }
+export const inbox: Settings.Environment<typeof InboxSchema> = {
+  component: "PgInboxStore",
+  schema: InboxSchema,
+  prefix: "TIDINGS_INBOX",
+  names: shared
+}
 /** `TIDINGS_SCHEMA`. */
-export const saga: Settings.Environment<typeof SagaSchema> = { component: "PgSagaStore", schema: SagaSchema, prefix: "TIDINGS_SAGA", names: shared }
+export const saga: Settings.Environment<typeof SagaSchema> = {
+  component: "PgSagaStore",
+  schema: SagaSchema,
+  prefix: "TIDINGS_SAGA",
+  names: shared
+}

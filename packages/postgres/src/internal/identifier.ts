@@ -15,7 +15,10 @@ const pattern = new RegExp(`^[a-z_][a-z0-9_]{0,${maxSchemaLength - 1}}$`)
 export const validateSchema = (schema: string): InvalidConfig | undefined =>
   typeof schema === "string" && pattern.test(schema) ? undefined : new InvalidConfig({
     path: "schema",
-    message: `invalid schema name ${JSON.stringify(schema)?.slice(0, 80)}: use 1-${maxSchemaLength} characters of a-z, 0-9 and _, ` +
+    message:
+      `invalid schema name ${
+        JSON.stringify(schema)?.slice(0, 80)
+      }: use 1-${maxSchemaLength} characters of a-z, 0-9 and _, ` +
       `not starting with a digit (longer names would make the NOTIFY channel tidings_outbox_<schema> exceed 63 bytes)`
   })
 

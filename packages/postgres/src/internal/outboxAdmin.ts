@@ -51,8 +51,13 @@ export const outboxAdmin = (sql: SqlClient.SqlClient, table: string): Admin => {
   return {
     list: ({ limit, status, type }) =>
       sql<StoredRow>`SELECT ${cols} FROM ${outbox}
-        WHERE ${status === undefined ? sql`TRUE` : sql`status = ${status}`} AND ${type === undefined ? sql`TRUE` : sql`event_type = ${type}`}
-        ORDER BY seq DESC LIMIT ${Math.max(0, Math.floor(limit))}`.pipe(Effect.map((rows) => rows.map(toStored)), mapSqlError("outbox.list")),
+        WHERE ${status === undefined ? sql`TRUE` : sql`status = ${status}`} AND ${
+        type === undefined ? sql`TRUE` : sql`event_type = ${type}`
+      }
+        ORDER BY seq DESC LIMIT ${Math.max(0, Math.floor(limit))}`.pipe(
+        Effect.map((rows) => rows.map(toStored)),
+        mapSqlError("outbox.list")
+      ),
 
     get: (id) =>
       !uuid.test(id) ? Effect.succeed(undefined) : sql<StoredRow>`SELECT ${cols} FROM ${outbox} WHERE id = ${id}`.pipe(
@@ -70,7 +75,9 @@ export const outboxAdmin = (sql: SqlClient.SqlClient, table: string): Admin => {
     // Over the partial index of published rows (published_at); minutes without events are zeros.
     throughput: ({ minutes }): Effect.Effect<ReadonlyArray<MinuteCount>, StoreError> =>
       sql<{ minute_ms: number | string; n: number | string }>`WITH span AS (
-          SELECT date_trunc('minute', now()) - make_interval(mins => ${Math.max(1, Math.floor(minutes)) - 1}) AS first, date_trunc('minute', now()) AS last
+          SELECT date_trunc('minute', now()) - make_interval(mins => ${
+        Math.max(1, Math.floor(minutes)) - 1
+      }) AS first, date_trunc('minute', now()) AS last
         ), counts AS (
           SELECT date_trunc('minute', published_at) AS minute, count(*) AS n FROM ${outbox}, span
           WHERE status = 'published' AND published_at >= span.first GROUP BY 1
@@ -82,18 +89,27 @@ export const outboxAdmin = (sql: SqlClient.SqlClient, table: string): Admin => {
         mapSqlError("outbox.throughput")
       ),
 
-    holders: sql<{ holder: string; n: number | string; until_ms: number | string }>`SELECT claimed_by AS holder, count(*)::int AS n,
+    holders: sql<
+      { holder: string; n: number | string; until_ms: number | string }
+    >`SELECT claimed_by AS holder, count(*)::int AS n,
         ${sql.literal(ms("max(claimed_until)"))} AS until_ms
       FROM ${outbox} WHERE status = 'processing' GROUP BY claimed_by ORDER BY claimed_by`.pipe(
-      Effect.map((rows): ReadonlyArray<Holder> => rows.map((r) => ({ holder: r.holder, events: Number(r.n), claimedUntil: new Date(Number(r.until_ms)) }))),
+      Effect.map((rows): ReadonlyArray<Holder> =>
+        rows.map((r) => ({ holder: r.holder, events: Number(r.n), claimedUntil: new Date(Number(r.until_ms)) }))
+      ),
       mapSqlError("outbox.holders")
     ),
 
     requeue: (list) =>
       list.length === 0 ? Effect.succeed(0) : sql<{ n: number | string }>`WITH requeued AS (
           UPDATE ${outbox} SET status = 'pending', attempts = 0, finished_attempts = 0, available_at = now(), published_at = NULL
-          WHERE status IN ('published', 'failed') AND id IN (SELECT jsonb_array_elements_text(${ids(list)}::jsonb)::uuid)
+          WHERE status IN ('published', 'failed') AND id IN (SELECT jsonb_array_elements_text(${
+        ids(list)
+      }::jsonb)::uuid)
           RETURNING 1
-        ) SELECT count(*)::int AS n FROM requeued`.pipe(Effect.map((r) => Number(r[0]?.n ?? 0)), mapSqlError("outbox.requeue"))
+        ) SELECT count(*)::int AS n FROM requeued`.pipe(
+        Effect.map((r) => Number(r[0]?.n ?? 0)),
+        mapSqlError("outbox.requeue")
+      )
   }
 }

@@ -18,8 +18,8 @@ export interface ClaimRow extends OutboxRow {
   readonly last_error?: string | null
 }
 
-
-const columns = (t: string) => `${t}.id, ${t}.seq, ${t}.tx_id::text AS tx_id, ${t}.event_type, ${t}.event_version, ${t}.aggregate_type, ${t}.aggregate_id,
+const columns = (t: string) =>
+  `${t}.id, ${t}.seq, ${t}.tx_id::text AS tx_id, ${t}.event_type, ${t}.event_version, ${t}.aggregate_type, ${t}.aggregate_id,
   ${t}.ordering_key, ${t}.payload::text AS payload, ${t}.headers::text AS headers,
   (extract(epoch FROM ${t}.occurred_at) * 1000)::float8 AS occurred_at_ms,
   (extract(epoch FROM ${t}.created_at) * 1000)::float8 AS created_at_ms, ${t}.attempts`
@@ -37,9 +37,13 @@ export const toClaimed = (rows: ReadonlyArray<ClaimRow>, ordering?: ClaimOptions
 // batches and append order otherwise.
 const bySeq = (a: ClaimRow, b: ClaimRow) => Number(a.seq) - Number(b.seq)
 const byKeyOrder = (a: ClaimRow, b: ClaimRow) =>
-  a.ordering_key < b.ordering_key ? -1 : a.ordering_key > b.ordering_key ? 1 :
-  BigInt(a.tx_id) < BigInt(b.tx_id) ? -1 : BigInt(a.tx_id) > BigInt(b.tx_id) ? 1 :
-  Number(a.seq) - Number(b.seq)
+  a.ordering_key < b.ordering_key ? -1 : a.ordering_key > b.ordering_key ?
+    1 :
+    BigInt(a.tx_id) < BigInt(b.tx_id) ?
+    -1 :
+    BigInt(a.tx_id) > BigInt(b.tx_id) ?
+    1 :
+    Number(a.seq) - Number(b.seq)
 
 export interface SettlementRow {
   readonly id: string
@@ -51,7 +55,13 @@ export interface SettlementRow {
 
 export const settlementRows = (settlement: Settlement): Array<SettlementRow> => [
   ...settlement.published.map((id) => ({ id, status: "published", delay_ms: 0, error: null, released: false })),
-  ...settlement.retry.map((r) => ({ id: r.id, status: "pending", delay_ms: Duration.toMillis(r.delay), error: r.error, released: false })),
+  ...settlement.retry.map((r) => ({
+    id: r.id,
+    status: "pending",
+    delay_ms: Duration.toMillis(r.delay),
+    error: r.error,
+    released: false
+  })),
   ...settlement.failed.map((f) => ({ id: f.id, status: "failed", delay_ms: 0, error: f.error, released: false })),
   ...(settlement.released ?? []).map((id) => ({ id, status: "pending", delay_ms: 0, error: null, released: true }))
 ]
@@ -179,14 +189,17 @@ export const outboxSql = (sql: SqlClient.SqlClient, schema: string, bookkeepingC
         finished_attempts = CASE WHEN v.released THEN o.finished_attempts ELSE o.finished_attempts + 1 END,
         claimed_by = NULL,
         claimed_until = NULL
-      FROM json_to_recordset(${JSON.stringify(rows)}::json) AS v(id uuid, status text, delay_ms float8, error text, released boolean), commit_mode
+      FROM json_to_recordset(${
+      JSON.stringify(rows)
+    }::json) AS v(id uuid, status text, delay_ms float8, error text, released boolean), commit_mode
       WHERE o.id = ANY(${ids}::text::uuid[]) AND o.id = v.id AND o.claimed_by = ${relayId}
       RETURNING 1
     )`
   }
 
   /** Claims a batch (one statement, one commit). */
-  const claim = (options: ClaimOptions) => sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${claimCtes(options)} ${claimUpdate(options)}`
+  const claim = (options: ClaimOptions) =>
+    sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${claimCtes(options)} ${claimUpdate(options)}`
 
   /** Settles rows still claimed by `relayId`; returns how many. */
   const settle = (relayId: string, rows: ReadonlyArray<SettlementRow>) =>
@@ -196,7 +209,9 @@ export const outboxSql = (sql: SqlClient.SqlClient, schema: string, bookkeepingC
   // being settled are 'processing' in it, so the claim cannot take them. The settle runs first
   // (see claimCtes).
   const settleAndClaim = (relayId: string, rows: ReadonlyArray<SettlementRow>, next: ClaimOptions) =>
-    sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${settleCte(relayId, rows)}, ${claimCtes(next, true)} ${claimUpdate(next)}`
+    sql<ClaimRow>`WITH RECURSIVE ${commitMode}, ${settleCte(relayId, rows)}, ${claimCtes(next, true)} ${
+      claimUpdate(next)
+    }`
 
   const reclaimExpired = (maxCrashes: number) =>
     sql<{ suspect: number; failed: number }>`WITH expired AS (
@@ -241,7 +256,16 @@ export const outboxSql = (sql: SqlClient.SqlClient, schema: string, bookkeepingC
       )
       RETURNING 1`
 
-  const stats = sql<{ pending: number; processing: number; published: number; failed: number; suspect: number; oldest_ms: number | string | null }>`SELECT
+  const stats = sql<
+    {
+      pending: number
+      processing: number
+      published: number
+      failed: number
+      suspect: number
+      oldest_ms: number | string | null
+    }
+  >`SELECT
       (SELECT count(*)::int FROM ${outbox} WHERE status = 'pending') AS pending,
       (SELECT count(*)::int FROM ${outbox} WHERE status = 'processing') AS processing,
       (SELECT count(*)::int FROM ${outbox} WHERE status = 'published') AS published,
@@ -250,7 +274,9 @@ export const outboxSql = (sql: SqlClient.SqlClient, schema: string, bookkeepingC
       (SELECT (extract(epoch FROM now() - min(created_at)) * 1000)::float8 FROM ${outbox} WHERE status = 'pending') AS oldest_ms`
 
   const listFailed = (limit: number) =>
-    sql<ClaimRow>`SELECT ${cols}, o.last_error FROM ${outbox} o WHERE status = 'failed' ORDER BY created_at LIMIT ${limit}`
+    sql<
+      ClaimRow
+    >`SELECT ${cols}, o.last_error FROM ${outbox} o WHERE status = 'failed' ORDER BY created_at LIMIT ${limit}`
 
   const retryFailed = (ids: ReadonlyArray<string> | undefined) => {
     const filter = ids === undefined
@@ -263,15 +289,30 @@ export const outboxSql = (sql: SqlClient.SqlClient, schema: string, bookkeepingC
 
   const discardFailed = (ids: ReadonlyArray<string>) =>
     sql<{ n: number | string }>`WITH discarded AS (
-        DELETE FROM ${outbox} WHERE status = 'failed' AND id IN (SELECT jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)::uuid)
+        DELETE FROM ${outbox} WHERE status = 'failed' AND id IN (SELECT jsonb_array_elements_text(${
+      JSON.stringify(ids)
+    }::jsonb)::uuid)
         RETURNING 1
       ) SELECT count(*)::int AS n FROM discarded`
 
-  return { outbox, claim, settle, settleAndClaim, reclaimExpired, claimSuspect, prune, stats, listFailed, retryFailed, discardFailed }
+  return {
+    outbox,
+    claim,
+    settle,
+    settleAndClaim,
+    reclaimExpired,
+    claimSuspect,
+    prune,
+    stats,
+    listFailed,
+    retryFailed,
+    discardFailed
+  }
 }
 
 /** Claimed rows as claimed events. */
-export const claimedEvents = (rows: ReadonlyArray<ClaimRow>, ordering?: Ordering): Array<ClaimedEvent> => toClaimed(rows, ordering)
+export const claimedEvents = (rows: ReadonlyArray<ClaimRow>, ordering?: Ordering): Array<ClaimedEvent> =>
+  toClaimed(rows, ordering)
 
 /** A failed row for the admin views. */
 export const failedEvent = (row: ClaimRow) => ({
@@ -280,4 +321,3 @@ export const failedEvent = (row: ClaimRow) => ({
   lastError: row.last_error ?? null,
   createdAt: new Date(Number(row.created_at_ms))
 })
-

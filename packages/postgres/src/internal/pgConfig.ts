@@ -73,12 +73,16 @@ export const resolve = (config: RawConfig, env: Record<string, string | undefine
     throw new InvalidSetting("target_session_attrs is not supported")
   }
   const maxConnections = config.maxConnections ?? 10
-  if (!Number.isInteger(maxConnections) || maxConnections < 1) throw new InvalidSetting("maxConnections must be an integer >= 1")
+  if (!Number.isInteger(maxConnections) || maxConnections < 1) {
+    throw new InvalidSetting("maxConnections must be an integer >= 1")
+  }
   const applicationName = config.applicationName ?? "tidings"
   if (typeof applicationName !== "string") throw new InvalidSetting("applicationName must be a string")
   const prepare = config.prepare ?? true
   if (typeof prepare !== "boolean") throw new InvalidSetting("prepare must be a boolean")
-  const idleTimeoutSeconds = config.idleTimeout === undefined ? undefined : seconds("idleTimeout", config.idleTimeout, 0, 0)
+  const idleTimeoutSeconds = config.idleTimeout === undefined
+    ? undefined
+    : seconds("idleTimeout", config.idleTimeout, 0, 0)
   const connectTimeoutSeconds = seconds("connectTimeout", config.connectTimeout, 10, 0.001)
   const startupTimeoutMillis = seconds("startupTimeout", config.startupTimeout, 30, 0) * 1000
   const endTimeoutMillis = seconds("endTimeout", config.endTimeout, 0.5, 0) * 1000

@@ -6,7 +6,7 @@
 import { Effect, Stream } from "effect"
 import type { SqlConnection, SqlError } from "effect/sql"
 import type postgres from "postgres"
-import { isConnectionCode, errorCode, toSqlError } from "./pgError.ts"
+import { errorCode, isConnectionCode, toSqlError } from "./pgError.ts"
 import type { Held, Link, Pool } from "./pgPool.ts"
 
 /** What every query needs from the client's configuration. */
@@ -119,7 +119,8 @@ const connectionError = (code: string, message = "the connection was closed") =>
   Object.assign(new Error(`${message} (${code})`), { code })
 
 /** The error a statement gets when its held connection was lost. */
-const connectionClosed = () => connectionError("CONNECTION_CLOSED", "the reserved connection was closed by the server or the network")
+const connectionClosed = () =>
+  connectionError("CONNECTION_CLOSED", "the reserved connection was closed by the server or the network")
 
 /**
  * postgres.js keeps counting rows across queries when a statement fails after sending some of them:
@@ -183,8 +184,7 @@ const transactionStart = /^\s*(begin|start\s+transaction)\b/i
 const transactionEnd = /^\s*(commit|rollback|end|abort)\s*(work|transaction)?\s*;?\s*$/i
 
 /** The server answered (the statement reached it), as opposed to a connection or client failure. */
-const fromServer = (error: unknown): boolean =>
-  typeof error === "object" && error !== null && "severity" in error
+const fromServer = (error: unknown): boolean => typeof error === "object" && error !== null && "severity" in error
 
 /**
  * After this failure the connection should not be used again: the server is closing it (57P01 and
@@ -221,19 +221,30 @@ export const makeConnection = (access: LinkAccess, options: QueryOptions): PgCon
   ): Effect.Effect<A, SqlError.SqlError> =>
     access.use((link) => {
       const ended = track?.(text)
-      const once = run<A>(() => {
-        const query = unsafe(link, text, params, prepare)
-        return values ? query.values() : query
-      }, operation, options, link)
+      const once = run<A>(
+        () => {
+          const query = unsafe(link, text, params, prepare)
+          return values ? query.values() : query
+        },
+        operation,
+        options,
+        link
+      )
       // A cancel request names a connection, not a statement: one sent for an interrupted statement
       // can land after it finished, on the next statement pipelined on that connection. A pool
       // statement runs in autocommit, so the cancel rolled it back whole and it runs again (once); a
       // statement_timeout (same code, another message) and statements on a held connection do not.
       const effect = held !== undefined ? once : once.pipe(
-        Effect.catchIf((error) => strayCancel(error.reason.cause), () => run<A>(() => {
-          const query = unsafe(link, text, params, prepare)
-          return values ? query.values() : query
-        }, operation, options, link))
+        Effect.catchIf((error) => strayCancel(error.reason.cause), () =>
+          run<A>(
+            () => {
+              const query = unsafe(link, text, params, prepare)
+              return values ? query.values() : query
+            },
+            operation,
+            options,
+            link
+          ))
       )
       return ended === undefined ? effect : effect.pipe(
         Effect.tap(() => Effect.sync(ended)),

@@ -29,7 +29,8 @@ export const errorCode = (cause: unknown): string | undefined => {
 
 /** Connection-level failure (socket error, postgres.js connection error, SQLSTATE class 08 or shutdown). */
 export const isConnectionCode = (code: string | undefined): boolean =>
-  code !== undefined && (isTransientSocketCode(code) || connectionCodes.has(code) || code.startsWith("08") || shutdownCodes.has(code))
+  code !== undefined &&
+  (isTransientSocketCode(code) || connectionCodes.has(code) || code.startsWith("08") || shutdownCodes.has(code))
 
 /** Worth retrying as a whole (in a new transaction): connection lost, serialization failure, deadlock. */
 export const isRetryableCode = (code: string | undefined): boolean =>
@@ -43,7 +44,10 @@ export const isRetryableCode = (code: string | undefined): boolean =>
  */
 const credentials: ReadonlyArray<readonly [RegExp, string]> = [
   [/\b([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*:)([^\s/@]*)@/gi, "$1<redacted>@"],
-  [/(["']?\b(?:password|passwd|pass|pwd|pgpassword)\b["']?\s*[=:]\s*)(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;&})\]]+)/gi, "$1<redacted>"]
+  [
+    /(["']?\b(?:password|passwd|pass|pwd|pgpassword)\b["']?\s*[=:]\s*)(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;&})\]]+)/gi,
+    "$1<redacted>"
+  ]
 ]
 
 /** Replaces the credentials in `text` by `<redacted>` (see {@link credentials}). */
@@ -69,7 +73,12 @@ export const scrub = (cause: unknown, depth = 0): unknown => {
       const clean = scrubString(value)
       if (clean !== value) {
         try {
-          Object.defineProperty(cause, key, { value: clean, writable: true, configurable: true, enumerable: key !== "stack" && key !== "message" })
+          Object.defineProperty(cause, key, {
+            value: clean,
+            writable: true,
+            configurable: true,
+            enumerable: key !== "stack" && key !== "message"
+          })
         } catch {
           // A frozen error cannot be cleaned: replace it by a plain one that keeps the code.
           return Object.assign(new Error(scrubString(String((cause as { message?: unknown }).message))), {
@@ -104,7 +113,10 @@ const classify = (cause: unknown, message: string, operation: string): SqlError.
   if (code.startsWith("42")) return new SqlError.SqlSyntaxError(props)
   if (code === "23505") {
     const constraint = (cause as { constraint_name?: unknown }).constraint_name
-    return new SqlError.UniqueViolation({ ...props, constraint: typeof constraint === "string" && constraint !== "" ? constraint : "unknown" })
+    return new SqlError.UniqueViolation({
+      ...props,
+      constraint: typeof constraint === "string" && constraint !== "" ? constraint : "unknown"
+    })
   }
   if (code.startsWith("23")) return new SqlError.ConstraintError(props)
   if (code === "40P01") return new SqlError.DeadlockError(props)
@@ -128,4 +140,6 @@ export const toSqlError = (cause: unknown, operation: string): SqlError.SqlError
 
 /** A `SqlError` for a failure detected by the client itself (no driver error to wrap). */
 export const clientSqlError = (message: string, operation: string): SqlError.SqlError =>
-  new SqlError.SqlError({ reason: new SqlError.UnknownError({ cause: new Error(message), message: `PgClient: ${message}`, operation }) })
+  new SqlError.SqlError({
+    reason: new SqlError.UnknownError({ cause: new Error(message), message: `PgClient: ${message}`, operation })
+  })

@@ -115,7 +115,11 @@ export const makeListener = (config: ListenerConfig): Listener => {
       })
     })
 
-  const unsubscribe = (connection: Connection, channel: string, queue: Queue.Queue<string, SqlError.SqlError | Cause.Done>) =>
+  const unsubscribe = (
+    connection: Connection,
+    channel: string,
+    queue: Queue.Queue<string, SqlError.SqlError | Cause.Done>
+  ) =>
     Effect.sync(() => {
       const queues = connection.channels.get(channel)
       if (queues === undefined || !queues.delete(queue) || queues.size > 0) return

@@ -12,8 +12,8 @@
  * @internal
  */
 import { Effect, type Scope } from "effect"
-import { setTimeout } from "node:timers"
 import type { SqlError } from "effect/sql"
+import { setTimeout } from "node:timers"
 import type postgres from "postgres"
 import type { SocketRegistry } from "./pgSocket.ts"
 
@@ -56,7 +56,9 @@ export interface PoolConfig {
 
 export interface Pool {
   /** Runs `use` on a connection: a free one, else a busy one (pipelined), else it waits. */
-  readonly withLink: <A, E, R>(use: (link: Link) => Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError.SqlError, R>
+  readonly withLink: <A, E, R>(
+    use: (link: Link) => Effect.Effect<A, E, R>
+  ) => Effect.Effect<A, E | SqlError.SqlError, R>
   /** A slot's link until the scope closes (a stream). */
   readonly lease: Effect.Effect<Link, SqlError.SqlError, Scope.Scope>
   /** Holds a slot until the scope closes (a transaction). */
@@ -101,7 +103,10 @@ const taintGraceMillis = 10_000
 const swallow = () => {}
 
 export const makePool = (config: PoolConfig): Pool => {
-  const slots: Array<Slot> = Array.from({ length: config.size }, () => ({ link: undefined, active: 0, held: false, idle: undefined }))
+  const slots: Array<Slot> = Array.from(
+    { length: config.size },
+    () => ({ link: undefined, active: 0, held: false, idle: undefined })
+  )
   const waiters: Array<Waiter> = []
   let closed = false
   let onIdle: (() => void) | undefined
@@ -214,7 +219,9 @@ export const makePool = (config: PoolConfig): Pool => {
     Effect.suspend(() => {
       if (closed) return Effect.fail(config.ended())
       const transactionWaits = waiters.some((w) => w.want === "exclusive")
-      const slot = waiters.length === 0 || (want === "statement" && !transactionWaits) ? tryTake(want, transactionWaits) : undefined
+      const slot = waiters.length === 0 || (want === "statement" && !transactionWaits)
+        ? tryTake(want, transactionWaits)
+        : undefined
       return slot !== undefined ? Effect.succeed(slot) : wait(want)
     })
 
@@ -234,8 +241,10 @@ export const makePool = (config: PoolConfig): Pool => {
 
   const withLink = <A, E, R>(use: (link: Link) => Effect.Effect<A, E, R>) =>
     Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(restore(acquire("statement")), (slot) =>
-        Effect.ensuring(restore(use(linkOf(slot))), Effect.sync(() => give(slot, "statement"))))
+      Effect.flatMap(
+        restore(acquire("statement")),
+        (slot) => Effect.ensuring(restore(use(linkOf(slot))), Effect.sync(() => give(slot, "statement")))
+      )
     )
 
   const lease = Effect.acquireRelease(acquire("exclusive"), (slot) => Effect.sync(() => give(slot, "exclusive")), {

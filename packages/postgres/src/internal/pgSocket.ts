@@ -90,7 +90,9 @@ export const tlsMode = (params: URLSearchParams, env: Record<string, string | un
     case "verify-full":
       return { _tag: "verify-full", direct, options }
     default:
-      throw new Error(`sslmode ${JSON.stringify(mode)} is not one of disable, allow, prefer, require, verify-ca, verify-full`)
+      throw new Error(
+        `sslmode ${JSON.stringify(mode)} is not one of disable, allow, prefer, require, verify-ca, verify-full`
+      )
   }
 }
 
@@ -120,14 +122,19 @@ const failed = (error: Error): EventEmitter => {
 const open = async (target: SocketTarget, sockets: SocketRegistry): Promise<net.Socket | tls.TLSSocket> => {
   const raw = track(
     sockets,
-    target.path === undefined ? net.connect({ host: target.host, port: target.port }) : net.connect({ path: target.path })
+    target.path === undefined
+      ? net.connect({ host: target.host, port: target.port })
+      : net.connect({ path: target.path })
   )
   // An 'error' without a listener would be thrown: whoever uses the socket listens as well (the
   // guard, postgres.js for cancel requests, or the TLS socket on top of it, which reports the close).
   raw.on("error", () => {})
   const mode = target.tls
   if (mode._tag === "disable") return raw
-  const deadline = setTimeout(() => raw.destroy(connectionError("CONNECT_TIMEOUT", target)), target.connectTimeoutMillis)
+  const deadline = setTimeout(
+    () => raw.destroy(connectionError("CONNECT_TIMEOUT", target)),
+    target.connectTimeoutMillis
+  )
   try {
     if (!mode.direct) {
       // SSLRequest: length 8, code 80877103; the server answers one byte, S or N.
@@ -280,7 +287,12 @@ class GuardedSocket extends EventEmitter {
  * sockets (their connection object is thrown away after one use). `onReady` runs when the server
  * is ready for the first query (startup and authentication done).
  */
-export const socketFactory = (target: SocketTarget, sockets: SocketRegistry, onDead: () => void, onReady: () => void = () => {}) => {
+export const socketFactory = (
+  target: SocketTarget,
+  sockets: SocketRegistry,
+  onDead: () => void,
+  onReady: () => void = () => {}
+) => {
   let used = false
   return async (): Promise<EventEmitter> => {
     const main = !used
@@ -290,7 +302,9 @@ export const socketFactory = (target: SocketTarget, sockets: SocketRegistry, onD
       return main ? new GuardedSocket(socket, target, onDead, onReady) : socket
     } catch (error) {
       if (main) onDead()
-      return failed(error instanceof Error && "code" in error ? error : connectionError("CONNECTION_CLOSED", target, error))
+      return failed(
+        error instanceof Error && "code" in error ? error : connectionError("CONNECTION_CLOSED", target, error)
+      )
     }
   }
 }

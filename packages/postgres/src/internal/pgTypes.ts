@@ -23,17 +23,84 @@ export interface ArrayType {
  * 14-18; checked against the server in the tests). Catalog row types are left out.
  */
 const builtin: ReadonlyArray<readonly [element: number, array: number]> = [
-  [16, 1000], [17, 1001], [18, 1002], [19, 1003], [20, 1016], [21, 1005], [22, 1006], [23, 1007],
-  [24, 1008], [25, 1009], [26, 1028], [27, 1010], [28, 1011], [29, 1012], [30, 1013], [114, 199],
-  [142, 143], [600, 1017], [601, 1018], [602, 1019], [603, 1020], [604, 1027], [628, 629], [650, 651],
-  [700, 1021], [701, 1022], [718, 719], [774, 775], [790, 791], [829, 1040], [869, 1041], [1033, 1034],
-  [1042, 1014], [1043, 1015], [1082, 1182], [1083, 1183], [1114, 1115], [1184, 1185], [1186, 1187],
-  [1266, 1270], [1560, 1561], [1562, 1563], [1700, 1231], [1790, 2201], [2202, 2207], [2203, 2208],
-  [2204, 2209], [2205, 2210], [2206, 2211], [2249, 2287], [2275, 1263], [2950, 2951], [2970, 2949],
-  [3220, 3221], [3614, 3643], [3615, 3645], [3642, 3644], [3734, 3735], [3769, 3770], [3802, 3807],
-  [3904, 3905], [3906, 3907], [3908, 3909], [3910, 3911], [3912, 3913], [3926, 3927], [4072, 4073],
-  [4089, 4090], [4096, 4097], [4191, 4192], [4451, 6150], [4532, 6151], [4533, 6152], [4534, 6153],
-  [4535, 6155], [4536, 6157], [5038, 5039], [5069, 271]
+  [16, 1000],
+  [17, 1001],
+  [18, 1002],
+  [19, 1003],
+  [20, 1016],
+  [21, 1005],
+  [22, 1006],
+  [23, 1007],
+  [24, 1008],
+  [25, 1009],
+  [26, 1028],
+  [27, 1010],
+  [28, 1011],
+  [29, 1012],
+  [30, 1013],
+  [114, 199],
+  [142, 143],
+  [600, 1017],
+  [601, 1018],
+  [602, 1019],
+  [603, 1020],
+  [604, 1027],
+  [628, 629],
+  [650, 651],
+  [700, 1021],
+  [701, 1022],
+  [718, 719],
+  [774, 775],
+  [790, 791],
+  [829, 1040],
+  [869, 1041],
+  [1033, 1034],
+  [1042, 1014],
+  [1043, 1015],
+  [1082, 1182],
+  [1083, 1183],
+  [1114, 1115],
+  [1184, 1185],
+  [1186, 1187],
+  [1266, 1270],
+  [1560, 1561],
+  [1562, 1563],
+  [1700, 1231],
+  [1790, 2201],
+  [2202, 2207],
+  [2203, 2208],
+  [2204, 2209],
+  [2205, 2210],
+  [2206, 2211],
+  [2249, 2287],
+  [2275, 1263],
+  [2950, 2951],
+  [2970, 2949],
+  [3220, 3221],
+  [3614, 3643],
+  [3615, 3645],
+  [3642, 3644],
+  [3734, 3735],
+  [3769, 3770],
+  [3802, 3807],
+  [3904, 3905],
+  [3906, 3907],
+  [3908, 3909],
+  [3910, 3911],
+  [3912, 3913],
+  [3926, 3927],
+  [4072, 4073],
+  [4089, 4090],
+  [4096, 4097],
+  [4191, 4192],
+  [4451, 6150],
+  [4532, 6151],
+  [4533, 6152],
+  [4534, 6153],
+  [4535, 6155],
+  [4536, 6157],
+  [5038, 5039],
+  [5069, 271]
 ]
 
 /** The built-in array types. */
@@ -47,7 +114,8 @@ export const builtinArrayTypes: ReadonlyArray<ArrayType> = builtin.map(([element
  * The array types of this database's own types (OID 16384 and up: enums, domains, composite and
  * range types, extensions' types), as `{ element, array, delimiter }` rows.
  */
-export const userArrayTypesQuery = `SELECT e.oid::int AS element, e.typarray::int AS array, e.typdelim::text AS delimiter
+export const userArrayTypesQuery =
+  `SELECT e.oid::int AS element, e.typarray::int AS array, e.typdelim::text AS delimiter
   FROM pg_catalog.pg_type e
   WHERE e.typarray <> 0 AND e.oid >= 16384`
 
@@ -132,7 +200,12 @@ const escapeElement = (text: string): string => text.replace(/\\/g, "\\\\").repl
  * ready-made `{...}` literal string, for one). With `json` elements, a nested JS array is a JSON
  * value, not a dimension.
  */
-export const serializeArray = (value: unknown, serialize: Serializer | undefined, delimiter = ",", json = false): unknown => {
+export const serializeArray = (
+  value: unknown,
+  serialize: Serializer | undefined,
+  delimiter = ",",
+  json = false
+): unknown => {
   if (!Array.isArray(value)) return value
   const write = (items: ReadonlyArray<unknown>): string =>
     "{" + items.map((item) =>

@@ -18,6 +18,8 @@ export const pruneUnderLock = (
   sql.withTransaction(Effect.gen(function*() {
     const [lock] = yield* sql<{ locked: boolean }>`SELECT pg_try_advisory_xact_lock(hashtext(${lockKey})) AS locked`
     if (lock?.locked !== true) return undefined
-    const [row] = yield* sql<{ n: number | string }>`WITH pruned AS (${deleteRows}) SELECT count(*)::int AS n FROM pruned`
+    const [row] = yield* sql<
+      { n: number | string }
+    >`WITH pruned AS (${deleteRows}) SELECT count(*)::int AS n FROM pruned`
     return Number(row?.n ?? 0)
   })).pipe(mapSqlError(operation))

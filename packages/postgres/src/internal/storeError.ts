@@ -1,4 +1,12 @@
-import { Contention, Rejected, StoreError, type StoreErrorReason, Timeout, Unavailable, Unknown } from "@tidings/core/Errors"
+import {
+  Contention,
+  Rejected,
+  StoreError,
+  type StoreErrorReason,
+  Timeout,
+  Unavailable,
+  Unknown
+} from "@tidings/core/Errors"
 import { Effect } from "effect"
 import type { SqlError } from "effect/sql"
 
@@ -31,5 +39,6 @@ export const fromSqlError = (operation: string, error: SqlError.SqlError): Store
   new StoreError({ operation, message: error.message, reason: reasonOf(error), cause: error })
 
 /** Maps effect/sql errors to the store's typed error, keeping the driver's classification. */
-export const mapSqlError = (operation: string) => <A, R>(effect: Effect.Effect<A, SqlError.SqlError, R>): Effect.Effect<A, StoreError, R> =>
-  Effect.mapError(effect, (e) => fromSqlError(operation, e))
+export const mapSqlError =
+  (operation: string) => <A, R>(effect: Effect.Effect<A, SqlError.SqlError, R>): Effect.Effect<A, StoreError, R> =>
+    Effect.mapError(effect, (e) => fromSqlError(operation, e))

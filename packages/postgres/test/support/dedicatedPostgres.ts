@@ -40,13 +40,24 @@ export const startDedicatedPostgres = async (options: DedicatedOptions = {}): Pr
     persistent: true,
     createPostgresUser: isRoot,
     postgresFlags: [
-      "-c", "listen_addresses=127.0.0.1",
-      "-c", `unix_socket_directories=${dir}`,
-      "-c", "fsync=off",
-      "-c", "synchronous_commit=off",
+      "-c",
+      "listen_addresses=127.0.0.1",
+      "-c",
+      `unix_socket_directories=${dir}`,
+      "-c",
+      "fsync=off",
+      "-c",
+      "synchronous_commit=off",
       ...(options.tls === undefined
         ? []
-        : ["-c", "ssl=on", "-c", `ssl_cert_file=${path.join(dir, "server.crt")}`, "-c", `ssl_key_file=${path.join(dir, "server.key")}`])
+        : [
+          "-c",
+          "ssl=on",
+          "-c",
+          `ssl_cert_file=${path.join(dir, "server.crt")}`,
+          "-c",
+          `ssl_key_file=${path.join(dir, "server.key")}`
+        ])
     ],
     onLog: () => {},
     onError: () => {}

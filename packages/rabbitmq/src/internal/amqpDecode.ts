@@ -2,13 +2,19 @@
 // header (an integer >= 1, or absent), the registry's decode, and the attempt count.
 import type * as Consumer from "@tidings/core/Consumer"
 import type * as ConsumerRunner from "@tidings/core/ConsumerRunner"
+import { describe } from "@tidings/core/Errors"
 import * as EventRegistry from "@tidings/core/EventRegistry"
 import type { ConsumeMessage } from "amqplib"
 import { HeaderNames } from "./headers.ts"
-import { describe } from "@tidings/core/Errors"
 
 const toInt = (value: unknown): number | undefined => {
-  const n = typeof value === "number" ? value : typeof value === "bigint" ? Number(value) : typeof value === "string" && /^\d+$/.test(value) ? Number(value) : NaN
+  const n = typeof value === "number"
+    ? value
+    : typeof value === "bigint"
+    ? Number(value)
+    : typeof value === "string" && /^\d+$/.test(value)
+    ? Number(value)
+    : NaN
   return Number.isSafeInteger(n) && n >= 0 ? n : undefined
 }
 
@@ -44,8 +50,12 @@ export const prepare = <A>(
       ...(typeof version === "number" ? { version } : {})
     })
   })
-  if (content.length > options.maxBodyBytes) return failure("TooLarge", `body of ${content.length} bytes exceeds the limit of ${options.maxBodyBytes}`)
-  if (!isJsonContentType(properties.contentType)) return failure("UnsupportedContentType", `content type ${String(properties.contentType)} is not JSON`)
+  if (content.length > options.maxBodyBytes) {
+    return failure("TooLarge", `body of ${content.length} bytes exceeds the limit of ${options.maxBodyBytes}`)
+  }
+  if (!isJsonContentType(properties.contentType)) {
+    return failure("UnsupportedContentType", `content type ${String(properties.contentType)} is not JSON`)
+  }
   if (type === undefined || type === "") return failure("MissingType", "the message has no type property")
   if (version instanceof EventRegistry.DecodeError) return { _tag: "DecodeFailure", error: version }
   let json: unknown

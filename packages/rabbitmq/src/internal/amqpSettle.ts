@@ -5,8 +5,8 @@ import * as Consumer from "@tidings/core/Consumer"
 import type { Channel, ConsumeMessage, MessageProperties } from "amqplib"
 import { Effect, Metric } from "effect"
 import type * as Topology from "../Topology.ts"
-import type { ConfirmPublisher } from "./confirmPublisher.ts"
 import { attemptOf, str } from "./amqpDecode.ts"
+import type { ConfirmPublisher } from "./confirmPublisher.ts"
 import { HeaderNames } from "./headers.ts"
 
 /** A delivery and the channel it came on (acks go to that channel, or nowhere). */
@@ -16,7 +16,16 @@ export interface Item {
 }
 
 /** Broker bookkeeping headers that must not travel with a retry copy. */
-const brokerHeaders = new Set(["x-delivery-count", "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason", "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"])
+const brokerHeaders = new Set([
+  "x-delivery-count",
+  "x-death",
+  "x-first-death-exchange",
+  "x-first-death-queue",
+  "x-first-death-reason",
+  "x-last-death-exchange",
+  "x-last-death-queue",
+  "x-last-death-reason"
+])
 
 const copyProperties = (properties: MessageProperties, messageId: string, headers: Record<string, unknown>) => ({
   messageId,
@@ -47,7 +56,8 @@ export interface SettleOptions {
 /** `settle(item)` carries out a decision for one delivery (see `Consumer.Incoming.settle`). */
 export const makeSettle = (options: SettleOptions) => {
   const attrs = { consumer: options.name }
-  const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) => Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
+  const count = (metric: Metric.Counter<number>, extra: Record<string, string> = {}) =>
+    Metric.update(Metric.withAttributes(metric, { ...attrs, ...extra }), 1)
   const metrics = Consumer.metrics
 
   /** ack / nack on the delivery's own channel; a closed channel means the broker redelivers it. */
@@ -62,7 +72,10 @@ export const makeSettle = (options: SettleOptions) => {
     })
 
   const requeue = (item: Item, mode: string) =>
-    Effect.flatMap(onChannel(item, (ch) => ch.nack(item.message, false, true)), (ok) => ok ? count(metrics.retried, { mode }) : Effect.void)
+    Effect.flatMap(
+      onChannel(item, (ch) => ch.nack(item.message, false, true)),
+      (ok) => ok ? count(metrics.retried, { mode }) : Effect.void
+    )
 
   /** Publishes a copy (with the attempt count) to `routingKey` via the default exchange, then acks the original. */
   const republish = (item: Item, routingKey: string, attempt: number, mode: string) =>
@@ -84,7 +97,11 @@ export const makeSettle = (options: SettleOptions) => {
         yield* onChannel(item, (ch) => ch.ack(message))
         return yield* count(metrics.retried, { mode })
       }
-      const why = published._tag === "Failure" ? published.failure.message : outcome?._tag === "Failed" ? outcome.reason : "no outcome"
+      const why = published._tag === "Failure"
+        ? published.failure.message
+        : outcome?._tag === "Failed"
+        ? outcome.reason
+        : "no outcome"
       yield* Effect.logWarning(`retry copy to ${routingKey} failed (${why}); requeueing instead`)
       return yield* requeue(item, "requeue")
     })
@@ -97,7 +114,9 @@ export const makeSettle = (options: SettleOptions) => {
           if (yield* onChannel(item, (ch) => ch.ack(message))) yield* count(metrics.acked)
           return
         case "dead-letter":
-          if (yield* onChannel(item, (ch) => ch.nack(message, false, false))) yield* count(metrics.deadLettered, { reason: Consumer.label(outcome) })
+          if (yield* onChannel(item, (ch) => ch.nack(message, false, false))) {
+            yield* count(metrics.deadLettered, { reason: Consumer.label(outcome) })
+          }
           return
         case "requeue":
           return yield* requeue(item, outcome._tag === "Shutdown" ? "shutdown" : "requeue")
@@ -111,7 +130,8 @@ export const makeSettle = (options: SettleOptions) => {
           // queue only says "redelivered", so its copy goes back with our own attempt count.
           const headers = message.properties.headers ?? {}
           const counted = options.queueType === "quorum" ||
-            (options.queueType === undefined && (headers["x-delivery-count"] !== undefined || !message.fields.redelivered))
+            (options.queueType === undefined &&
+              (headers["x-delivery-count"] !== undefined || !message.fields.redelivered))
           return yield* (counted ? requeue(item, "requeue") : republish(item, options.queue, n, "requeue"))
         }
       }

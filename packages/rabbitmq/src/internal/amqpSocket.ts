@@ -1,13 +1,13 @@
 // amqplib's connection and channels as Effects: opening a connection with its listeners attached
 // before anything can be emitted, opening channels that report their close, and closing within a
 // bound (a broker that blocks the connection or stopped answering never holds up a shutdown).
+import * as Tracing from "@tidings/core/Tracing"
 import type { Channel, ChannelModel } from "amqplib"
 import * as amqp from "amqplib"
 import { Deferred, Duration, Effect } from "effect"
 import type { AmqpConnectionError } from "../AmqpErrors.ts"
 import { AmqpConnectionError as ConnectionError } from "../AmqpErrors.ts"
 import { connectionError } from "./amqpError.ts"
-import * as Tracing from "@tidings/core/Tracing"
 
 /** One open AMQP connection. */
 export interface Live {
@@ -52,7 +52,10 @@ export const openModel = (options: OpenOptions, attempt: number, description: st
         options.onOpen(model)
         model.on("close", (error?: unknown) => {
           options.onClose(model)
-          Deferred.doneUnsafe(closed, Effect.succeed(connectionError("connection", error ?? lastError ?? "connection closed")))
+          Deferred.doneUnsafe(
+            closed,
+            Effect.succeed(connectionError("connection", error ?? lastError ?? "connection closed"))
+          )
         })
         model.on("blocked", () => options.onBlocked(model, true))
         model.on("unblocked", () => options.onBlocked(model, false))
@@ -65,10 +68,17 @@ export const openModel = (options: OpenOptions, attempt: number, description: st
   }).pipe(
     Effect.timeoutOrElse({
       duration: options.connectTimeoutMs + 1000,
-      orElse: () => Effect.fail(new ConnectionError({ operation: "connect", message: "connection attempt timed out", retryable: true }))
+      orElse: () =>
+        Effect.fail(
+          new ConnectionError({ operation: "connect", message: "connection attempt timed out", retryable: true })
+        )
     }),
     Effect.withSpan("tidings.amqp.connect", {
-      attributes: { ...Tracing.serverOf(description, 5672), "network.protocol.name": "amqp", "tidings.amqp.attempt": attempt }
+      attributes: {
+        ...Tracing.serverOf(description, 5672),
+        "network.protocol.name": "amqp",
+        "tidings.amqp.attempt": attempt
+      }
     })
   )
 
@@ -77,7 +87,10 @@ export const trackChannel = (channel: Channel): TrackedChannel => {
   const closed = Deferred.makeUnsafe<AmqpConnectionError>()
   let lastError: unknown
   channel.on("error", (error: unknown) => void (lastError = error))
-  channel.once("close", () => Deferred.doneUnsafe(closed, Effect.succeed(connectionError("channel", lastError ?? "channel closed"))))
+  channel.once(
+    "close",
+    () => Deferred.doneUnsafe(closed, Effect.succeed(connectionError("channel", lastError ?? "channel closed")))
+  )
   return { channel, closed }
 }
 

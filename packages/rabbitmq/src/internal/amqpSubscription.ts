@@ -3,8 +3,8 @@
 // queue. At shutdown the subscription is cancelled (bounded), so nothing new arrives.
 import type { Channel } from "amqplib"
 import { type Cause, Duration, Effect, Queue, type Scope } from "effect"
-import type { AmqpConnectionError, TopologyError } from "../AmqpErrors.ts"
 import type { Service as Connection } from "../AmqpConnection.ts"
+import type { AmqpConnectionError, TopologyError } from "../AmqpErrors.ts"
 import type * as Topology from "../Topology.ts"
 import { connectionError } from "./amqpError.ts"
 import type { Item } from "./amqpSettle.ts"

@@ -12,7 +12,10 @@ export interface ResolvedUrl {
 }
 
 /** Validates the URL; neither the URL nor its parts appear in the error. */
-export const resolveUrl = (input: Redacted.Redacted<string> | string, heartbeatSeconds: number): Effect.Effect<ResolvedUrl, InvalidConfig> =>
+export const resolveUrl = (
+  input: Redacted.Redacted<string> | string,
+  heartbeatSeconds: number
+): Effect.Effect<ResolvedUrl, InvalidConfig> =>
   Effect.gen(function*() {
     const raw: unknown = Redacted.isRedacted(input) ? Redacted.value(input) : input
     if (typeof raw !== "string" || !/^amqps?:\/\//i.test(raw)) {

@@ -1,10 +1,10 @@
 // Channel owners (publishers, consumers): each gets its channels opened on every (re)connect and
 // again, after a backoff, when the broker closes one while the connection stays up.
+import { describeCause } from "@tidings/core/Errors"
 import type { Channel, ConfirmChannel } from "amqplib"
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Option, Pull, Schedule, type Scope } from "effect"
 import { AmqpConnectionError, type TopologyError } from "../AmqpErrors.ts"
 import type * as Topology from "../Topology.ts"
-import { describeCause } from "@tidings/core/Errors"
 import { scrub } from "./amqpError.ts"
 import { closeChannel, createChannel, type Live, type TrackedChannel } from "./amqpSocket.ts"
 import type { Core } from "./connectionCore.ts"
@@ -58,17 +58,27 @@ export const makeRegister = (c: Core, options: {
         const closeAll = Effect.suspend(() =>
           live.blocked || Deferred.isDoneUnsafe(live.closed)
             ? Effect.void
-            : Effect.forEach(created, (t) => closeChannel(t.channel, options.closeTimeout), { concurrency: "unbounded", discard: true })
+            : Effect.forEach(created, (t) => closeChannel(t.channel, options.closeTimeout), {
+              concurrency: "unbounded",
+              discard: true
+            })
         )
         return yield* Effect.gen(function*() {
           const opened = yield* Effect.exit(owner.open(channels))
           if (Exit.isFailure(opened)) {
             yield* closeAll
-            if (Cause.hasInterruptsOnly(opened.cause)) return yield* Effect.failCause(opened.cause as Cause.Cause<never>)
+            if (Cause.hasInterruptsOnly(opened.cause)) {
+              return yield* Effect.failCause(opened.cause as Cause.Cause<never>)
+            }
             // A defect in an owner must not end its supervision: it is retried like any failure.
             const error = Option.getOrElse(
               Cause.findErrorOption(opened.cause),
-              () => new AmqpConnectionError({ operation: `open ${owner.name}`, message: scrub(describeCause(opened.cause)), retryable: true })
+              () =>
+                new AmqpConnectionError({
+                  operation: `open ${owner.name}`,
+                  message: scrub(describeCause(opened.cause)),
+                  retryable: true
+                })
             )
             yield* Deferred.fail(firstOpen, error)
             if (owner.onClose) yield* owner.onClose(error)
@@ -92,7 +102,10 @@ export const makeRegister = (c: Core, options: {
         // The connection went down: its reconnect restores us, no backoff of our own.
         if (Deferred.isDoneUnsafe(live.closed) || core.closing) continue
         if (!result.opened) {
-          yield* Effect.logWarning(`channel owner ${owner.name} failed to open: ${result.error.message}`).pipe(log, core.annotate)
+          yield* Effect.logWarning(`channel owner ${owner.name} failed to open: ${result.error.message}`).pipe(
+            log,
+            core.annotate
+          )
         }
         const delay = yield* step(yield* Clock.currentTimeMillis, result.error).pipe(
           Effect.map(([, d]) => d),
@@ -113,6 +126,9 @@ export const makeRegister = (c: Core, options: {
     if (Exit.isFailure(first)) {
       const error = Option.getOrUndefined(Cause.findErrorOption(first.cause))
       if (error === undefined || !error.isRetryable) return yield* Effect.failCause(first.cause)
-      yield* Effect.logWarning(`channel owner ${owner.name}: first open failed (${error.message}); retrying`).pipe(log, core.annotate)
+      yield* Effect.logWarning(`channel owner ${owner.name}: first open failed (${error.message}); retrying`).pipe(
+        log,
+        core.annotate
+      )
     }
   })

@@ -1,12 +1,12 @@
 // Publishing on confirm channels with many confirms in flight, shared by AmqpPublisher and the
 // consumer's delayed retries. Each message gets its own outcome: confirmed, or failed with a reason
 // (nack, basic.return of a mandatory message, no confirm in time, channel closed).
-import type { ConfirmChannel, Message as AmqpMessage, Options } from "amqplib"
 import { describe } from "@tidings/core/Errors"
+import type { ConfirmChannel, Message as AmqpMessage, Options } from "amqplib"
 import { Effect, type Scope } from "effect"
 import type { Buffer } from "node:buffer"
-import { AmqpConnectionError, type TopologyError } from "../AmqpErrors.ts"
 import type { Service as Connection } from "../AmqpConnection.ts"
+import { AmqpConnectionError, type TopologyError } from "../AmqpErrors.ts"
 
 /** One message to publish. `options.messageId` identifies it in a basic.return. */
 export interface Outgoing {
@@ -28,7 +28,10 @@ export type Outcome =
 
 export interface ConfirmPublisher {
   /** Publishes all, then waits for all confirms (or `timeoutMs`). Fails only when no channel is open. */
-  readonly publish: (batch: ReadonlyArray<Outgoing>, timeoutMs: number) => Effect.Effect<ReadonlyArray<Outcome>, AmqpConnectionError>
+  readonly publish: (
+    batch: ReadonlyArray<Outgoing>,
+    timeoutMs: number
+  ) => Effect.Effect<ReadonlyArray<Outcome>, AmqpConnectionError>
   /** Messages published and not yet confirmed, over all channels. */
   readonly inFlight: () => number
   /** The most messages ever in flight at once (shows that batches are pipelined). */
@@ -106,10 +109,14 @@ export const make = (
             channel.on("drain", () => wake(slot))
             channel.on("return", (message: AmqpMessage) => {
               const id: unknown = message.properties.messageId
-              const pending = typeof id === "string" ? slot.returns.get(id)?.find((p) => p.returned === undefined) : undefined
+              const pending = typeof id === "string"
+                ? slot.returns.get(id)?.find((p) => p.returned === undefined)
+                : undefined
               // A basic.return carries replyCode / replyText where deliveries have a delivery tag.
               const fields = message.fields as unknown as { readonly replyCode?: number; readonly replyText?: string }
-              if (pending !== undefined) pending.returned = { code: fields.replyCode ?? 312, text: fields.replyText ?? "NO_ROUTE" }
+              if (pending !== undefined) {
+                pending.returned = { code: fields.replyCode ?? 312, text: fields.replyText ?? "NO_ROUTE" }
+              }
             })
             slot.channel = channel
           }),
@@ -191,9 +198,21 @@ export const make = (
                 inFlight--
                 forget(id, pending)
                 if (error !== null && error !== undefined) {
-                  settle(i, slot.channel === channel ? failed("nack", "nacked by the broker", true) : failed("closed", closedReason(slot), true))
+                  settle(
+                    i,
+                    slot.channel === channel
+                      ? failed("nack", "nacked by the broker", true)
+                      : failed("closed", closedReason(slot), true)
+                  )
                 } else if (pending.returned !== undefined) {
-                  settle(i, failed("returned", `unroutable: ${pending.returned.code} ${pending.returned.text} (exchange '${item.exchange}', routing key '${item.routingKey}')`, unroutableRetryable))
+                  settle(
+                    i,
+                    failed(
+                      "returned",
+                      `unroutable: ${pending.returned.code} ${pending.returned.text} (exchange '${item.exchange}', routing key '${item.routingKey}')`,
+                      unroutableRetryable
+                    )
+                  )
                 } else {
                   settle(i, { _tag: "Confirmed" })
                 }
@@ -203,9 +222,12 @@ export const make = (
               forget(id, pending)
               // A RangeError (headers over 64 KiB) fails again on every try; an IllegalOperationError
               // means the channel closed under us.
-              settle(i, error instanceof RangeError
-                ? failed("invalid", `cannot be encoded: ${error.message}`, false)
-                : failed("closed", closedReason(slot), true))
+              settle(
+                i,
+                error instanceof RangeError
+                  ? failed("invalid", `cannot be encoded: ${error.message}`, false)
+                  : failed("closed", closedReason(slot), true)
+              )
               continue
             }
             if (!ok) {
@@ -225,12 +247,21 @@ export const make = (
         })
       })
 
-    const publish = (batch: ReadonlyArray<Outgoing>, timeoutMs: number): Effect.Effect<ReadonlyArray<Outcome>, AmqpConnectionError> =>
+    const publish = (
+      batch: ReadonlyArray<Outgoing>,
+      timeoutMs: number
+    ): Effect.Effect<ReadonlyArray<Outcome>, AmqpConnectionError> =>
       Effect.suspend(() => {
         if (batch.length === 0) return Effect.succeed([])
         const picked = pick()
         if (picked === undefined) {
-          return Effect.fail(new AmqpConnectionError({ operation: "publish", message: "no open channel (reconnecting)", retryable: true }))
+          return Effect.fail(
+            new AmqpConnectionError({
+              operation: "publish",
+              message: "no open channel (reconnecting)",
+              retryable: true
+            })
+          )
         }
         return publishOn(picked[0], picked[1], batch, timeoutMs)
       })

@@ -11,7 +11,12 @@ import { closeChannel, createChannel, type Live, openModel, type OpenOptions } f
 export type State =
   | { readonly _tag: "Connecting"; readonly attempt: number; readonly lastError?: AmqpConnectionError }
   | { readonly _tag: "Connected"; readonly generation: number; readonly blocked: boolean; readonly since: number }
-  | { readonly _tag: "Reconnecting"; readonly attempt: number; readonly lastError: AmqpConnectionError; readonly retryInMs: number }
+  | {
+    readonly _tag: "Reconnecting"
+    readonly attempt: number
+    readonly lastError: AmqpConnectionError
+    readonly retryInMs: number
+  }
   | { readonly _tag: "Closed"; readonly lastError?: AmqpConnectionError }
 
 export interface CoreOptions {
@@ -24,7 +29,8 @@ export interface CoreOptions {
   readonly topologies: Array<Topology.Topology>
 }
 
-const closedError = () => new AmqpConnectionError({ operation: "connection", message: "the connection is closed", retryable: false })
+const closedError = () =>
+  new AmqpConnectionError({ operation: "connection", message: "the connection is closed", retryable: false })
 
 /** The mutable heart of a connection: amqplib's events arrive in plain callbacks, so state lives in variables. */
 export const makeCore = (options: CoreOptions) =>
@@ -72,7 +78,10 @@ export const makeCore = (options: CoreOptions) =>
     }
 
     /** Declares a topology on a short-lived channel of its own (a failed declaration closes its channel). */
-    const declareOn = (live: Live, topology: Topology.Topology): Effect.Effect<void, TopologyError | AmqpConnectionError> =>
+    const declareOn = (
+      live: Live,
+      topology: Topology.Topology
+    ): Effect.Effect<void, TopologyError | AmqpConnectionError> =>
       topology.exchanges.length + topology.queues.length + topology.bindings.length === 0
         ? Effect.void
         : Effect.acquireUseRelease(
@@ -82,13 +91,18 @@ export const makeCore = (options: CoreOptions) =>
         )
 
     /** Connects and declares the topology; the connection is closed again if the topology fails. */
-    const connectOnce = (attempt: number, onReached: () => void = () => {}): Effect.Effect<Live, AmqpConnectionError | TopologyError> =>
+    const connectOnce = (
+      attempt: number,
+      onReached: () => void = () => {}
+    ): Effect.Effect<Live, AmqpConnectionError | TopologyError> =>
       Effect.gen(function*() {
         const [model, closed] = yield* openModel(open, attempt, options.description)
         onReached()
         const live: Live = { model, closed, generation: core.generation + 1, blocked: false }
         yield* declareOn(live, Topology.merge(...options.topologies)).pipe(
-          Effect.onError(() => Effect.promise(() => model.close().catch(() => undefined)).pipe(Effect.timeoutOption(options.closeTimeout)))
+          Effect.onError(() =>
+            Effect.promise(() => model.close().catch(() => undefined)).pipe(Effect.timeoutOption(options.closeTimeout))
+          )
         )
         core.generation = live.generation
         return live
@@ -98,7 +112,12 @@ export const makeCore = (options: CoreOptions) =>
       Effect.gen(function*() {
         if (Deferred.isDoneUnsafe(live.closed)) return false
         core.current = live
-        setState({ _tag: "Connected", generation: live.generation, blocked: live.blocked, since: yield* Clock.currentTimeMillis })
+        setState({
+          _tag: "Connected",
+          generation: live.generation,
+          blocked: live.blocked,
+          since: yield* Clock.currentTimeMillis
+        })
         Deferred.doneUnsafe(core.liveSignal, Effect.succeed(live))
         return true
       })
@@ -129,7 +148,9 @@ export const makeCore = (options: CoreOptions) =>
               Effect.map(([, d]) => Math.min(Duration.toMillis(d), 1000)),
               Pull.catchDone(() => Effect.succeed(0))
             )
-            yield* Effect.logWarning(`RabbitMQ connection lost while declaring the topology at the start-up deadline; one more attempt in ${pause} ms`).pipe(annotate)
+            yield* Effect.logWarning(
+              `RabbitMQ connection lost while declaring the topology at the start-up deadline; one more attempt in ${pause} ms`
+            ).pipe(annotate)
             yield* Effect.sleep(Duration.millis(pause))
           } else if (lastError !== undefined) {
             core.reachedInTime = false
@@ -139,9 +160,11 @@ export const makeCore = (options: CoreOptions) =>
             )
             if (next === undefined || (deadline !== undefined && now >= deadline)) return yield* Effect.fail(lastError)
             const delay = deadline === undefined ? next : Math.min(next, deadline - now)
-            setState(initialError === undefined && core.generation === 0
-              ? { _tag: "Connecting", attempt, lastError }
-              : { _tag: "Reconnecting", attempt, lastError, retryInMs: delay })
+            setState(
+              initialError === undefined && core.generation === 0
+                ? { _tag: "Connecting", attempt, lastError }
+                : { _tag: "Reconnecting", attempt, lastError, retryInMs: delay }
+            )
             yield* Effect.sleep(Duration.millis(delay))
           }
           // every attempt of the loop is made by the deadline (the loop fails instead once it passed)
@@ -162,8 +185,15 @@ export const makeCore = (options: CoreOptions) =>
           reachedInTime = deadline !== undefined && reached
           const asConnection = error._tag === "AmqpConnectionError"
             ? error
-            : new AmqpConnectionError({ operation: "topology", message: `${error.entity}: ${error.message}`, retryable: true, ...(error.code === undefined ? {} : { code: error.code }) })
-          yield* Effect.logWarning(`RabbitMQ connection attempt ${attempt} failed: ${asConnection.message}`).pipe(annotate)
+            : new AmqpConnectionError({
+              operation: "topology",
+              message: `${error.entity}: ${error.message}`,
+              retryable: true,
+              ...(error.code === undefined ? {} : { code: error.code })
+            })
+          yield* Effect.logWarning(`RabbitMQ connection attempt ${attempt} failed: ${asConnection.message}`).pipe(
+            annotate
+          )
           lastError = asConnection
         }
       })
@@ -179,7 +209,8 @@ export const makeCore = (options: CoreOptions) =>
           const next = yield* Effect.exit(connectWithRetry(reason, undefined))
           if (Exit.isFailure(next)) {
             const error = Option.getOrUndefined(Cause.findErrorOption(next.cause))
-            yield* Effect.logError("RabbitMQ reconnect schedule exhausted; the connection stays closed", next.cause).pipe(annotate)
+            yield* Effect.logError("RabbitMQ reconnect schedule exhausted; the connection stays closed", next.cause)
+              .pipe(annotate)
             setState({ _tag: "Closed", ...(error?._tag === "AmqpConnectionError" ? { lastError: error } : {}) })
             return
           }
@@ -192,7 +223,10 @@ export const makeCore = (options: CoreOptions) =>
     const awaitLive: Effect.Effect<Live, AmqpConnectionError> = Effect.suspend(() => {
       if (core.closing) return Effect.fail(closedError())
       if (core.current !== undefined && !Deferred.isDoneUnsafe(core.current.closed)) return Effect.succeed(core.current)
-      return Effect.raceFirst(Deferred.await(core.liveSignal), Effect.andThen(Deferred.await(core.shutdown), Effect.fail(closedError())))
+      return Effect.raceFirst(
+        Deferred.await(core.liveSignal),
+        Effect.andThen(Deferred.await(core.shutdown), Effect.fail(closedError()))
+      )
     })
 
     const readyNow = () => core.state._tag === "Connected" && !core.state.blocked && core.current !== undefined

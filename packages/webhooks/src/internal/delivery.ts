@@ -61,14 +61,22 @@ const answered = async (t: Target, shared: Shared, response: Response): Promise<
   }
   const excerpt = await readBounded(response.body, shared.errorBodyBytes).catch(() => ({ text: "", truncated: false }))
   const text = excerpt.text.trim()
-  const reason = `${t.name} answered HTTP ${response.status}${response.statusText === "" ? "" : ` ${response.statusText}`}` +
+  const reason =
+    `${t.name} answered HTTP ${response.status}${response.statusText === "" ? "" : ` ${response.statusText}`}` +
     (text === "" ? "" : `: ${text}${excerpt.truncated ? "…" : ""}`)
   const status = response.status
   if (!isRetryableStatus(status)) return { ok: false, kind: "refused", retryable: false, reason, status }
   const retryAfter = parseRetryAfter(response.headers.get("retry-after"), Date.now())
   return retryAfter === undefined
     ? { ok: false, kind: "refused", retryable: true, reason, status }
-    : { ok: false, kind: "refused", retryable: true, reason, status, retryAfter: Duration.min(retryAfter, shared.maxRetryAfter) }
+    : {
+      ok: false,
+      kind: "refused",
+      retryable: true,
+      reason,
+      status,
+      retryAfter: Duration.min(retryAfter, shared.maxRetryAfter)
+    }
 }
 
 const interrupted: Outcome = { ok: false, kind: "timeout", retryable: true, reason: "interrupted" }
@@ -77,7 +85,14 @@ const interrupted: Outcome = { ok: false, kind: "timeout", retryable: true, reas
  * POSTs `body` for `message` to `t` within its concurrency and timeout. `batch` aborts it (the
  * publish was interrupted); `done` is told the outcome and the round trip in seconds.
  */
-export const deliver = (t: Target, shared: Shared, message: Message, body: string, batch: AbortSignal, done: (outcome: Outcome, seconds: number) => void): Promise<Outcome> =>
+export const deliver = (
+  t: Target,
+  shared: Shared,
+  message: Message,
+  body: string,
+  batch: AbortSignal,
+  done: (outcome: Outcome, seconds: number) => void
+): Promise<Outcome> =>
   t.limiter.run(async () => {
     if (batch.aborted) return interrupted
     const started = Date.now()
@@ -103,16 +118,32 @@ export const deliver = (t: Target, shared: Shared, message: Message, body: strin
     let outcome: Outcome
     try {
       // Redirects are not followed: a receiver that moved must be reconfigured, not guessed.
-      const response = await shared.send(t.url, { method: "POST", headers, body, signal: controller.signal, redirect: "manual" })
+      const response = await shared.send(t.url, {
+        method: "POST",
+        headers,
+        body,
+        signal: controller.signal,
+        redirect: "manual"
+      })
       outcome = await answered(t, shared, response)
     } catch (error) {
       outcome = timedOut
-        ? { ok: false, kind: "timeout", retryable: true, reason: `${t.name} did not answer within ${Duration.format(t.timeout)}` }
+        ? {
+          ok: false,
+          kind: "timeout",
+          retryable: true,
+          reason: `${t.name} did not answer within ${Duration.format(t.timeout)}`
+        }
         : batch.aborted
         ? interrupted
         // Connection refused or reset, DNS, TLS: the receiver is unreachable; the event is fine
         // (unavailability, not a failure of this message: the relay counts no attempt for it).
-        : { ok: false, kind: "unavailable", retryable: true, reason: `${t.name} unreachable: ${describeFailure(error)}` }
+        : {
+          ok: false,
+          kind: "unavailable",
+          retryable: true,
+          reason: `${t.name} unreachable: ${describeFailure(error)}`
+        }
     } finally {
       clearTimeout(timer)
       batch.removeEventListener("abort", abort)

@@ -20,7 +20,10 @@ export const parseRetryAfter = (value: string | null, now: number): Duration.Dur
  * Reads at most `limit` bytes of a body as text and drops the rest, so that a receiver answering
  * with a huge page costs no more than that (and the connection is freed).
  */
-export const readBounded = async (body: ReadableStream<Uint8Array> | null, limit: number): Promise<{ readonly text: string; readonly truncated: boolean }> => {
+export const readBounded = async (
+  body: ReadableStream<Uint8Array> | null,
+  limit: number
+): Promise<{ readonly text: string; readonly truncated: boolean }> => {
   if (body === null) return { text: "", truncated: false }
   const reader = body.getReader()
   const chunks: Array<Uint8Array> = []

@@ -14,9 +14,13 @@ import { SqlClient } from "effect/sql"
 import * as Out from "../output.ts"
 import { brokerLayer, type CommandError, databaseLayer, schemaName, settings, storesLayer } from "../root.ts"
 
-const ProblemsFoundBase: Schema.Class<ProblemsFound, Schema.TaggedStruct<"ProblemsFound", {
-  readonly count: Schema.Number
-}>, Cause.YieldableError> = Schema.TaggedError<ProblemsFound>()("ProblemsFound", { count: Schema.Number })
+const ProblemsFoundBase: Schema.Class<
+  ProblemsFound,
+  Schema.TaggedStruct<"ProblemsFound", {
+    readonly count: Schema.Number
+  }>,
+  Cause.YieldableError
+> = Schema.TaggedError<ProblemsFound>()("ProblemsFound", { count: Schema.Number })
 
 /** The doctor found problems (it has printed them); the process exits 1. */
 export class ProblemsFound extends ProblemsFoundBase {}
@@ -30,7 +34,11 @@ interface Check {
 
 const describe = (cause: unknown): string => {
   const e = cause as { readonly message?: unknown; readonly _tag?: unknown }
-  return typeof e?.message === "string" && e.message !== "" ? e.message : typeof e?._tag === "string" ? e._tag : String(cause)
+  return typeof e?.message === "string" && e.message !== ""
+    ? e.message
+    : typeof e?._tag === "string"
+    ? e._tag
+    : String(cause)
 }
 
 const firstError = <E>(exit: Exit.Exit<unknown, E>): string =>
@@ -45,12 +53,26 @@ interface OpenTransaction {
 }
 
 /** `tidings doctor` */
-export const command: Command.Command<"doctor", {
-  readonly maxLag: number
-  readonly maxTransactionAge: number
-}, {}, ProblemsFound | CommandError, Command.CommandContext<"tidings">> = Command.make("doctor", {
-  maxLag: Flag.Int("max-lag").pipe(Flag.withDefault(30), Flag.withDescription("Seconds the oldest pending event may wait before the relay counts as behind")),
-  maxTransactionAge: Flag.Int("max-transaction-age").pipe(Flag.withDefault(60), Flag.withDescription("Seconds a writing transaction may stay open before it counts as holding back ordered publishing"))
+export const command: Command.Command<
+  "doctor",
+  {
+    readonly maxLag: number
+    readonly maxTransactionAge: number
+  },
+  {},
+  ProblemsFound | CommandError,
+  Command.CommandContext<"tidings">
+> = Command.make("doctor", {
+  maxLag: Flag.Int("max-lag").pipe(
+    Flag.withDefault(30),
+    Flag.withDescription("Seconds the oldest pending event may wait before the relay counts as behind")
+  ),
+  maxTransactionAge: Flag.Int("max-transaction-age").pipe(
+    Flag.withDefault(60),
+    Flag.withDescription(
+      "Seconds a writing transaction may stay open before it counts as holding back ordered publishing"
+    )
+  )
 }, (f) =>
   Effect.scoped(Effect.gen(function*() {
     const s = yield* settings
@@ -62,10 +84,21 @@ export const command: Command.Command<"doctor", {
     if (Exit.isFailure(built)) {
       add("database", "fail", `cannot connect: ${firstError(built)}`)
     } else {
-      const run = <A, E>(effect: Effect.Effect<A, E, any>) => Effect.exit(Effect.provide(effect, built.value)) as Effect.Effect<Exit.Exit<A, E>>
-      const server = yield* run(SqlClient.SqlClient.use((q) => q<{ version: string; db: string }>`SELECT current_setting('server_version') AS version, current_database() AS db`))
-      if (Exit.isFailure(server)) add("database", "fail", firstError(server))
-      else add("database", "ok", `PostgreSQL ${server.value[0]?.version} (database ${server.value[0]?.db}), schema ${schema}`)
+      const run = <A, E>(effect: Effect.Effect<A, E, any>) =>
+        Effect.exit(Effect.provide(effect, built.value)) as Effect.Effect<Exit.Exit<A, E>>
+      const server = yield* run(SqlClient.SqlClient.use((q) =>
+        q<{
+          version: string
+          db: string
+        }>`SELECT current_setting('server_version') AS version, current_database() AS db`
+      ))
+      if (Exit.isFailure(server)) {
+        add("database", "fail", firstError(server))
+      } else {add(
+          "database",
+          "ok",
+          `PostgreSQL ${server.value[0]?.version} (database ${server.value[0]?.db}), schema ${schema}`
+        )}
 
       const pending = yield* run(Migrator.pending({ schema }))
       const appliedCount = Exit.isSuccess(pending) ? Migrator.all.length - pending.value.length : 0
@@ -73,8 +106,15 @@ export const command: Command.Command<"doctor", {
       else {
         const missing = pending.value
         if (appliedCount === 0) add("migrations", "fail", `schema ${schema} has no Tidings tables: run tidings migrate`)
-        else if (missing.length > 0) add("migrations", "fail", `${missing.length} pending (${missing.map((m) => `${m.version} ${m.name}`).join(", ")}): run tidings migrate`)
-        else add("migrations", "ok", `${appliedCount} applied, none pending`)
+        else if (missing.length > 0) {
+          add(
+            "migrations",
+            "fail",
+            `${missing.length} pending (${
+              missing.map((m) => `${m.version} ${m.name}`).join(", ")
+            }): run tidings migrate`
+          )
+        } else add("migrations", "ok", `${appliedCount} applied, none pending`)
       }
 
       if (appliedCount > 0) {
@@ -83,10 +123,22 @@ export const command: Command.Command<"doctor", {
         else {
           const { holders, stats } = outbox.value
           const age = stats.oldestPendingAgeMs
-          const held = holders.length === 0 ? "no relay holds a claim" : `claims held by ${holders.map((h) => `${h.holder} (${h.events})`).join(", ")}`
+          const held = holders.length === 0
+            ? "no relay holds a claim"
+            : `claims held by ${holders.map((h) => `${h.holder} (${h.events})`).join(", ")}`
           if (age === null) add("relay", "ok", `no pending events; ${held}`)
           else if (age > f.maxLag * 1000) {
-            add("relay", "fail", `${stats.pending} event${stats.pending === 1 ? "" : "s"} pending, the oldest for ${Out.duration(age)} (more than ${f.maxLag} s): ${holders.length === 0 ? "no relay holds a claim: is a relay running against this schema (tidings relay)?" : `the relays are behind (${held})`}`)
+            add(
+              "relay",
+              "fail",
+              `${stats.pending} event${stats.pending === 1 ? "" : "s"} pending, the oldest for ${
+                Out.duration(age)
+              } (more than ${f.maxLag} s): ${
+                holders.length === 0
+                  ? "no relay holds a claim: is a relay running against this schema (tidings relay)?"
+                  : `the relays are behind (${held})`
+              }`
+            )
           } else add("relay", "ok", `${stats.pending} pending, the oldest for ${Out.duration(age)}; ${held}`)
 
           const inbox = yield* run(InboxStore.use((i) => i.count()))
@@ -96,8 +148,17 @@ export const command: Command.Command<"doctor", {
             Exit.isSuccess(inbox) ? `inbox ${inbox.value.failed} dead-lettered` : "inbox unreadable",
             Exit.isSuccess(sagas) ? `sagas ${sagas.value.failed} failed` : "sagas unreadable"
           ]
-          const bad = stats.failed + stats.suspect + (Exit.isSuccess(inbox) ? inbox.value.failed : 0) + (Exit.isSuccess(sagas) ? sagas.value.failed : 0)
-          add("failed", bad > 0 ? "warn" : "ok", `${parts.join(", ")}${bad > 0 ? " (tidings outbox list --status failed, tidings inbox list, tidings saga list --status failed)" : ""}`)
+          const bad = stats.failed + stats.suspect + (Exit.isSuccess(inbox) ? inbox.value.failed : 0) +
+            (Exit.isSuccess(sagas) ? sagas.value.failed : 0)
+          add(
+            "failed",
+            bad > 0 ? "warn" : "ok",
+            `${parts.join(", ")}${
+              bad > 0
+                ? " (tidings outbox list --status failed, tidings inbox list, tidings saga list --status failed)"
+                : ""
+            }`
+          )
         }
       }
 
@@ -108,13 +169,28 @@ export const command: Command.Command<"doctor", {
           FROM pg_stat_activity
           WHERE xact_start IS NOT NULL AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()
             AND backend_type = 'client backend' AND datname = current_database()
-          ORDER BY xact_start LIMIT 1`))
+          ORDER BY xact_start LIMIT 1`
+      ))
       if (Exit.isFailure(open)) add("transactions", "warn", `cannot read pg_stat_activity: ${firstError(open)}`)
       else {
         const t = open.value[0]
         if (t !== undefined && Number(t.age_ms) > f.maxTransactionAge * 1000) {
-          add("transactions", "warn", `a transaction has been open for ${Out.duration(Number(t.age_ms))} (pid ${t.pid}${t.app === "" ? "" : `, ${t.app}`}, ${t.state}; last query: ${t.query.replace(/\s+/g, " ")}): it holds back ordered (per-key) publishing until it ends`)
-        } else add("transactions", "ok", t === undefined ? "no writing transaction open" : `the oldest writing transaction is ${Out.duration(Number(t.age_ms))} old`)
+          add(
+            "transactions",
+            "warn",
+            `a transaction has been open for ${Out.duration(Number(t.age_ms))} (pid ${t.pid}${
+              t.app === "" ? "" : `, ${t.app}`
+            }, ${t.state}; last query: ${
+              t.query.replace(/\s+/g, " ")
+            }): it holds back ordered (per-key) publishing until it ends`
+          )
+        } else {add(
+            "transactions",
+            "ok",
+            t === undefined
+              ? "no writing transaction open"
+              : `the oldest writing transaction is ${Out.duration(Number(t.age_ms))} old`
+          )}
       }
     }
 
@@ -122,7 +198,12 @@ export const command: Command.Command<"doctor", {
       const broker = yield* Effect.exit(Layer.build(brokerLayer("tidings-doctor")))
       if (Exit.isFailure(broker)) add("broker", "fail", `cannot connect: ${firstError(broker)}`)
       else {
-        const { description, ready } = yield* Effect.provide(AmqpConnection.AmqpConnection.use((c) => Effect.map(c.isReady, (ready) => ({ description: c.description, ready }))), broker.value)
+        const { description, ready } = yield* Effect.provide(
+          AmqpConnection.AmqpConnection.use((c) =>
+            Effect.map(c.isReady, (ready) => ({ description: c.description, ready }))
+          ),
+          broker.value
+        )
         add("broker", ready ? "ok" : "fail", `${description}${ready ? "" : ": connected but blocked"}`)
       }
     }
@@ -133,7 +214,14 @@ export const command: Command.Command<"doctor", {
       const mark: Record<Status, string> = { ok: "ok  ", warn: "WARN", fail: "FAIL" }
       const width = Math.max(...checks.map((c) => c.name.length))
       yield* Out.line(...checks.map((c) => `${mark[c.status]}  ${c.name.padEnd(width)}  ${c.message}`))
-      yield* Out.line("", problems === 0 ? "no problems found" : `${problems} problem${problems === 1 ? "" : "s"} found`)
+      yield* Out.line(
+        "",
+        problems === 0 ? "no problems found" : `${problems} problem${problems === 1 ? "" : "s"} found`
+      )
     }
     if (problems > 0) return yield* new ProblemsFound({ count: problems })
-  }))).pipe(Command.withDescription("Checks connectivity, migrations, relay lag, failed counts and open transactions; exits 1 on a problem"))
+  }))).pipe(
+    Command.withDescription(
+      "Checks connectivity, migrations, relay lag, failed counts and open transactions; exits 1 on a problem"
+    )
+  )

@@ -61,7 +61,9 @@ const randomId = () => Math.random().toString(36).slice(2, 8)
  * @since 0.1.0
  * @category constructors
  */
-export const drain = (config: DrainConfig = {}): Effect.Effect<DrainReport, InvalidConfig | StoreError, OutboxStore | Publisher> =>
+export const drain = (
+  config: DrainConfig = {}
+): Effect.Effect<DrainReport, InvalidConfig | StoreError, OutboxStore | Publisher> =>
   Effect.gen(function*() {
     const { budget: budgetInput, maxEvents: maxInput, ...relayConfig } = config
     const bounds = yield* SettingsCodec.decode(Bounds, { maxEvents: maxInput, budget: budgetInput })
@@ -81,7 +83,14 @@ export const drain = (config: DrainConfig = {}): Effect.Effect<DrainReport, Inva
 
     const work = Effect.gen(function*() {
       // Expired leases first: a crashed relay's events are suspects, published alone.
-      const recovered = yield* recoverCrashed({ settings: s, relayId: `${group}-recovery`, store, publisher, stop: never, limit: maxEvents })
+      const recovered = yield* recoverCrashed({
+        settings: s,
+        relayId: `${group}-recovery`,
+        store,
+        publisher,
+        stop: never,
+        limit: maxEvents
+      })
       report.claimed += recovered.claimed
       report.published += recovered.published
       report.retried += recovered.retried
@@ -97,7 +106,8 @@ export const drain = (config: DrainConfig = {}): Effect.Effect<DrainReport, Inva
               if (!(yield* restore(awaitPublisher(publisher, never)))) return
               const want = Math.min(s.batchSize, remaining)
               remaining -= want
-              const claim = (from: string | undefined) => claims.withPermits(1)(store.claim({ ...claimOptions(s, relayId, from), batchSize: want }))
+              const claim = (from: string | undefined) =>
+                claims.withPermits(1)(store.claim({ ...claimOptions(s, relayId, from), batchSize: want }))
               let held = yield* claim(afterKey)
               // per-key walks the keys from after the last one it took; at the end, once from the start
               if (held.length === 0 && afterKey !== undefined) held = yield* claim(undefined)
@@ -106,7 +116,9 @@ export const drain = (config: DrainConfig = {}): Effect.Effect<DrainReport, Inva
               if (held.length === 0) return
               const outcome = yield* publishHeld(restore, store, publisher, held, s, relayId)
               if (s.ordering === "per-key") afterKey = held[held.length - 1]!.message.orderingKey
-              if (!isEmpty(outcome.settlement)) yield* settle(s, relayId, outcome.settlement, store.settle(relayId, outcome.settlement))
+              if (!isEmpty(outcome.settlement)) {
+                yield* settle(s, relayId, outcome.settlement, store.settle(relayId, outcome.settlement))
+              }
               count(outcome.settlement)
               // Released events were not attempted (the publisher was unavailable, or per key they
               // wait behind a failed event): not counted, and claimed again later.
@@ -122,7 +134,10 @@ export const drain = (config: DrainConfig = {}): Effect.Effect<DrainReport, Inva
             }
           })
         )
-      yield* Effect.forEach(Array.from({ length: s.concurrency }, (_, i) => `${group}-${i}`), worker, { concurrency: "unbounded", discard: true })
+      yield* Effect.forEach(Array.from({ length: s.concurrency }, (_, i) => `${group}-${i}`), worker, {
+        concurrency: "unbounded",
+        discard: true
+      })
       return remaining <= 0 ? "max-events" as const : "idle" as const
     })
 

@@ -68,7 +68,9 @@ export const make = (options: {
         room = Deferred.makeUnsafe<void>()
       }
     }
-    const waitForRoom: Effect.Effect<void> = Effect.suspend(() => open && inFlight >= limit ? Effect.andThen(Deferred.await(room), waitForRoom) : Effect.void)
+    const waitForRoom: Effect.Effect<void> = Effect.suspend(() =>
+      open && inFlight >= limit ? Effect.andThen(Deferred.await(room), waitForRoom) : Effect.void
+    )
     // Events written claimed for the lane that it will not publish: back to pending (the attempt not
     // counted), and the pollers woken to claim them. The producer's after-commit hook waits for it,
     // so it retries only briefly: rows it cannot give back are reclaimed after the lease.
@@ -103,7 +105,9 @@ export const make = (options: {
       if (paused) return Effect.void
       paused = true
       unavailableFor = nextPause(unavailableFor)
-      const wait = publisher.awaitAvailable === undefined ? pause(unavailableFor, stop) : Effect.asVoid(awaitPublisher(publisher, stop))
+      const wait = publisher.awaitAvailable === undefined
+        ? pause(unavailableFor, stop)
+        : Effect.asVoid(awaitPublisher(publisher, stop))
       return Effect.asVoid(options.workers.fork(Effect.ensuring(wait, Effect.sync(() => void (paused = false)))))
     })
     const worker = Effect.uninterruptibleMask((restore) =>
@@ -129,7 +133,9 @@ export const make = (options: {
         yield* settle(s, relayId, merged, store.settle(relayId, merged)).pipe(
           Effect.andThen((merged.released?.length ?? 0) > 0 ? wakeups.signal("local") : Effect.void),
           Effect.catchCause((cause) =>
-            Effect.logWarning("relay settle failed; its events will be reclaimed after the lease", cause).pipe(Effect.annotateLogs({ relayId }))
+            Effect.logWarning("relay settle failed; its events will be reclaimed after the lease", cause).pipe(
+              Effect.annotateLogs({ relayId })
+            )
           )
         )
       }

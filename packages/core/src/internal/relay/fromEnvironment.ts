@@ -11,7 +11,11 @@ import * as Settings from "../../Settings.ts"
 import { type Config, ConfigSchema, settings } from "./settings.ts"
 
 /** The relay's variables: `TIDINGS_RELAY_*`. */
-export const environment: Settings.Environment<typeof ConfigSchema> = { component: "Relay", schema: ConfigSchema, prefix: "TIDINGS_RELAY" }
+export const environment: Settings.Environment<typeof ConfigSchema> = {
+  component: "Relay",
+  schema: ConfigSchema,
+  prefix: "TIDINGS_RELAY"
+}
 
 /**
  * The relay's options from the environment (`TIDINGS_RELAY_*`, or `options.prefix`), on top of
@@ -20,6 +24,9 @@ export const environment: Settings.Environment<typeof ConfigSchema> = { componen
 export const config = (options: Settings.EnvironmentOptions<Config> = {}): Effect.Effect<Config, InvalidConfig> =>
   Effect.gen(function*() {
     const relayConfig: Config = yield* Settings.read(environment, options)
-    yield* Effect.mapError(settings(relayConfig), Settings.inEnvironment(ConfigSchema, options.prefix ?? environment.prefix))
+    yield* Effect.mapError(
+      settings(relayConfig),
+      Settings.inEnvironment(ConfigSchema, options.prefix ?? environment.prefix)
+    )
     return relayConfig
   })

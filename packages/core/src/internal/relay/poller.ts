@@ -33,15 +33,25 @@ export const claimOptions = (s: Settings, relayId: string, afterKey: string | un
 })
 
 /** A poller claiming on its own, at most `claimConcurrency` of the group's claims at once. */
-export const ownClaims = (s: Settings, store: OutboxStore["Service"], relayId: string, claims: Semaphore.Semaphore): Claimer => ({
+export const ownClaims = (
+  s: Settings,
+  store: OutboxStore["Service"],
+  relayId: string,
+  claims: Semaphore.Semaphore
+): Claimer => ({
   holder: relayId,
   claim: (afterKey) =>
     store.claim(claimOptions(s, relayId, afterKey)).pipe(
       // per-key walks the keys from after the last one it took; at the end, wrap around at once
-      Effect.flatMap((got) => got.length === 0 && afterKey !== undefined ? store.claim(claimOptions(s, relayId, undefined)) : Effect.succeed(got)),
+      Effect.flatMap((got) =>
+        got.length === 0 && afterKey !== undefined
+          ? store.claim(claimOptions(s, relayId, undefined))
+          : Effect.succeed(got)
+      ),
       claims.withPermits(1)
     ),
-  settleAndClaim: (settlement, afterKey) => claims.withPermits(1)(store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey)))
+  settleAndClaim: (settlement, afterKey) =>
+    claims.withPermits(1)(store.settleAndClaim(relayId, settlement, claimOptions(s, relayId, afterKey)))
 })
 
 const min = (a: Duration.Duration, b: Duration.Duration) => Duration.isLessThan(a, b) ? a : b
@@ -128,8 +138,12 @@ export const pollerLoop = ({ claimer, counters, mailbox, publisher, relayId, set
         if (outcome.unavailable) {
           // The publisher went away: give back what it did not take (not counted), write the rest,
           // and pause before claiming again.
-          const written = yield* Effect.exit(settle(s, relayId, outcome.settlement, store.settle(holder, outcome.settlement)))
-          if (Exit.isFailure(written)) yield* log("relay settle failed; its events will be reclaimed after the lease", written.cause)
+          const written = yield* Effect.exit(
+            settle(s, relayId, outcome.settlement, store.settle(holder, outcome.settlement))
+          )
+          if (Exit.isFailure(written)) {
+            yield* log("relay settle failed; its events will be reclaimed after the lease", written.cause)
+          }
           held = []
           unavailableFor = nextPause(unavailableFor)
           yield* restore(pause(unavailableFor, stop))
@@ -139,13 +153,17 @@ export const pollerLoop = ({ claimer, counters, mailbox, publisher, relayId, set
         const stopping = yield* Deferred.isDone(stop)
         // The claim in the settle statement answers the signals of every commit so far; kept, they
         // would send this relay into one more (empty) claim right after it.
-        if (!stopping) yield* mailbox.clear
+        if (!stopping) {
+          yield* mailbox.clear
+        }
         if (!stopping) counters.claims++
         const next = yield* Effect.exit(settle(
           s,
           relayId,
           outcome.settlement,
-          stopping ? Effect.as(store.settle(holder, outcome.settlement), []) : claimer.settleAndClaim(outcome.settlement, afterKey)
+          stopping
+            ? Effect.as(store.settle(holder, outcome.settlement), [])
+            : claimer.settleAndClaim(outcome.settlement, afterKey)
         ))
         if (Exit.isFailure(next)) {
           if (Cause.hasInterruptsOnly(next.cause)) return yield* Effect.failCause(next.cause)

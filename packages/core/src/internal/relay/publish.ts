@@ -13,8 +13,8 @@ import * as Metrics from "../../Metrics.ts"
 import type { ClaimedEvent, OutboxStore, Settlement } from "../../OutboxStore.ts"
 import type { Publisher, PublishResult } from "../../Publisher.ts"
 import * as Retry from "../../Retry.ts"
-import * as MessagingSpans from "../messagingSpans.ts"
 import * as Tracing from "../../Tracing.ts"
+import * as MessagingSpans from "../messagingSpans.ts"
 import type { Settings } from "./settings.ts"
 
 /** What one published batch came to. */
@@ -38,19 +38,38 @@ const publishFailed = (message: string, retryable = true, cause?: unknown) =>
  * answer (or ignores interruption) cannot hold the relay past the publish timeout or the shutdown
  * deadline; a fiber left behind is interrupted in the background. Returns the publisher's exit.
  */
-const callPublisher = (publisher: Publisher["Service"], messages: ReadonlyArray<Message>, timeout: Duration.Duration, parent: Tracer.AnySpan | undefined) =>
-  Effect.flatMap(Effect.forkDetach(parent === undefined ? publisher.publish(messages) : Effect.withParentSpan(publisher.publish(messages), parent), { startImmediately: true }), (fiber) => {
-    // A publisher that answered at once (an in-memory one) needs no timeout.
-    const done = fiber.pollUnsafe()
-    if (done !== undefined) return Effect.succeed(done)
-    return Fiber.await(fiber).pipe(
-      Effect.timeoutOrElse({
-        duration: timeout,
-        orElse: () => Effect.succeed(Exit.fail(new PublishError({ message: `publish timed out after ${Duration.format(timeout)}`, reason: new Timeout() })))
-      }),
-      Effect.onExit(() => Effect.sync(() => fiber.pollUnsafe() === undefined ? fiber.interruptUnsafe() : undefined))
-    )
-  })
+const callPublisher = (
+  publisher: Publisher["Service"],
+  messages: ReadonlyArray<Message>,
+  timeout: Duration.Duration,
+  parent: Tracer.AnySpan | undefined
+) =>
+  Effect.flatMap(
+    Effect.forkDetach(
+      parent === undefined ? publisher.publish(messages) : Effect.withParentSpan(publisher.publish(messages), parent),
+      { startImmediately: true }
+    ),
+    (fiber) => {
+      // A publisher that answered at once (an in-memory one) needs no timeout.
+      const done = fiber.pollUnsafe()
+      if (done !== undefined) return Effect.succeed(done)
+      return Fiber.await(fiber).pipe(
+        Effect.timeoutOrElse({
+          duration: timeout,
+          orElse: () =>
+            Effect.succeed(
+              Exit.fail(
+                new PublishError({
+                  message: `publish timed out after ${Duration.format(timeout)}`,
+                  reason: new Timeout()
+                })
+              )
+            )
+        }),
+        Effect.onExit(() => Effect.sync(() => fiber.pollUnsafe() === undefined ? fiber.interruptUnsafe() : undefined))
+      )
+    }
+  )
 
 /** The error of a failed publish: its typed error, else a retryable one describing a defect or an interruption. */
 const batchError = (cause: Cause.Cause<PublishError>): PublishError =>
@@ -62,7 +81,12 @@ const batchError = (cause: Cause.Cause<PublishError>): PublishError =>
   })
 
 /** Publishes one batch; never fails but by interruption: every message gets a result. */
-const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<ClaimedEvent>, relayId: string, timeout: Duration.Duration) =>
+const publishBatch = (
+  publisher: Publisher["Service"],
+  claimed: ReadonlyArray<ClaimedEvent>,
+  relayId: string,
+  timeout: Duration.Duration
+) =>
   Effect.gen(function*() {
     const send = MessagingSpans.sender(relayId, publisher.destination, claimed.length)
     const spans = yield* Effect.forEach(claimed, (c) => send(c.message))
@@ -73,16 +97,30 @@ const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<Cl
     )
     // A publisher's own span (a broker driver's) nests under the send span of a batch of one.
     const exit = yield* callPublisher(publisher, messages, timeout, spans.length === 1 ? spans[0] : undefined).pipe(
-      Effect.onInterrupt(() => Effect.flatMap(Clock.currentTimeNanos, (end) => Effect.sync(() => spans.forEach((s) => s.end(end, Exit.interrupt())))))
+      Effect.onInterrupt(() =>
+        Effect.flatMap(Clock.currentTimeNanos, (end) =>
+          Effect.sync(() => spans.forEach((s) => s.end(end, Exit.interrupt()))))
+      )
     )
     const end = yield* Clock.currentTimeNanos
     const byId = new Map<string, PublishResult>()
-    if (Exit.isSuccess(exit)) for (const r of exit.value) byId.set(r.id, r)
+    if (Exit.isSuccess(exit)) {
+      for (const r of exit.value) {
+        byId.set(r.id, r)
+      }
+    }
     const error = Exit.isFailure(exit) ? batchError(exit.cause) : undefined
     const results = messages.map((m): PublishResult =>
-      byId.get(m.id) ?? { _tag: "Rejected", id: m.id, error: error ?? publishFailed("the publisher returned no result for this message") }
+      byId.get(m.id) ??
+        {
+          _tag: "Rejected",
+          id: m.id,
+          error: error ?? publishFailed("the publisher returned no result for this message")
+        }
     )
-    results.forEach((r, i) => spans[i]!.end(end, r._tag === "Published" ? Exit.void : Exit.fail(r.error)))
+    results.forEach((r, i) =>
+      spans[i]!.end(end, r._tag === "Published" ? Exit.void : Exit.fail(r.error))
+    )
     return results
   })
 
@@ -91,7 +129,12 @@ const publishBatch = (publisher: Publisher["Service"], claimed: ReadonlyArray<Cl
  * in wave i, so that when an event fails, the later events of its key are not sent at all (they go
  * back unattempted, behind the failed one). Never fails except by interruption.
  */
-const publishClaimed = (publisher: Publisher["Service"], claimed: ReadonlyArray<ClaimedEvent>, s: Settings, relayId: string) =>
+const publishClaimed = (
+  publisher: Publisher["Service"],
+  claimed: ReadonlyArray<ClaimedEvent>,
+  s: Settings,
+  relayId: string
+) =>
   Effect.gen(function*() {
     const results = new Map<string, PublishResult>()
     if (s.ordering !== "per-key") {
@@ -121,7 +164,11 @@ const errorText = (error: PublishError): string => `${error.message}${error.isRe
  * publisher could not take because it (or its broker) was unavailable is released: its attempt is
  * not counted and no backoff grows, since the event did not fail.
  */
-export const outcomeOf = (claimed: ReadonlyArray<ClaimedEvent>, results: ReadonlyMap<string, PublishResult>, s: Settings) =>
+export const outcomeOf = (
+  claimed: ReadonlyArray<ClaimedEvent>,
+  results: ReadonlyMap<string, PublishResult>,
+  s: Settings
+) =>
   Effect.gen(function*() {
     const published: Array<string> = []
     const retry: Array<Settlement["retry"][number]> = []
@@ -154,9 +201,20 @@ export const outcomeOf = (claimed: ReadonlyArray<ClaimedEvent>, results: Readonl
         failed.push({ id: event.message.id, error: `${error}; gave up after ${event.attempts} attempts` })
       } else {
         const delay = yield* Retry.delayFor(s.retry, event.attempts, undefined)
-        if (Option.isNone(delay)) failed.push({ id: event.message.id, error: `${error}; retry schedule exhausted after ${event.attempts} attempts` })
-        // A refusal with Retry-After (HTTP 429/503) waits at least that long.
-        else retry.push({ id: event.message.id, delay: Option.match(result.error.retryAfter, { onNone: () => delay.value, onSome: (after) => Duration.max(delay.value, after) }), error })
+        if (Option.isNone(delay)) {
+          failed.push({
+            id: event.message.id,
+            error: `${error}; retry schedule exhausted after ${event.attempts} attempts`
+          })
+        } // A refusal with Retry-After (HTTP 429/503) waits at least that long.
+        else {retry.push({
+            id: event.message.id,
+            delay: Option.match(result.error.retryAfter, {
+              onNone: () => delay.value,
+              onSome: (after) => Duration.max(delay.value, after)
+            }),
+            error
+          })}
       }
     }
     return { settlement: { published, retry, failed, released }, unavailable } satisfies Outcome
@@ -222,7 +280,12 @@ const settleRetry = (s: Settings): Schedule.Schedule<unknown, unknown> => {
  * The one way the relay writes `settlement`: `write` (a settle, or a settle-and-claim) retried
  * while its failure is transient, in a `settle outbox` span.
  */
-export const settle = <A>(s: Settings, relayId: string, settlement: Settlement, write: Effect.Effect<A, StoreError>): Effect.Effect<A, StoreError> =>
+export const settle = <A>(
+  s: Settings,
+  relayId: string,
+  settlement: Settlement,
+  write: Effect.Effect<A, StoreError>
+): Effect.Effect<A, StoreError> =>
   write.pipe(
     Effect.retry({ schedule: settleRetry(s), while: Errors.isRetryable }),
     MessagingSpans.settle(relayId, settlement)

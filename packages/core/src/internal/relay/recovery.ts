@@ -43,14 +43,25 @@ export const recoverCrashed = (options: {
       const { publisher, relayId, settings: s, store } = options
       const stop = options.stop ?? (yield* Deferred.make<void>())
       const reclaimed = yield* store.reclaimExpired({ maxCrashes: s.maxCrashes })
-      const done = { suspect: reclaimed.suspect, failed: reclaimed.failed, claimed: 0, published: 0, retried: 0, settledFailed: 0 }
+      const done = {
+        suspect: reclaimed.suspect,
+        failed: reclaimed.failed,
+        claimed: 0,
+        published: 0,
+        retried: 0,
+        settledFailed: 0
+      }
       if (reclaimed.suspect + reclaimed.failed > 0) {
         yield* Metric.update(Metrics.reclaimed, reclaimed.suspect + reclaimed.failed)
-        yield* Effect.logWarning(`took back ${reclaimed.suspect + reclaimed.failed} events whose relay stopped mid-publish`)
+        yield* Effect.logWarning(
+          `took back ${reclaimed.suspect + reclaimed.failed} events whose relay stopped mid-publish`
+        )
       }
       if (reclaimed.failed > 0) {
         yield* Metric.update(Metrics.failed, reclaimed.failed)
-        yield* Effect.logError(`${reclaimed.failed} events failed for good: their publish crashed the relay ${s.maxCrashes} times`)
+        yield* Effect.logError(
+          `${reclaimed.failed} events failed for good: their publish crashed the relay ${s.maxCrashes} times`
+        )
       }
       // Bounded per round; alone, so that a poison event crashes no batch but its own.
       for (let i = 0; i < (options.limit ?? 20); i++) {
@@ -60,13 +71,18 @@ export const recoverCrashed = (options: {
         done.claimed++
         // Traced even in the untraced background round: a publish is worth its send span.
         const outcome = yield* Effect.withTracerEnabled(
-          Effect.tap(publishHeld(restore, store, publisher, [suspect], s, relayId), (o) => settle(s, relayId, o.settlement, store.settle(relayId, o.settlement))),
+          Effect.tap(
+            publishHeld(restore, store, publisher, [suspect], s, relayId),
+            (o) => settle(s, relayId, o.settlement, store.settle(relayId, o.settlement))
+          ),
           true
         )
         done.published += outcome.settlement.published.length
         done.retried += outcome.settlement.retry.length
         done.settledFailed += outcome.settlement.failed.length
-        if (outcome.unavailable) break
+        if (outcome.unavailable) {
+          break
+        }
       }
       return done satisfies Recovered
     })

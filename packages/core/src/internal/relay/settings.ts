@@ -85,7 +85,11 @@ export interface Config {
    * Adaptive polling: after a full batch wait `min`, after a partial one `base`, and when idle back
    * off from `base` doubling to `max`. A wake-up ends any wait at once.
    */
-  readonly pollInterval?: { readonly min?: Duration.Input; readonly base?: Duration.Input; readonly max?: Duration.Input }
+  readonly pollInterval?: {
+    readonly min?: Duration.Input
+    readonly base?: Duration.Input
+    readonly max?: Duration.Input
+  }
   /** Delay before retry n (default: 1 s doubling to 5 min, jittered). */
   readonly retry?: Schedule.Schedule<unknown, unknown>
   /** Attempts after which an event is marked failed (default 10). */
@@ -114,8 +118,10 @@ export interface Config {
 const withDefault = <S extends Schema.Top>(schema: S, value: S["Encoded"]): Codec.Defaulted<S> =>
   schema.pipe(Schema.withDecodingDefault(Effect.succeed(value)))
 
-const durationOr = (fallback: Duration.Input, options?: { readonly allowZero?: boolean }): Codec.Defaulted<Codec.DurationSetting> =>
-  withDefault(Codec.duration(options), fallback)
+const durationOr = (
+  fallback: Duration.Input,
+  options?: { readonly allowZero?: boolean }
+): Codec.Defaulted<Codec.DurationSetting> => withDefault(Codec.duration(options), fallback)
 
 const RetrySchedule: Schema.declare<Schedule.Schedule<unknown, unknown>> = Schema.declare(
   (u: unknown): u is Schedule.Schedule<unknown, unknown> => Schedule.isSchedule(u),
@@ -144,19 +150,29 @@ export const ConfigSchema: Schema.Struct<{
   readonly maxCrashes: Defaulted<Codec.IntSetting>
   readonly batchSize: Defaulted<Codec.IntSetting>
   readonly lease: Duration_
-  readonly pollInterval: Defaulted<Schema.Struct<{ readonly min: Duration_; readonly base: Duration_; readonly max: Duration_ }>>
+  readonly pollInterval: Defaulted<
+    Schema.Struct<{ readonly min: Duration_; readonly base: Duration_; readonly max: Duration_ }>
+  >
   readonly retry: Schema.optional<Schema.declare<Schedule.Schedule<unknown, unknown>>>
   readonly maxAttempts: Defaulted<Codec.IntSetting>
   readonly publishTimeout: Schema.optional<Codec.DurationSetting>
   readonly reclaimInterval: Schema.optional<Codec.DurationSetting>
-  readonly retention: Defaulted<FalseOr<Schema.Struct<{ readonly olderThan: Duration_; readonly interval: Duration_; readonly batchSize: Defaulted<Codec.IntSetting> }>>>
+  readonly retention: Defaulted<
+    FalseOr<
+      Schema.Struct<
+        { readonly olderThan: Duration_; readonly interval: Duration_; readonly batchSize: Defaulted<Codec.IntSetting> }
+      >
+    >
+  >
   readonly statsInterval: Defaulted<FalseOr<Codec.DurationSetting>>
   readonly shutdownTimeout: Duration_
 }> = Schema.Struct({
   name: withDefault(
-    Schema.String.check(Schema.makeFilter((name: string) =>
-      /^[\w.:-]{1,64}$/.test(name) ? undefined : "must be 1-64 characters of [A-Za-z0-9_.:-]"
-    )),
+    Schema.String.check(
+      Schema.makeFilter((name: string) =>
+        /^[\w.:-]{1,64}$/.test(name) ? undefined : "must be 1-64 characters of [A-Za-z0-9_.:-]"
+      )
+    ),
     "relay"
   ),
   concurrency: withDefault(Codec.int(1, 256), 1),
@@ -226,7 +242,11 @@ export interface Settings {
   readonly maxAttempts: number
   readonly publishTimeout: Duration.Duration
   readonly reclaimInterval: Duration.Duration
-  readonly retention: false | { readonly olderThan: Duration.Duration; readonly interval: Duration.Duration; readonly batchSize: number }
+  readonly retention: false | {
+    readonly olderThan: Duration.Duration
+    readonly interval: Duration.Duration
+    readonly batchSize: number
+  }
   readonly statsInterval: Duration.Duration | false
   readonly shutdownTimeout: Duration.Duration
 }
@@ -287,7 +307,8 @@ export const settings = (config: Config = {}): Effect.Effect<Settings, InvalidCo
       retry: c.retry ?? Retry.exponentialBackoff(),
       maxAttempts: c.maxAttempts,
       publishTimeout,
-      reclaimInterval: c.reclaimInterval ?? Duration.max(Duration.millis(Math.floor(Duration.toMillis(c.lease) / 4)), Duration.millis(50)),
+      reclaimInterval: c.reclaimInterval ??
+        Duration.max(Duration.millis(Math.floor(Duration.toMillis(c.lease) / 4)), Duration.millis(50)),
       retention: c.retention,
       statsInterval: c.statsInterval,
       shutdownTimeout: c.shutdownTimeout

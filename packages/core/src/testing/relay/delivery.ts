@@ -35,7 +35,11 @@ export const deliveryTests = ({ run, start, test, time }: Suite) => {
 
   test("an idle relay is woken by a committed append, long before its poll interval", () =>
     run(Effect.gen(function*() {
-      const { relay, stop } = yield* start({ ...quiet, dispatch: "poll", pollInterval: { base: "5 seconds", max: "5 seconds" } })
+      const { relay, stop } = yield* start({
+        ...quiet,
+        dispatch: "poll",
+        pollInterval: { base: "5 seconds", max: "5 seconds" }
+      })
       yield* idle(time, relay)
       const claims = (yield* relay.status).claims
       const started = yield* time.now
@@ -58,7 +62,11 @@ export const deliveryTests = ({ run, start, test, time }: Suite) => {
       const [kept] = yield* seed(1)
       yield* time.eventually(Effect.map(deliveredIds, (d) => d.length === 1), "5 seconds", "the committed event")
       // The relay has settled and looked again: nothing else was there to publish.
-      yield* time.eventually(Effect.map(store.stats, (s) => s.published === 1 && s.processing === 0), "5 seconds", "the settle")
+      yield* time.eventually(
+        Effect.map(store.stats, (s) => s.published === 1 && s.processing === 0),
+        "5 seconds",
+        "the settle"
+      )
       yield* idle(time, relay)
       yield* stop
       assert.deepStrictEqual(yield* deliveredIds, [kept!])
@@ -72,17 +80,26 @@ export const deliveryTests = ({ run, start, test, time }: Suite) => {
     return run(Effect.gen(function*() {
       const store = yield* OutboxStore
       const [id] = yield* seed(1)
-      const recording = Layer.effect(Publisher, Effect.gen(function*() {
-        const inner = yield* Publisher
-        return Publisher.of({
-          publish: (messages) =>
-            Effect.gen(function*() {
-              attempts.push(yield* Clock.currentTimeMillis)
-              if (failures-- > 0) return messages.map((m) => ({ _tag: "Rejected" as const, id: m.id, error: new PublishError({ message: "broker said no", reason: new Refused({ retryable: true }) }) }))
-              return yield* inner.publish(messages)
-            })
+      const recording = Layer.effect(
+        Publisher,
+        Effect.gen(function*() {
+          const inner = yield* Publisher
+          return Publisher.of({
+            publish: (messages) =>
+              Effect.gen(function*() {
+                attempts.push(yield* Clock.currentTimeMillis)
+                if (failures-- > 0) {
+                  return messages.map((m) => ({
+                    _tag: "Rejected" as const,
+                    id: m.id,
+                    error: new PublishError({ message: "broker said no", reason: new Refused({ retryable: true }) })
+                  }))
+                }
+                return yield* inner.publish(messages)
+              })
+          })
         })
-      }))
+      )
       const { stop } = yield* start({
         ...quiet,
         retry: Schedule.exponential("150 millis", 2),
@@ -93,8 +110,7 @@ export const deliveryTests = ({ run, start, test, time }: Suite) => {
       yield* stop
       assert.deepStrictEqual(yield* deliveredIds, [id!])
       assert.strictEqual(attempts.length, 4)
-      const gaps = attempts.slice(1).map((t, i) => t - attempts[i]!)
-      // exponential 150 ms: 150, 300, 600 (never earlier; a little later is the poll and the clock)
+      const gaps = attempts.slice(1).map((t, i) => t - attempts[i]!) // exponential 150 ms: 150, 300, 600 (never earlier; a little later is the poll and the clock)
       ;[150, 300, 600].forEach((expected, i) => {
         assert.isAtLeast(gaps[i]!, expected - 15, `gap ${i + 1} was ${gaps[i]} ms, schedule says ${expected}`)
         assert.isBelow(gaps[i]!, expected + 400, `gap ${i + 1} was ${gaps[i]} ms, schedule says ${expected}`)
@@ -109,12 +125,20 @@ export const deliveryTests = ({ run, start, test, time }: Suite) => {
       const spy = spyStore(store)
       const [id] = yield* seed(1)
       let calls = 0
-      const hanging = Layer.effect(Publisher, Effect.gen(function*() {
-        const inner = yield* Publisher
-        // The first publish never answers (a confirm that does not come).
-        return Publisher.of({ publish: (messages) => calls++ === 0 ? Effect.never : inner.publish(messages) })
-      }))
-      const { stop } = yield* start({ ...quiet, publishTimeout: "100 millis", lease: "1 second", retry: Schedule.spaced("10 millis") }).pipe(
+      const hanging = Layer.effect(
+        Publisher,
+        Effect.gen(function*() {
+          const inner = yield* Publisher
+          // The first publish never answers (a confirm that does not come).
+          return Publisher.of({ publish: (messages) => calls++ === 0 ? Effect.never : inner.publish(messages) })
+        })
+      )
+      const { stop } = yield* start({
+        ...quiet,
+        publishTimeout: "100 millis",
+        lease: "1 second",
+        retry: Schedule.spaced("10 millis")
+      }).pipe(
         Effect.provide(hanging),
         Effect.provideService(OutboxStore, spy.store)
       )
@@ -136,8 +160,12 @@ export const deliveryTests = ({ run, start, test, time }: Suite) => {
       yield* broker.setFault((m) => {
         tries.set(m.id, (tries.get(m.id) ?? 0) + 1)
         const label = (m.payload as { label: string }).label
-        if (label === "#0") return new PublishError({ message: "temporarily down", reason: new Refused({ retryable: true }) })
-        if (label === "#1") return new PublishError({ message: "message too large", reason: new Refused({ retryable: false }) })
+        if (label === "#0") {
+          return new PublishError({ message: "temporarily down", reason: new Refused({ retryable: true }) })
+        }
+        if (label === "#1") {
+          return new PublishError({ message: "message too large", reason: new Refused({ retryable: false }) })
+        }
         return undefined
       })
       const [flaky, poison, fine] = yield* seed(3)
@@ -147,7 +175,11 @@ export const deliveryTests = ({ run, start, test, time }: Suite) => {
         maxAttempts: 3,
         pollInterval: { base: "10 millis", max: "20 millis" }
       })
-      yield* time.eventually(Effect.map(store.stats, (s) => s.failed === 2 && s.published === 1), "10 seconds", "2 failed + 1 published")
+      yield* time.eventually(
+        Effect.map(store.stats, (s) => s.failed === 2 && s.published === 1),
+        "10 seconds",
+        "2 failed + 1 published"
+      )
       yield* stop
       assert.strictEqual(tries.get(flaky!), 3)
       assert.strictEqual(tries.get(poison!), 1)
@@ -170,47 +202,62 @@ export const deliveryTests = ({ run, start, test, time }: Suite) => {
     const perKey = new Array<number>(keys).fill(0)
     let random = 42
     const rand = () => (random = (random * 1103515245 + 12345) % 2147483648) / 2147483648
-    const fault = () => rand() < 0.2 ? new PublishError({ message: "random nack", reason: new Refused({ retryable: true }) }) : undefined
-    return run(Effect.gen(function*() {
-      const store = yield* OutboxStore
-      // Producers append one or two events per transaction; a key's transactions are serialized, so
-      // its append order is the order of `n`.
-      const locks = yield* Effect.forEach(Array.from({ length: keys }), () => Semaphore.make(1))
-      const produce = (producer: number) =>
-        Effect.forEach(Array.from({ length: 25 }), (_, i) => {
-          const k = (producer * 7 + i * 5) % keys
-          return locks[k]!.withPermits(1)(store.withTransaction(Effect.suspend(() => {
-            const count = i % 2 === 0 ? 2 : 1
-            const drafts = Array.from({ length: count }, () => Thing.make({ aggregateId: `key-${k}`, payload: { n: perKey[k]!++, label: `p${producer}` } }))
-            return Outbox.appendAll(drafts)
-          })))
-        }, { discard: true })
-      const relays = yield* start({
-        ...quiet,
-        ordering: "per-key",
-        concurrency: 4,
-        batchSize: 10,
-        retry: Schedule.spaced("10 millis"),
-        maxAttempts: 100,
-        lease: "2 seconds",
-        reclaimInterval: "100 millis"
-      })
-      yield* Effect.forEach([0, 1, 2, 3, 4, 5, 6, 7], produce, { concurrency: "unbounded", discard: true })
-      // A relay that claims and dies: its claims expire and are recovered without breaking the order.
-      yield* store.claim({ relayId: "crashed", batchSize: 5, lease: Duration.millis(300), ordering: "per-key" })
-      const total = perKey.reduce((a, b) => a + b, 0)
-      yield* time.eventually(Effect.map(store.stats, (st) => st.published === total), "30 seconds", `${total} published`)
-      yield* relays.stop
-      const delivered = yield* MemoryBroker.MemoryBroker.use((b) => b.delivered)
-      const seen = new Map<string, Array<number>>()
-      for (const { message } of delivered) {
-        const list = seen.get(message.orderingKey) ?? []
-        list.push((message.payload as { n: number }).n)
-        seen.set(message.orderingKey, list)
-      }
-      for (let k = 0; k < keys; k++) {
-        assert.deepStrictEqual(seen.get(`key-${k}`) ?? [], Array.from({ length: perKey[k]! }, (_, i) => i), `order of key-${k}`)
-      }
-    }), { fault })
+    const fault = () =>
+      rand() < 0.2 ? new PublishError({ message: "random nack", reason: new Refused({ retryable: true }) }) : undefined
+    return run(
+      Effect.gen(function*() {
+        const store = yield* OutboxStore
+        // Producers append one or two events per transaction; a key's transactions are serialized, so
+        // its append order is the order of `n`.
+        const locks = yield* Effect.forEach(Array.from({ length: keys }), () => Semaphore.make(1))
+        const produce = (producer: number) =>
+          Effect.forEach(Array.from({ length: 25 }), (_, i) => {
+            const k = (producer * 7 + i * 5) % keys
+            return locks[k]!.withPermits(1)(store.withTransaction(Effect.suspend(() => {
+              const count = i % 2 === 0 ? 2 : 1
+              const drafts = Array.from(
+                { length: count },
+                () => Thing.make({ aggregateId: `key-${k}`, payload: { n: perKey[k]!++, label: `p${producer}` } })
+              )
+              return Outbox.appendAll(drafts)
+            })))
+          }, { discard: true })
+        const relays = yield* start({
+          ...quiet,
+          ordering: "per-key",
+          concurrency: 4,
+          batchSize: 10,
+          retry: Schedule.spaced("10 millis"),
+          maxAttempts: 100,
+          lease: "2 seconds",
+          reclaimInterval: "100 millis"
+        })
+        yield* Effect.forEach([0, 1, 2, 3, 4, 5, 6, 7], produce, { concurrency: "unbounded", discard: true })
+        // A relay that claims and dies: its claims expire and are recovered without breaking the order.
+        yield* store.claim({ relayId: "crashed", batchSize: 5, lease: Duration.millis(300), ordering: "per-key" })
+        const total = perKey.reduce((a, b) => a + b, 0)
+        yield* time.eventually(
+          Effect.map(store.stats, (st) => st.published === total),
+          "30 seconds",
+          `${total} published`
+        )
+        yield* relays.stop
+        const delivered = yield* MemoryBroker.MemoryBroker.use((b) => b.delivered)
+        const seen = new Map<string, Array<number>>()
+        for (const { message } of delivered) {
+          const list = seen.get(message.orderingKey) ?? []
+          list.push((message.payload as { n: number }).n)
+          seen.set(message.orderingKey, list)
+        }
+        for (let k = 0; k < keys; k++) {
+          assert.deepStrictEqual(
+            seen.get(`key-${k}`) ?? [],
+            Array.from({ length: perKey[k]! }, (_, i) => i),
+            `order of key-${k}`
+          )
+        }
+      }),
+      { fault }
+    )
   })
 }

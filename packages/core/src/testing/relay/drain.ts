@@ -27,7 +27,13 @@ export const drainTests = ({ run, test, time }: Suite) => {
       yield* assertDeliveredOnce(ids)
       const stats = yield* store.stats
       assert.deepStrictEqual([stats.published, stats.pending, stats.processing], [30, 0, 0])
-      assert.deepStrictEqual(yield* time.run(Relay.drain()), { published: 0, retried: 0, failed: 0, claimed: 0, reason: "idle" })
+      assert.deepStrictEqual(yield* time.run(Relay.drain()), {
+        published: 0,
+        retried: 0,
+        failed: 0,
+        claimed: 0,
+        reason: "idle"
+      })
     })))
 
   test("drain: stops after maxEvents; retries and failures are settled as the relay settles them", () =>
@@ -55,7 +61,9 @@ export const drainTests = ({ run, test, time }: Suite) => {
       const ids = yield* seed(20)
       const { ms: took, value: report } = yield* Effect.gen(function*() {
         const started = yield* time.now
-        const value = yield* time.run(Relay.drain({ batchSize: 5, budget: "500 millis" }).pipe(Effect.provide(slowPublisher("200 millis"))))
+        const value = yield* time.run(
+          Relay.drain({ batchSize: 5, budget: "500 millis" }).pipe(Effect.provide(slowPublisher("200 millis")))
+        )
         return { value, ms: (yield* time.now) - started }
       })
       assert.strictEqual(report.reason, "budget")

@@ -23,10 +23,19 @@ export const eagerTests = ({ run, start, test, time }: Suite) => {
       yield* Effect.gen(function*() {
         const store = yield* OutboxStore
         // room for every event at once (concurrency × batchSize): the overflow is the next test's
-        const { relay, stop } = yield* start({ ...quiet, concurrency: 2, batchSize: 50, pollInterval: { base: "5 seconds", max: "5 seconds" } })
+        const { relay, stop } = yield* start({
+          ...quiet,
+          concurrency: 2,
+          batchSize: 50,
+          pollInterval: { base: "5 seconds", max: "5 seconds" }
+        })
         yield* idle(time, relay, 2)
         const started = yield* time.now
-        const ids = (yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => i), (i) => seed(1 + (i % 3), i * 3), { concurrency: 4 })).flat()
+        const ids = (yield* Effect.forEach(
+          Array.from({ length: 20 }, (_, i) => i),
+          (i) => seed(1 + (i % 3), i * 3),
+          { concurrency: 4 }
+        )).flat()
         yield* Effect.exit(store.withTransaction(Effect.andThen(
           Outbox.append(Thing, { aggregateId: "x", payload: { n: 1, label: "rolled back" } }),
           Effect.fail("abort")
@@ -50,7 +59,12 @@ export const eagerTests = ({ run, start, test, time }: Suite) => {
       const spy = spyStore(inner)
       yield* Effect.gen(function*() {
         const store = yield* OutboxStore
-        const first = yield* start({ ...quiet, concurrency: 1, batchSize: 2, pollInterval: { base: "20 millis", max: "20 millis" } })
+        const first = yield* start({
+          ...quiet,
+          concurrency: 1,
+          batchSize: 2,
+          pollInterval: { base: "20 millis", max: "20 millis" }
+        })
         // more than concurrency × batchSize in one transaction: written pending, claimed
         const big = yield* seed(3)
         yield* time.eventually(Effect.map(deliveredIds, (d) => d.length === 3), "5 seconds", "the overflow")
@@ -73,14 +87,27 @@ export const eagerTests = ({ run, start, test, time }: Suite) => {
           return m
         }))
         assert.match(spy.appendClaims().at(-1)?.relayId ?? "", /-eager$/)
-        yield* time.eventually(Effect.map(store.stats, (st) => st.pending === 1), "5 seconds", "the late event back to pending")
+        yield* time.eventually(
+          Effect.map(store.stats, (st) => st.pending === 1),
+          "5 seconds",
+          "the late event back to pending"
+        )
         // a transaction whose after-commit hooks run at once is not trusted with eager dispatch
-        const second = yield* start({ ...quiet, concurrency: 1, batchSize: 2, pollInterval: { base: "20 millis", max: "20 millis" } })
+        const second = yield* start({
+          ...quiet,
+          concurrency: 1,
+          batchSize: 2,
+          pollInterval: { base: "20 millis", max: "20 millis" }
+        })
         spy.runHooksAtOnce(true)
         const [plain] = yield* seed(1)
         spy.runHooksAtOnce(false)
         assert.isUndefined(spy.appendClaims().at(-1))
-        yield* time.eventually(Effect.map(deliveredIds, (d) => d.length === 9), "5 seconds", "the late and plain events")
+        yield* time.eventually(
+          Effect.map(deliveredIds, (d) => d.length === 9),
+          "5 seconds",
+          "the late and plain events"
+        )
         yield* second.stop
         yield* assertDeliveredOnce([...big, ...pair, late.id, plain!])
         assert.strictEqual(spy.claimed(), 7)
@@ -91,20 +118,23 @@ export const eagerTests = ({ run, start, test, time }: Suite) => {
   test("eager dispatch with backpressure: a producer waits after its commit for the relay, at most as long as allowed; shutdown publishes what was handed over", () =>
     run(Effect.gen(function*() {
       const store = yield* OutboxStore
-      const one = (n: number) => store.withTransaction(Outbox.append(Thing, { aggregateId: "bp", payload: { n, label: "bp" } }))
+      const one = (n: number) =>
+        store.withTransaction(Outbox.append(Thing, { aggregateId: "bp", payload: { n, label: "bp" } }))
       const count = Effect.map(deliveredIds, (d) => d.length)
-      const slow = yield* start({ ...quiet, concurrency: 1, batchSize: 1, eagerLimit: 2, backpressure: "5 seconds" }).pipe(
-        Effect.provide(slowPublisher("150 millis"))
-      )
+      const slow = yield* start({ ...quiet, concurrency: 1, batchSize: 1, eagerLimit: 2, backpressure: "5 seconds" })
+        .pipe(
+          Effect.provide(slowPublisher("150 millis"))
+        )
       yield* one(0) // room left after it: returns at once
       assert.strictEqual(yield* count, 0)
       yield* time.run(one(1)) // fills the relay: returns once the first is out
       assert.isAtLeast(yield* count, 1)
       yield* slow.stop
       assert.strictEqual(yield* count, 2)
-      const slower = yield* start({ ...quiet, concurrency: 1, batchSize: 1, eagerLimit: 2, backpressure: "30 millis" }).pipe(
-        Effect.provide(slowPublisher("500 millis"))
-      )
+      const slower = yield* start({ ...quiet, concurrency: 1, batchSize: 1, eagerLimit: 2, backpressure: "30 millis" })
+        .pipe(
+          Effect.provide(slowPublisher("500 millis"))
+        )
       yield* one(2)
       yield* time.run(one(3)) // waits 30 ms at most, then goes on: its event stays handed over
       assert.strictEqual(yield* count, 2)

@@ -31,8 +31,15 @@ const outageSettings = {
 const nothingCounted = (store: Service, spy: ReturnType<typeof spyStore>, published: number) =>
   Effect.gen(function*() {
     const stats = yield* store.stats
-    assert.deepStrictEqual([stats.failed, stats.suspect, stats.processing, stats.published], [0, 0, 0, published], "no failed row, no suspect, no claim")
-    assert.isTrue(spy.settlements().every((s) => s.retry.length === 0 && s.failed.length === 0), "no retry and no failure was settled")
+    assert.deepStrictEqual(
+      [stats.failed, stats.suspect, stats.processing, stats.published],
+      [0, 0, 0, published],
+      "no failed row, no suspect, no claim"
+    )
+    assert.isTrue(
+      spy.settlements().every((s) => s.retry.length === 0 && s.failed.length === 0),
+      "no retry and no failure was settled"
+    )
     assert.isTrue(spy.attempts().every((n) => n === 1), `every claim was a first attempt: ${spy.attempts().join(",")}`)
   })
 
@@ -45,7 +52,11 @@ export const outageTests = ({ run, start, test, time }: Suite) => {
   const firstDeliveryAfter = (from: number) =>
     Effect.gen(function*() {
       const before = (yield* deliveredIds).length
-      yield* time.eventually(Effect.map(deliveredIds, (d) => d.length > before), "5 seconds", "a delivery after the outage")
+      yield* time.eventually(
+        Effect.map(deliveredIds, (d) => d.length > before),
+        "5 seconds",
+        "a delivery after the outage"
+      )
       return (yield* time.now) - from
     })
 
@@ -62,7 +73,11 @@ export const outageTests = ({ run, start, test, time }: Suite) => {
         const { relay, stop } = yield* start(outageSettings)
         // appended in the relay's process while the broker is down: handed over, then given back
         for (let i = 0; i < 3; i++) ids.push(...(yield* seed(2, 100 + 2 * i)))
-        yield* time.eventually(Effect.map(relay.status, (s) => s.paused === 2), "5 seconds", "both pollers waiting for the publisher")
+        yield* time.eventually(
+          Effect.map(relay.status, (s) => s.paused === 2),
+          "5 seconds",
+          "both pollers waiting for the publisher"
+        )
         yield* time.advance(outage)
         yield* nothingCounted(inner, spy, 0)
         assert.strictEqual((yield* relay.status).pollers, 2)
@@ -70,7 +85,11 @@ export const outageTests = ({ run, start, test, time }: Suite) => {
         yield* broker.setAvailable(true)
         const resumed = yield* firstDeliveryAfter(back)
         assert.isBelow(resumed, 1000, `resumed ${resumed} ms after the publisher came back`)
-        yield* time.eventually(Effect.map(inner.stats, (s) => s.published === ids.length), "10 seconds", "everything published")
+        yield* time.eventually(
+          Effect.map(inner.stats, (s) => s.published === ids.length),
+          "10 seconds",
+          "everything published"
+        )
         yield* stop
         yield* nothingCounted(inner, spy, ids.length)
         yield* assertDeliveredOnce(ids)
@@ -98,7 +117,11 @@ export const outageTests = ({ run, start, test, time }: Suite) => {
         yield* switched.setDown(false)
         const resumed = yield* firstDeliveryAfter(back)
         assert.isBelow(resumed, 1500, `resumed ${resumed} ms after the publisher came back`)
-        yield* time.eventually(Effect.map(inner.stats, (s) => s.published === ids.length), "10 seconds", "everything published")
+        yield* time.eventually(
+          Effect.map(inner.stats, (s) => s.published === ids.length),
+          "10 seconds",
+          "everything published"
+        )
         yield* stop
         yield* nothingCounted(inner, spy, ids.length)
         yield* assertDeliveredOnce(ids)
@@ -131,12 +154,18 @@ export const outageTests = ({ run, start, test, time }: Suite) => {
   test("unordered: a suspect is published without waiting behind an earlier event of its key", () =>
     run(Effect.gen(function*() {
       const store = yield* OutboxStore
-      const [first, second] = (yield* store.withTransaction(Outbox.appendAll([draft(1, "K"), draft(2, "K")]))).map((m) => m.id)
+      const [first, second] = (yield* store.withTransaction(Outbox.appendAll([draft(1, "K"), draft(2, "K")]))).map((
+        m
+      ) => m.id)
       // first: retried in an hour; second: its relay died (a suspect once the lease is over)
       const lease = Duration.seconds(30)
       yield* store.claim({ relayId: "a", batchSize: 1, lease })
       yield* store.claim({ relayId: "dies", batchSize: 1, lease: Duration.millis(100) })
-      yield* store.settle("a", { published: [], retry: [{ id: first!, delay: Duration.hours(1), error: "nack" }], failed: [] })
+      yield* store.settle("a", {
+        published: [],
+        retry: [{ id: first!, delay: Duration.hours(1), error: "nack" }],
+        failed: []
+      })
       yield* time.advance("200 millis")
       const { stop } = yield* start({ ...quiet, reclaimInterval: "50 millis" })
       yield* time.eventually(Effect.map(deliveredIds, (d) => d.includes(second!)), "5 seconds", "the suspect")

@@ -31,7 +31,13 @@ export interface Suite {
   /** Runs `body` on a fresh store with a fresh memory broker. */
   readonly run: <A, E>(body: Effect.Effect<A, E, Env>, broker?: MemoryBroker.Options) => Effect.Effect<A, E>
   /** Starts a relay; `stop` shuts it down while the suite's time passes. */
-  readonly start: (config: Relay.Config) => Effect.Effect<{ readonly relay: Relay.Service; readonly stop: Effect.Effect<void> }, unknown, OutboxStore | Publisher>
+  readonly start: (
+    config: Relay.Config
+  ) => Effect.Effect<
+    { readonly relay: Relay.Service; readonly stop: Effect.Effect<void> },
+    unknown,
+    OutboxStore | Publisher
+  >
 }
 
 /**
@@ -39,7 +45,11 @@ export interface Suite {
  * @since 0.1.0
  * @category constructors
  */
-export const makeSuite = (makeStore: Effect.Effect<Service, unknown, Scope.Scope>, test: typeof it.live, time: Time): Suite => ({
+export const makeSuite = (
+  makeStore: Effect.Effect<Service, unknown, Scope.Scope>,
+  test: typeof it.live,
+  time: Time
+): Suite => ({
   test,
   time,
   run: (body, broker) => withStore(makeStore, Effect.scoped(body), broker),
@@ -51,7 +61,11 @@ export const makeSuite = (makeStore: Effect.Effect<Service, unknown, Scope.Scope
  * @since 0.1.0
  * @category fixtures
  */
-export const quiet: Relay.Config = { statsInterval: false, retention: false, pollInterval: { base: "20 millis", max: "100 millis" } }
+export const quiet: Relay.Config = {
+  statsInterval: false,
+  retention: false,
+  pollInterval: { base: "20 millis", max: "100 millis" }
+}
 
 /**
  * Waits until the relay's pollers are all idle (their last claim found nothing), having claimed at least once.
@@ -59,7 +73,11 @@ export const quiet: Relay.Config = { statsInterval: false, retention: false, pol
  * @category fixtures
  */
 export const idle = (time: Time, relay: Relay.Service, pollers = 1) =>
-  time.eventually(Effect.map(relay.status, (s) => s.claims > 0 && s.idle >= pollers), "5 seconds", `${pollers} idle pollers`)
+  time.eventually(
+    Effect.map(relay.status, (s) => s.claims > 0 && s.idle >= pollers),
+    "5 seconds",
+    `${pollers} idle pollers`
+  )
 
 /**
  * Wraps a store, counting and recording what it is asked to do.
@@ -83,12 +101,17 @@ export const spyStore = (inner: Service) => {
     ...inner,
     afterCommit: (effect) => atOnce ? effect : inner.afterCommit(effect),
     defersAfterCommit: Effect.suspend(() => atOnce ? Effect.succeed(false) : inner.defersAfterCommit),
-    append: (messages, claim) => Effect.andThen(Effect.sync(() => void appendClaims.push(claim)), inner.append(messages, claim)),
+    append: (messages, claim) =>
+      Effect.andThen(Effect.sync(() => void appendClaims.push(claim)), inner.append(messages, claim)),
     claim: (options) => count(inner.claim(options)),
     settle: (relayId, settlement) => Effect.andThen(record(settlement), inner.settle(relayId, settlement)),
-    settleAndClaim: (relayId, settlement, next) => Effect.andThen(record(settlement), count(inner.settleAndClaim(relayId, settlement, next))),
+    settleAndClaim: (relayId, settlement, next) =>
+      Effect.andThen(record(settlement), count(inner.settleAndClaim(relayId, settlement, next))),
     claimSuspect: (options) =>
-      Effect.tap(inner.claimSuspect(options), (got) => Effect.sync(() => void (got === undefined ? undefined : attempts.push(got.attempts))))
+      Effect.tap(
+        inner.claimSuspect(options),
+        (got) => Effect.sync(() => void (got === undefined ? undefined : attempts.push(got.attempts)))
+      )
   }
   return {
     store,
@@ -104,7 +127,8 @@ export const spyStore = (inner: Service) => {
   }
 }
 
-const unavailable = (operation: string) => new StoreError({ operation, message: "connection refused (test)", reason: new Unavailable() })
+const unavailable = (operation: string) =>
+  new StoreError({ operation, message: "connection refused (test)", reason: new Unavailable() })
 
 /**
  * Wraps a store that can be taken away: `down` fails every call with an `Unavailable` store error,
@@ -117,7 +141,11 @@ export const switchableStore = (inner: Service) => {
   let back = Deferred.makeUnsafe<void>()
   const guard = <A, E>(operation: string, effect: Effect.Effect<A, E>): Effect.Effect<A, E | StoreError> =>
     Effect.suspend((): Effect.Effect<A, E | StoreError> =>
-      mode === "up" ? effect : mode === "down" ? Effect.fail(unavailable(operation)) : Effect.andThen(Deferred.await(back), effect)
+      mode === "up"
+        ? effect
+        : mode === "down"
+        ? Effect.fail(unavailable(operation))
+        : Effect.andThen(Deferred.await(back), effect)
     )
   const store: Service = {
     ...inner,
@@ -152,19 +180,22 @@ export const switchablePublisher = () => {
   let down = false
   let turn = 0
   const calls: Array<number> = []
-  const layer = Layer.effect(Publisher, Effect.gen(function*() {
-    const inner = yield* Publisher
-    return Publisher.of({
-      publish: (messages) =>
-        Effect.gen(function*() {
-          calls.push(yield* Clock.currentTimeMillis)
-          if (!down) return yield* inner.publish(messages)
-          const error = new PublishError({ message: "broker connection lost (test)", reason: new Unavailable() })
-          if (turn++ % 2 === 0) return yield* error
-          return messages.map((m) => rejected(m.id, error))
-        })
+  const layer = Layer.effect(
+    Publisher,
+    Effect.gen(function*() {
+      const inner = yield* Publisher
+      return Publisher.of({
+        publish: (messages) =>
+          Effect.gen(function*() {
+            calls.push(yield* Clock.currentTimeMillis)
+            if (!down) return yield* inner.publish(messages)
+            const error = new PublishError({ message: "broker connection lost (test)", reason: new Unavailable() })
+            if (turn++ % 2 === 0) return yield* error
+            return messages.map((m) => rejected(m.id, error))
+          })
+      })
     })
-  }))
+  )
   return { layer, calls: () => calls, setDown: (on: boolean) => Effect.sync(() => void (down = on)) }
 }
 
