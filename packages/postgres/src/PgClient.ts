@@ -28,24 +28,8 @@
  */
 import type { InvalidConfig } from "@tidings/core/Errors"
 import * as Health from "@tidings/core/Health"
-import * as Retry from "@tidings/core/Retry"
 import * as Settings from "@tidings/core/Settings"
-import {
-  Cause,
-  Clock,
-  Config,
-  Context,
-  Duration,
-  Effect,
-  Exit,
-  Layer,
-  Option,
-  Pull,
-  Redacted,
-  Schedule,
-  Schema,
-  type Stream
-} from "effect"
+import { Cause, Config, Context, Duration, Effect, Layer, Redacted, Schema, type Stream } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient, type SqlConnection, SqlError, Statement } from "effect/sql"
 import postgres from "postgres"
@@ -58,17 +42,11 @@ import {
   poolAccess,
   type QueryOptions
 } from "./internal/pgConnection.ts"
-import {
-  clientSqlError,
-  errorCode,
-  isConnectionCode,
-  isRetryableCode,
-  scrubString,
-  toSqlError
-} from "./internal/pgError.ts"
+import { clientSqlError, errorCode, isRetryableCode, scrubString, toSqlError } from "./internal/pgError.ts"
 import { makeListener } from "./internal/pgListener.ts"
 import { closeSockets, makePool } from "./internal/pgPool.ts"
 import { connectionError, socketFactory, type SocketRegistry } from "./internal/pgSocket.ts"
+import { retryUntil } from "./internal/pgStartup.ts"
 import { type ArrayType, builtinArrayTypes, registerArrayTypes, userArrayTypesQuery } from "./internal/pgTypes.ts"
 
 /** Settings of {@link layer}. Only `url` is required. */
@@ -226,35 +204,6 @@ const commit = (conn: SqlConnection.Connection): Effect.Effect<void, SqlError.Sq
         ? Effect.fail(clientSqlError("COMMIT rolled back an aborted transaction", "commit"))
         : Effect.void
   )
-
-/** Whether the server could not be reached (as opposed to refusing us): worth another try at start-up. */
-const isUnreachable = (error: SqlError.SqlError): boolean =>
-  error.reason._tag === "ConnectionError" || isConnectionCode(errorCode(error.reason.cause))
-
-const startupBackoff = Retry.exponentialBackoff({ base: "100 millis", max: "5 seconds" })
-
-/**
- * Runs `effect` until it succeeds, fails with an error that is not {@link isUnreachable}, or
- * `timeoutMillis` have passed; near the deadline the last pause is shortened so that an attempt is
- * made at it.
- */
-const retryUntil = <A>(effect: Effect.Effect<A, SqlError.SqlError>, timeoutMillis: number) =>
-  Effect.gen(function*() {
-    const deadline = (yield* Clock.currentTimeMillis) + timeoutMillis
-    const step = yield* Schedule.toStep(startupBackoff)
-    for (let attempt = 1;; attempt++) {
-      const exit = yield* Effect.exit(effect)
-      if (Exit.isSuccess(exit)) return exit.value
-      const error = Option.getOrUndefined(Cause.findErrorOption(exit.cause))
-      const now = yield* Clock.currentTimeMillis
-      if (error === undefined || !isUnreachable(error) || now >= deadline) return yield* Effect.failCause(exit.cause)
-      const [, delay] = yield* step(now, error).pipe(
-        Pull.catchDone(() => Effect.succeed([undefined, Duration.seconds(5)] as const))
-      )
-      yield* Effect.logWarning(`PgClient: start-up attempt ${attempt} failed, retrying: ${error.message}`)
-      yield* Effect.sleep(Duration.millis(Math.min(Duration.toMillis(delay), deadline - now)))
-    }
-  })
 
 /** Builds both services; every connection is closed when the scope closes. */
 const make = Effect.fnUntraced(function*(config: PgClientConfig) {
