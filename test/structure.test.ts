@@ -103,13 +103,7 @@ describe("structure of packages/*/src", () => {
  */
 const untagged: ReadonlyArray<string> = [
   "packages/core/src/MemoryBroker.ts",
-  "packages/core/src/Metrics.ts",
-  "packages/hono/src/Auth.ts",
-  "packages/hono/src/Prometheus.ts",
-  "packages/hono/src/Runtime.ts",
-  "packages/hono/src/Serve.ts",
-  "packages/postgres/src/PgClient.ts",
-  "packages/webhooks/src/WebhookPublisher.ts"
+  "packages/postgres/src/PgClient.ts"
 ]
 
 /** The names of the top-level exports of `text` whose JSDoc lacks `@since` or `@category` (or that have none). */

@@ -7,54 +7,98 @@
  */
 import { Effect, Metric } from "effect"
 
-/** Pending events (sampled by the relay's stats loop). */
+/**
+ * Pending events (sampled by the relay's stats loop).
+ * @since 0.1.0
+ * @category metrics
+ */
 export const outboxPending: Metric.Gauge<number> = Metric.gauge("tidings_outbox_pending", {
   description: "Outbox events waiting to be published"
 })
-/** Failed (dead-lettered) events. */
+/**
+ * Failed (dead-lettered) events.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const outboxFailed: Metric.Gauge<number> = Metric.gauge("tidings_outbox_failed", {
   description: "Outbox events that exhausted their attempts"
 })
-/** Age of the oldest pending event. */
+/**
+ * Age of the oldest pending event.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const outboxOldestPendingAge: Metric.Gauge<number> = Metric.gauge("tidings_outbox_oldest_pending_age_seconds", {
   description: "Age of the oldest pending outbox event"
 })
-/** Time from append (occurredAt) to a confirmed publish. */
+/**
+ * Time from append (occurredAt) to a confirmed publish.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const publishLatency: Metric.Histogram<number> = Metric.histogram("tidings_outbox_publish_latency_seconds", {
   description: "Append to confirmed publish",
   boundaries: Metric.exponentialBoundaries({ start: 0.0005, factor: 2, count: 20 })
 })
-/** Events confirmed by the broker and marked published. */
+/**
+ * Events confirmed by the broker and marked published.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const published: Metric.Counter<number> = Metric.counter("tidings_outbox_published_total", {
   description: "Events published",
   incremental: true
 })
-/** Publish attempts that failed and were rescheduled. */
+/**
+ * Publish attempts that failed and were rescheduled.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const retried: Metric.Counter<number> = Metric.counter("tidings_outbox_retried_total", {
   description: "Events rescheduled after a failed publish",
   incremental: true
 })
-/** Events moved to the failed (dead-letter) state. */
+/**
+ * Events moved to the failed (dead-letter) state.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const failed: Metric.Counter<number> = Metric.counter("tidings_outbox_failed_total", {
   description: "Events marked failed",
   incremental: true
 })
-/** Events whose lease expired and were made claimable again. */
+/**
+ * Events whose lease expired and were made claimable again.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const reclaimed: Metric.Counter<number> = Metric.counter("tidings_outbox_reclaimed_total", {
   description: "Expired claims taken back",
   incremental: true
 })
-/** Published rows deleted by retention. */
+/**
+ * Published rows deleted by retention.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const pruned: Metric.Counter<number> = Metric.counter("tidings_outbox_pruned_total", {
   description: "Published rows deleted by retention",
   incremental: true
 })
-/** Relay wake-ups by source: `local` (same process), `notify` (Postgres NOTIFY), `poll` (timer). */
+/**
+ * Relay wake-ups by source: `local` (same process), `notify` (Postgres NOTIFY), `poll` (timer).
+ * @since 0.1.0
+ * @category metrics
+ */
 export const wakeups: Metric.Counter<number> = Metric.counter("tidings_relay_wakeups_total", {
   description: "Relay wake-ups by source",
   incremental: true
 })
-/** Claimed batch sizes. */
+/**
+ * Claimed batch sizes.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const batchSize: Metric.Histogram<number> = Metric.histogram("tidings_relay_batch_size", {
   description: "Events per claimed batch",
   boundaries: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
@@ -64,6 +108,8 @@ export const batchSize: Metric.Histogram<number> = Metric.histogram("tidings_rel
  * Consumer metrics, shared by every transport (`MemoryBroker.consume`, `@tidings/rabbitmq`'s
  * `AmqpConsumer`) so that dashboards read the same on either. Every series carries a `consumer`
  * attribute.
+ * @since 0.1.0
+ * @category metrics
  */
 export const consumer: {
   /** Deliveries received (including those dead-lettered undecoded). */
@@ -111,6 +157,7 @@ export const consumer: {
 /**
  * Saga metrics (`Saga.run`, `Saga.start`, replies and recovery).
  * @since 0.1.0
+ * @category metrics
  */
 export const saga: {
   /** Sagas started (`Saga.run` and `Saga.start`). */
@@ -149,6 +196,7 @@ export const saga: {
 /**
  * Inbox metrics.
  * @since 0.1.0
+ * @category metrics
  */
 export const inbox: {
   /** Messages handled, by `consumer` and `outcome` (`processed`, `duplicate`, `failed`, `crash_loop`). */
@@ -162,6 +210,7 @@ export const inbox: {
  * consumer series above; these are about partitions, leases and the log itself. Series carry a
  * `group` attribute where it applies.
  * @since 0.1.0
+ * @category metrics
  */
 export const log: {
   readonly partitions: Metric.Gauge<number>

@@ -11,10 +11,18 @@ import type { Context, MiddlewareHandler } from "hono"
 import * as HttpErrors from "./HttpErrors.ts"
 import { equal } from "./internal/constantTime.ts"
 
-/** How an admin route is guarded: a bearer token, a middleware, or nothing (closed: 403). */
+/**
+ * How an admin route is guarded: a bearer token, a middleware, or nothing (closed: 403).
+ * @since 0.1.0
+ * @category models
+ */
 export type Guard = Redacted.Redacted<string> | MiddlewareHandler | undefined
 
-/** Answers every request with 403: the route is disabled until a token or a middleware is configured. */
+/**
+ * Answers every request with 403: the route is disabled until a token or a middleware is configured.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const closed: MiddlewareHandler = async () =>
   HttpErrors.response(
     new HttpErrors.Forbidden({ message: "admin routes are disabled: configure a token or an auth middleware" })
@@ -26,13 +34,19 @@ const unauthorized = (message: string) => {
   return response
 }
 
-/** The shortest admin token {@link bearer} accepts: 32 characters (e.g. 24 random bytes in base64). */
+/**
+ * The shortest admin token {@link bearer} accepts: 32 characters (e.g. 24 random bytes in base64).
+ * @since 0.1.0
+ * @category combinators
+ */
 export const minTokenLength = 32
 
 /**
  * Accepts requests with `Authorization: Bearer <token>` equal to `token`; 401 otherwise. Throws
  * `InvalidConfig` at once for a token shorter than {@link minTokenLength} or holding whitespace: a
  * short token can be guessed, an empty one would open the routes to anyone.
+ * @since 0.1.0
+ * @category combinators
  */
 export const bearer = (token: Redacted.Redacted<string>): MiddlewareHandler => {
   const expected = Redacted.value(token)
@@ -55,6 +69,8 @@ export const bearer = (token: Redacted.Redacted<string>): MiddlewareHandler => {
 /**
  * Whether the guard's middleware lets this request through, without answering it: for routes that
  * show more to an admin (`/ready`'s details). No guard lets nobody through.
+ * @since 0.1.0
+ * @category combinators
  */
 export const allows = async (middleware: MiddlewareHandler | undefined, c: Context): Promise<boolean> => {
   if (middleware === undefined) return false
@@ -65,7 +81,11 @@ export const allows = async (middleware: MiddlewareHandler | undefined, c: Conte
   return passed
 }
 
-/** The middleware of a guard: {@link bearer} for a token, the middleware itself, or {@link closed}. */
+/**
+ * The middleware of a guard: {@link bearer} for a token, the middleware itself, or {@link closed}.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const middleware = (guard: Guard): MiddlewareHandler =>
   guard === undefined ? closed : Redacted.isRedacted(guard) ? bearer(guard as Redacted.Redacted<string>) : guard
 

@@ -14,13 +14,21 @@ import type { Context as HonoContext, Env, Handler, Input } from "hono"
 import * as HttpErrors from "./HttpErrors.ts"
 import * as Json from "./internal/json.ts"
 
-/** Options of {@link make}. */
+/**
+ * Options of {@link make}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Options {
   /** Status codes by error tag for every handler of this runtime (see `HttpErrors.statusOf`). */
   readonly statuses?: HttpErrors.StatusMap
 }
 
-/** Options of {@link Runtime.handler}. */
+/**
+ * Options of {@link Runtime.handler}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface HandlerOptions {
   /** Status of a JSON (non-`Response`) result; default 200. `undefined` results answer 204. */
   readonly status?: number
@@ -28,10 +36,18 @@ export interface HandlerOptions {
   readonly statuses?: HttpErrors.StatusMap
 }
 
-/** What a handler may return: a `Response` as is, anything else as JSON. */
+/**
+ * What a handler may return: a `Response` as is, anything else as JSON.
+ * @since 0.1.0
+ * @category models
+ */
 export type Result = Response | unknown
 
-/** A built runtime: the app's services, for as long as it is not disposed. */
+/**
+ * A built runtime: the app's services, for as long as it is not disposed.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Runtime<R> {
   /** The underlying `ManagedRuntime`, for what this interface does not cover. */
   readonly managed: ManagedRuntime.ManagedRuntime<R, never>
@@ -118,7 +134,11 @@ const serverSpan = (c: HonoContext) => <E, R>(effect: Effect.Effect<Response, E,
   )
 }
 
-/** Turns a handler's result into a response, in the Hono context so that headers set by middleware stay. */
+/**
+ * Turns a handler's result into a response, in the Hono context so that headers set by middleware stay.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const toResponse = (c: HonoContext, result: Result, status = 200): Response => {
   if (result instanceof Response) return result
   if (result === undefined) return c.body(null, 204)
@@ -129,7 +149,11 @@ export const toResponse = (c: HonoContext, result: Result, status = 200): Respon
 const shuttingDown = () =>
   Json.response({ error: { tag: "ShuttingDown", message: "the server is shutting down" } }, 503, { "retry-after": "1" })
 
-/** Wraps an existing `ManagedRuntime` (e.g. one shared with a worker entry point); `dispose()` disposes it. */
+/**
+ * Wraps an existing `ManagedRuntime` (e.g. one shared with a worker entry point); `dispose()` disposes it.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const fromManaged = <R>(managed: ManagedRuntime.ManagedRuntime<R, never>, options: Options = {}): Runtime<R> => {
   const statuses = options.statuses ?? {}
   let disposed: Promise<void> | undefined
@@ -166,6 +190,8 @@ export const fromManaged = <R>(managed: ManagedRuntime.ManagedRuntime<R, never>,
 /**
  * Builds `layer` now and returns the runtime; rejects with the layer's error (after releasing what
  * was built) when it cannot be built. Call {@link Runtime.dispose} on shutdown.
+ * @since 0.1.0
+ * @category constructors
  */
 export const make = async <R, E>(layer: Layer.Layer<R, E, never>, options: Options = {}): Promise<Runtime<R>> => {
   const managed = ManagedRuntime.make(layer)
@@ -177,7 +203,11 @@ export const make = async <R, E>(layer: Layer.Layer<R, E, never>, options: Optio
   return fromManaged(managed as unknown as ManagedRuntime.ManagedRuntime<R, never>, options)
 }
 
-/** The Effect variant of {@link make}: the runtime lives as long as the scope. */
+/**
+ * The Effect variant of {@link make}: the runtime lives as long as the scope.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const makeScoped = <R, E>(
   layer: Layer.Layer<R, E, never>,
   options: Options = {}
@@ -187,7 +217,11 @@ export const makeScoped = <R, E>(
     (rt) => Effect.promise(() => rt.dispose())
   )
 
-/** The layers given to {@link make} failed to build: `failure` is the layer's typed error (if any), `effectCause` the whole cause. */
+/**
+ * The layers given to {@link make} failed to build: `failure` is the layer's typed error (if any), `effectCause` the whole cause.
+ * @since 0.1.0
+ * @category errors
+ */
 export class RuntimeBuildError extends Error {
   override readonly name = "RuntimeBuildError"
   readonly failure: unknown

@@ -10,12 +10,20 @@ import * as Settings from "@tidings/core/Settings"
 import { Context, Effect, Layer, Schema, type Scope } from "effect"
 import { deno } from "./internal/deno.ts"
 
-/** Anything with a fetch handler: a Hono app, or a plain function. */
+/**
+ * Anything with a fetch handler: a Hono app, or a plain function.
+ * @since 0.1.0
+ * @category models
+ */
 export type Fetchable =
   | { readonly fetch: (request: Request) => Response | Promise<Response> }
   | ((request: Request) => Response | Promise<Response>)
 
-/** Options of {@link serve}. */
+/**
+ * Options of {@link serve}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Options {
   /** Port to listen on; 0 (the default) picks a free one (read it from {@link Server.port}). */
   readonly port?: number
@@ -28,7 +36,11 @@ export interface Options {
   readonly gracePeriodMs?: number
 }
 
-/** A listening server. */
+/**
+ * A listening server.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Server {
   readonly port: number
   readonly hostname: string
@@ -38,7 +50,11 @@ export interface Server {
   readonly close: () => Promise<void>
 }
 
-/** The server could not listen (port in use, permission denied, `@hono/node-server` missing on Node, a Worker). */
+/**
+ * The server could not listen (port in use, permission denied, `@hono/node-server` missing on Node, a Worker).
+ * @since 0.1.0
+ * @category errors
+ */
 export class ServeError extends Error {
   override readonly name = "ServeError"
 }
@@ -73,10 +89,18 @@ interface BunNamespace {
   }): BunServer
 }
 
-/** Which server this runtime has. */
+/**
+ * Which server this runtime has.
+ * @since 0.1.0
+ * @category models
+ */
 export type ServerRuntime = "deno" | "bun" | "node" | "workers"
 
-/** The runtime this code runs on, as far as serving goes. */
+/**
+ * The runtime this code runs on, as far as serving goes.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const runtime = (): ServerRuntime => {
   const g = globalThis as { readonly Bun?: unknown; readonly navigator?: { readonly userAgent?: string } }
   if (deno() !== undefined) return "deno"
@@ -122,6 +146,8 @@ const withTimeout = (promise: Promise<void>, ms: number, onTimeout: () => void):
  * Deno's own `request.signal` also aborts after a successful response (and warns once that it
  * does): the app gets a signal that aborts only when the response was not delivered, so that a
  * client going away still interrupts its handler.
+ * @since 0.1.0
+ * @category combinators
  */
 export const denoHandler = (
   app: Fetchable
@@ -267,6 +293,8 @@ const serveNode = async (
 /**
  * Listens on `options.port` (default: a free port) on `options.hostname` (default `127.0.0.1`) and
  * resolves once the server accepts connections.
+ * @since 0.1.0
+ * @category combinators
  */
 export const serve = (app: Fetchable, options: Options = {}): Promise<Server> => {
   let settings: ReturnType<typeof validate>
@@ -290,7 +318,11 @@ export const serve = (app: Fetchable, options: Options = {}): Promise<Server> =>
   }
 }
 
-/** {@link serve} as a scoped resource: listening until the scope closes. */
+/**
+ * {@link serve} as a scoped resource: listening until the scope closes.
+ * @since 0.1.0
+ * @category combinators
+ */
 export const scoped = (app: Fetchable, options: Options = {}): Effect.Effect<Server, ServeError, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.tryPromise({

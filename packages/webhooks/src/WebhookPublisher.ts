@@ -27,7 +27,11 @@ import * as Delivery from "./internal/delivery.ts"
 import { Limiter } from "./internal/limiter.ts"
 import * as WebhookSignature from "./WebhookSignature.ts"
 
-/** One receiving endpoint. */
+/**
+ * One receiving endpoint.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Endpoint {
   /** Where events are POSTed (`http:` or `https:`). */
   readonly url: string
@@ -48,7 +52,11 @@ export interface Endpoint {
   readonly headers?: Readonly<Record<string, string>>
 }
 
-/** Settings of {@link make} / {@link layer}. */
+/**
+ * Settings of {@link make} / {@link layer}.
+ * @since 0.1.0
+ * @category models
+ */
 export interface Config {
   readonly endpoints: ReadonlyArray<Endpoint>
   /**
@@ -73,6 +81,8 @@ export interface Config {
  * The default request body: the Standard Webhooks payload shape (`type`, `timestamp`, `data`) with
  * the event's id, version and aggregate. `data` is the event's payload, sent as the JSON text the
  * outbox stored.
+ * @since 0.1.0
+ * @category combinators
  */
 export const defaultBody = (message: Message): string =>
   `{"id":${JSON.stringify(message.id)},"type":${JSON.stringify(message.type)},"version":${message.version},` +
@@ -81,13 +91,21 @@ export const defaultBody = (message: Message): string =>
   },` +
   `"aggregateId":${JSON.stringify(message.aggregateId)},"data":${payloadJson(message) ?? "null"}}`
 
-/** Webhook requests by `endpoint` and `outcome` (`delivered`, `retry`, `failed`). */
+/**
+ * Webhook requests by `endpoint` and `outcome` (`delivered`, `retry`, `failed`).
+ * @since 0.1.0
+ * @category metrics
+ */
 export const deliveries: Metric.Counter<number> = Metric.counter("tidings_webhook_deliveries_total", {
   description: "Webhook requests by endpoint and outcome",
   incremental: true
 })
 
-/** Seconds from sending a webhook request to its answer, by `endpoint`. */
+/**
+ * Seconds from sending a webhook request to its answer, by `endpoint`.
+ * @since 0.1.0
+ * @category metrics
+ */
 export const duration: Metric.Histogram<number> = Metric.histogram("tidings_webhook_request_duration_seconds", {
   description: "Webhook request round trips",
   boundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
@@ -159,7 +177,11 @@ const target = (endpoint: Endpoint, i: number): Effect.Effect<Endpointed, Invali
     }
   })
 
-/** Whether a status is worth another attempt: 408 (request timeout), 429 (too many requests), 5xx. */
+/**
+ * Whether a status is worth another attempt: 408 (request timeout), 429 (too many requests), 5xx.
+ * @since 0.1.0
+ * @category predicates
+ */
 export const isRetryableStatus = Delivery.isRetryableStatus
 
 type Failure = Extract<Delivery.Outcome, { ok: false }>
@@ -189,7 +211,11 @@ const resultOf = (message: Message, outcomes: ReadonlyArray<Delivery.Outcome>): 
   return Publisher.rejected(message.id, new PublishError({ message: text, reason }))
 }
 
-/** Builds the publisher: validates the endpoints and imports their keys. */
+/**
+ * Builds the publisher: validates the endpoints and imports their keys.
+ * @since 0.1.0
+ * @category constructors
+ */
 export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidConfig> =>
   Effect.gen(function*() {
     if (!Array.isArray(config.endpoints) || config.endpoints.length === 0) {
@@ -276,7 +302,11 @@ export const make = (config: Config): Effect.Effect<Publisher.Service, InvalidCo
     })
   })
 
-/** The publisher as the relay's `Publisher` layer. */
+/**
+ * The publisher as the relay's `Publisher` layer.
+ * @since 0.1.0
+ * @category layers
+ */
 export const layer = (config: Config): Layer.Layer<Publisher.Publisher, InvalidConfig> =>
   Layer.effect(Publisher.Publisher, make(config))
 
@@ -284,6 +314,8 @@ export const layer = (config: Config): Layer.Layer<Publisher.Publisher, InvalidC
  * One endpoint from configuration: `<prefix>_URL`, `<prefix>_SECRET` (redacted), optional
  * `<prefix>_TYPES` (comma-separated patterns) and `<prefix>_CONCURRENCY`; e.g. with the default
  * prefix `WEBHOOK`: `WEBHOOK_URL`, `WEBHOOK_SECRET`.
+ * @since 0.1.0
+ * @category layers
  */
 export const layerConfig = (
   prefix = "WEBHOOK",
