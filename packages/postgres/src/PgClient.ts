@@ -323,8 +323,9 @@ const make = Effect.fnUntraced(function*(config: PgClientConfig) {
   // `startupTimeout`: a worker started during an outage waits for the database instead of exiting.
   const firstQuery = poolConnection.executeUnprepared(userArrayTypesQuery, [], undefined).pipe(
     Effect.mapError((error) =>
-      // a failure without a SQLSTATE (postgres.js' own, at connect) is the connection's
-      error.reason._tag === "UnknownError" && errorCode(error.reason.cause) === undefined
+      // a failure without a SQLSTATE (postgres.js' or Node's own at connect: refused, TLS) is the
+      // connection's; an unknown database (3D000) is not
+      error.reason._tag === "UnknownError" && !/^[0-9A-Z]{5}$/.test(errorCode(error.reason.cause) ?? "")
         ? new SqlError.SqlError({
           reason: new SqlError.ConnectionError({
             cause: error.reason.cause,

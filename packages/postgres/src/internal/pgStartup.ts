@@ -9,8 +9,12 @@ import type { SqlError } from "effect/sql"
 import { errorCode, isConnectionCode } from "./pgError.ts"
 
 /** Whether the server could not be reached (as opposed to refusing us): worth another try at start-up. */
-const isUnreachable = (error: SqlError.SqlError): boolean =>
-  error.reason._tag === "ConnectionError" || isConnectionCode(errorCode(error.reason.cause))
+const isUnreachable = (error: SqlError.SqlError): boolean => {
+  const code = errorCode(error.reason.cause)
+  // A TLS failure (untrusted certificate, a server without TLS) is a connection error too, but
+  // trying again cannot change it: only refused, closed and terminated connections are retried.
+  return isConnectionCode(code) || (error.reason._tag === "ConnectionError" && code === undefined)
+}
 
 const startupBackoff = Retry.exponentialBackoff({ base: "100 millis", max: "5 seconds" })
 
