@@ -44,7 +44,22 @@ const rt = await Runtime.make(
   )
 )
 const app = App.routes(rt, { schema: settings.schema, adminToken: settings.adminToken })
-const server = Deno.serve({
+// The signal handlers come first: "Ctrl-C stops" is printed as soon as the server listens, and a
+// Ctrl-C right after it must find them.
+let server: ReturnType<DenoApi["serve"]> | undefined
+let stopping = false
+const stop = async () => {
+  if (stopping) return
+  stopping = true
+  await server?.shutdown()
+  await rt.dispose()
+  say("stopped")
+  Deno.exit(0)
+}
+Deno.addSignalListener("SIGTERM", stop)
+Deno.addSignalListener("SIGINT", stop)
+
+server = Deno.serve({
   port: Number(Deno.env.get("PORT") ?? "8000"),
   hostname: Deno.env.get("HOSTNAME") ?? "127.0.0.1",
   onListen: ({ hostname, port }) =>
@@ -52,15 +67,3 @@ const server = Deno.serve({
       `listening on http://${hostname}:${port} (broker: ${transport._tag}, schema "${settings.schema}"); Ctrl-C stops`
     )
 }, Serve.denoHandler(app))
-
-let stopping = false
-const stop = async () => {
-  if (stopping) return
-  stopping = true
-  await server.shutdown()
-  await rt.dispose()
-  say("stopped")
-  Deno.exit(0)
-}
-Deno.addSignalListener("SIGTERM", stop)
-Deno.addSignalListener("SIGINT", stop)
