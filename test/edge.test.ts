@@ -169,6 +169,19 @@ describe(`the edge walkthrough (npm run edge) on ${currentRuntime()}`, () => {
     // Killed only when it stops making progress (no output, no CPU): a slow machine is waited for.
     const stopWatching = watchProgress(child, defaultStallMs, () => child.kill("SIGKILL"))
     const code = await exited(child).finally(stopWatching)
+    // Its pipes close when the last process holding them ends (the demo's own PostgreSQL and
+    // workerd may outlive it by a moment): give them that moment, then close our ends.
+    if (child.stdout?.readableEnded !== true || child.stderr?.readableEnded !== true) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 5_000)
+        child.once("close", () => {
+          clearTimeout(timer)
+          resolve()
+        })
+      })
+    }
+    child.stdout?.destroy()
+    child.stderr?.destroy()
     assert.strictEqual(code, 0, child.output())
     const output = child.output()
     assert.include(output, "events before any cron run: pending, pending, pending")

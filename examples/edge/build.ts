@@ -25,7 +25,7 @@ export const build = async (outfile = path.join(here, "dist/worker.js")): Promis
     // @tidings/hono's Serve imports @hono/node-server only on Node, by a computed specifier.
     logLevel: "warning",
     legalComments: "none"
-  })
+  }).finally(() => esbuild.stop()) // its service process would outlive the build (and keep pipes open)
   return outfile
 }
 
