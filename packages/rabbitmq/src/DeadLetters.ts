@@ -19,6 +19,7 @@ import { type Cause, Context, Effect, Layer, Schema, type Scope, Semaphore } fro
 import { Buffer } from "node:buffer"
 import { AmqpConnection } from "./AmqpConnection.ts"
 import { AmqpConnectionError, type TopologyError } from "./AmqpErrors.ts"
+import { brokerHeaders, copiedProperties, HeaderNames } from "./internal/headers.ts"
 import type * as Topology from "./Topology.ts"
 
 /**
@@ -139,17 +140,7 @@ export const replayedHeader = "tidings-replayed"
 
 // The broker's death bookkeeping and the consumer's attempt count (AmqpPublisher.HeaderNames.attempt)
 // stay behind: the replayed copy starts afresh.
-const dropped = new Set([
-  "x-delivery-count",
-  "x-death",
-  "x-first-death-exchange",
-  "x-first-death-queue",
-  "x-first-death-reason",
-  "x-last-death-exchange",
-  "x-last-death-queue",
-  "x-last-death-reason",
-  "tidings-attempt"
-])
+const dropped = new Set([...brokerHeaders, HeaderNames.attempt])
 
 const text = (value: unknown): string | null =>
   typeof value === "string" ? value : Buffer.isBuffer(value) ? value.toString("utf8") : null
@@ -253,12 +244,7 @@ export const make = (
           mandatory: false,
           headers,
           ...(properties.messageId == null ? {} : { messageId: String(properties.messageId) }),
-          ...(properties.contentType == null ? {} : { contentType: String(properties.contentType) }),
-          ...(properties.contentEncoding == null ? {} : { contentEncoding: String(properties.contentEncoding) }),
-          ...(properties.type == null ? {} : { type: String(properties.type) }),
-          ...(properties.timestamp == null ? {} : { timestamp: Number(properties.timestamp) }),
-          ...(properties.correlationId == null ? {} : { correlationId: String(properties.correlationId) }),
-          ...(properties.appId == null ? {} : { appId: String(properties.appId) })
+          ...copiedProperties(properties)
         }, (error: unknown) => {
           clearTimeout(timer)
           if (error === null || error === undefined) done()

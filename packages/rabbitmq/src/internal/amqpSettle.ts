@@ -7,7 +7,7 @@ import { Effect, Metric } from "effect"
 import type * as Topology from "../Topology.ts"
 import { attemptOf, str } from "./amqpDecode.ts"
 import type { ConfirmPublisher } from "./confirmPublisher.ts"
-import { HeaderNames } from "./headers.ts"
+import { brokerHeaders, copiedProperties, HeaderNames } from "./headers.ts"
 
 /** A delivery and the channel it came on (acks go to that channel, or nowhere). */
 export interface Item {
@@ -15,29 +15,12 @@ export interface Item {
   readonly channel: Channel
 }
 
-/** Broker bookkeeping headers that must not travel with a retry copy. */
-const brokerHeaders = new Set([
-  "x-delivery-count",
-  "x-death",
-  "x-first-death-exchange",
-  "x-first-death-queue",
-  "x-first-death-reason",
-  "x-last-death-exchange",
-  "x-last-death-queue",
-  "x-last-death-reason"
-])
-
 const copyProperties = (properties: MessageProperties, messageId: string, headers: Record<string, unknown>) => ({
   messageId,
   persistent: true,
   mandatory: true,
   headers,
-  ...(properties.contentType == null ? {} : { contentType: String(properties.contentType) }),
-  ...(properties.contentEncoding == null ? {} : { contentEncoding: String(properties.contentEncoding) }),
-  ...(properties.type == null ? {} : { type: String(properties.type) }),
-  ...(properties.timestamp == null ? {} : { timestamp: Number(properties.timestamp) }),
-  ...(properties.appId == null ? {} : { appId: String(properties.appId) }),
-  ...(properties.correlationId == null ? {} : { correlationId: String(properties.correlationId) }),
+  ...copiedProperties(properties),
   ...(properties.replyTo == null ? {} : { replyTo: String(properties.replyTo) }),
   ...(properties.priority == null ? {} : { priority: Number(properties.priority) })
 })
