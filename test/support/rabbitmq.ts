@@ -2,6 +2,8 @@
  * A real RabbitMQ broker for tests and benchmarks: the broker at `TIDINGS_AMQP_URL` when set, otherwise
  * a private node of Debian's `rabbitmq-server` (installed with apt when missing and we run as root)
  * with its own node name, data directory, epmd and free ports on 127.0.0.1, stopped by `stop()`.
+ * As root the node runs as the `rabbitmq` user (as Debian's wrappers do); as anyone else it runs as
+ * that user, with a private home for its Erlang cookie, through the scripts the wrappers call.
  *
  * Fault helpers (`closeAllConnections`, `stopApp`, `startApp`) drive the node with `rabbitmqctl`; they
  * need a node started here (or `TIDINGS_RABBITMQ_NODE` + `TIDINGS_RABBITMQ_EPMD_PORT` next to
@@ -53,6 +55,8 @@ export interface StartOptions {
 const SERVER = "/usr/sbin/rabbitmq-server"
 const SERVER_SCRIPT = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 const CTL = "/usr/sbin/rabbitmqctl"
+// What the Debian wrappers run once they have switched users: usable by anyone as themselves.
+const CTL_SCRIPT = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 // The rabbitmq user's home: its .erlang.cookie is what rabbitmqctl (run as rabbitmq) presents.
 const RABBIT_HOME = "/var/lib/rabbitmq"
 
@@ -102,10 +106,24 @@ const run = (cmd: string, args: ReadonlyArray<string>, env: NodeJS.ProcessEnv, t
     )
   })
 
-/** `rabbitmqctl` bound to one node and its epmd. */
-export const makeControl = (node: string, epmdPort: number, amqpPort: number | undefined): RabbitControl => {
-  const env = { ...process.env, ERL_EPMD_PORT: String(epmdPort), ERL_EPMD_ADDRESS: "127.0.0.1" }
-  const ctl = (args: ReadonlyArray<string>, timeoutMs = 60_000) => run(CTL, ["-n", node, ...args], env, timeoutMs)
+/**
+ * `rabbitmqctl` bound to one node and its epmd. `home` (for a node run as the current non-root user)
+ * is where the node's Erlang cookie lives; without it, Debian's wrapper presents the rabbitmq user's.
+ */
+export const makeControl = (
+  node: string,
+  epmdPort: number,
+  amqpPort: number | undefined,
+  home?: string
+): RabbitControl => {
+  const env = {
+    ...process.env,
+    ERL_EPMD_PORT: String(epmdPort),
+    ERL_EPMD_ADDRESS: "127.0.0.1",
+    ...(home === undefined ? {} : { HOME: home })
+  }
+  const command = home === undefined ? CTL : CTL_SCRIPT
+  const ctl = (args: ReadonlyArray<string>, timeoutMs = 60_000) => run(command, ["-n", node, ...args], env, timeoutMs)
   const waitForPort = async (timeoutMs: number) => {
     if (amqpPort === undefined) return
     const deadline = Date.now() + timeoutMs
@@ -153,12 +171,17 @@ export const startRabbit = async (options: StartOptions = {}): Promise<RunningRa
     }
   }
   const installMs = await ensureInstalled()
-  if (!isRoot()) {
-    // The Debian wrappers only let root (which switches to the rabbitmq user) or rabbitmq start a node.
-    throw new Error("starting a private RabbitMQ node needs root (or set TIDINGS_AMQP_URL to a running broker)")
-  }
+  const root = isRoot()
   const started = Date.now()
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), "tidings-rabbit-"))
+  // Not root: the node runs as us, its Erlang cookie in a home of its own (the rabbitmq user's is not ours to read).
+  const home = root ? undefined : path.join(dir, "home")
+  if (home !== undefined) {
+    await fs.mkdir(home, { mode: 0o700 })
+    // Written before the node and rabbitmqctl start, so neither makes up a cookie of its own.
+    const cookie = Array.from({ length: 20 }, () => String.fromCharCode(65 + Math.floor(Math.random() * 26))).join("")
+    await fs.writeFile(path.join(home, ".erlang.cookie"), cookie, { mode: 0o400 })
+  }
   const [amqpPort, distPort, epmdPort] = await Promise.all([freePort(), freePort(), freePort()])
   const pidFile = path.join(dir, "rabbit.pid")
   const node = `${options.name ?? "tidings"}-${process.pid}-${(counter++).toString(36)}${
@@ -176,15 +199,21 @@ export const startRabbit = async (options: StartOptions = {}): Promise<RunningRa
       ""
     ].join("\n")
   )
-  const uid = Number(spawnSync("id", ["-u", "rabbitmq"], { encoding: "utf8" }).stdout.trim())
-  const gid = Number(spawnSync("id", ["-g", "rabbitmq"], { encoding: "utf8" }).stdout.trim())
-  if (!Number.isInteger(uid) || !Number.isInteger(gid)) {
-    throw new Error("the rabbitmq OS user is missing (broken rabbitmq-server install?)")
+  let switchUser: Array<string> = []
+  if (root) {
+    const uid = Number(spawnSync("id", ["-u", "rabbitmq"], { encoding: "utf8" }).stdout.trim())
+    const gid = Number(spawnSync("id", ["-g", "rabbitmq"], { encoding: "utf8" }).stdout.trim())
+    if (!Number.isInteger(uid) || !Number.isInteger(gid)) {
+      throw new Error("the rabbitmq OS user is missing (broken rabbitmq-server install?)")
+    }
+    for (const f of [dir, path.join(dir, "enabled_plugins"), path.join(dir, "rabbitmq.conf")]) {
+      await fs.chown(f, uid, gid)
+    }
+    switchUser = [`--reuid=${uid}`, `--regid=${gid}`, "--init-groups"]
   }
-  for (const f of [dir, path.join(dir, "enabled_plugins"), path.join(dir, "rabbitmq.conf")]) await fs.chown(f, uid, gid)
   const env: NodeJS.ProcessEnv = {
     ...process.env,
-    HOME: RABBIT_HOME,
+    HOME: home ?? RABBIT_HOME,
     RABBITMQ_NODENAME: node,
     RABBITMQ_NODE_IP_ADDRESS: "127.0.0.1",
     RABBITMQ_NODE_PORT: String(amqpPort),
@@ -210,12 +239,12 @@ export const startRabbit = async (options: StartOptions = {}): Promise<RunningRa
     output = (output + text).slice(-20_000)
     options.onLog?.(text)
   }
-  // setpriv switches to the rabbitmq user in place (the Debian wrapper's `su -c` would start a new
-  // session that a group kill cannot reach). Detached: its own process group for a last-resort kill.
+  // As root, setpriv switches to the rabbitmq user in place (the Debian wrapper's `su -c` would start
+  // a new session that a group kill cannot reach). Detached: its own process group for a last-resort kill.
   const server: ChildProcess = spawn(
-    "setpriv",
-    [`--reuid=${uid}`, `--regid=${gid}`, "--init-groups", SERVER_SCRIPT],
-    { env, cwd: RABBIT_HOME, detached: true, stdio: ["ignore", "pipe", "pipe"] }
+    root ? "setpriv" : SERVER_SCRIPT,
+    root ? [...switchUser, SERVER_SCRIPT] : [],
+    { env, cwd: home ?? RABBIT_HOME, detached: true, stdio: ["ignore", "pipe", "pipe"] }
   )
   server.stdout?.on("data", log)
   server.stderr?.on("data", log)
@@ -243,7 +272,7 @@ export const startRabbit = async (options: StartOptions = {}): Promise<RunningRa
     rmSync(dir, { recursive: true, force: true })
   }
   process.once("exit", onExit)
-  const control = makeControl(node, epmdPort, amqpPort)
+  const control = makeControl(node, epmdPort, amqpPort, home)
   let stopped = false
   const stop = async () => {
     if (stopped) return

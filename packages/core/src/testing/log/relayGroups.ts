@@ -57,12 +57,21 @@ export const groupTests = ({ ids, passTime, run, test, waitFor }: LogRelaySuite)
             Effect.map(log.acquire("crashy", member, [partition], lease), (s) => (got = s).length === 1)
           )
           assert.strictEqual(got[0]!.crashes, i - 1, "a crash counted per dead owner")
-          const { events } = yield* log.read("crashy", member, [{
-            partition,
-            epoch: got[0]!.epoch,
-            after: got[0]!.cursor,
-            limit: got[0]!.crashes > 0 ? 1 : 10
-          }])
+          let events: ReadonlyArray<LogStore.LogEvent> = []
+          // A read can come back empty while another transaction in the database is still open
+          // (the visibility horizon holds rows back): read again until the batch is there.
+          yield* waitFor(
+            `${member} reads the batch`,
+            Effect.map(
+              log.read("crashy", member, [{
+                partition,
+                epoch: got[0]!.epoch,
+                after: got[0]!.cursor,
+                limit: got[0]!.crashes > 0 ? 1 : 10
+              }]),
+              (r) => (events = r.events).length > 0
+            )
+          )
           assert.strictEqual(nOf(events[0]!.message), 1)
           yield* log.leave("crashy", member)
         }
@@ -87,13 +96,14 @@ export const groupTests = ({ ids, passTime, run, test, waitFor }: LogRelaySuite)
         const lease = Duration.millis(300)
         yield* log.join({ group: "fence", member: "paused", lease, startFrom: "earliest" })
         const [held] = yield* log.acquire("fence", "paused", [partition], lease)
-        const { events } = yield* log.read("fence", "paused", [{
-          partition,
-          epoch: held!.epoch,
-          after: held!.cursor,
-          limit: 10
-        }])
-        assert.strictEqual(events.length, 5)
+        let events: ReadonlyArray<LogStore.LogEvent> = []
+        yield* waitFor(
+          "the paused owner reads the batch",
+          Effect.map(
+            log.read("fence", "paused", [{ partition, epoch: held!.epoch, after: held!.cursor, limit: 10 }]),
+            (r) => (events = r.events).length === 5
+          )
+        )
         // The paused owner stops renewing; a relay takes over once the lease has run out.
         const { stop } = yield* startRelay({ group: "fence", lease: "1 second" })
         yield* waitFor("the new owner published the batch", Effect.map(delivered, (d) => d.length === 5))
