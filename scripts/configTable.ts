@@ -5,12 +5,14 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
+import * as LogRelay from "../packages/core/src/LogRelay.ts"
 import * as Relay from "../packages/core/src/Relay.ts"
 import * as Settings from "../packages/core/src/Settings.ts"
 import * as Auth from "../packages/hono/src/Auth.ts"
 import * as Serve from "../packages/hono/src/Serve.ts"
 import * as PgClient from "../packages/postgres/src/PgClient.ts"
 import * as PgInboxStore from "../packages/postgres/src/PgInboxStore.ts"
+import * as PgLogStore from "../packages/postgres/src/PgLogStore.ts"
 import * as PgOutboxStore from "../packages/postgres/src/PgOutboxStore.ts"
 import * as PgSagaStore from "../packages/postgres/src/PgSagaStore.ts"
 import * as AmqpConnection from "../packages/rabbitmq/src/AmqpConnection.ts"
@@ -23,7 +25,9 @@ export const environments: ReadonlyArray<readonly [pkg: string, environment: Set
   ["@tidings/postgres", PgOutboxStore.environment],
   ["@tidings/postgres", PgInboxStore.environment],
   ["@tidings/postgres", PgSagaStore.environment],
+  ["@tidings/postgres", PgLogStore.environment],
   ["@tidings/core", Relay.environment],
+  ["@tidings/core", LogRelay.environment],
   ["@tidings/rabbitmq", AmqpConnection.environment],
   ["@tidings/rabbitmq", AmqpPublisher.environment],
   ["@tidings/rabbitmq", AmqpConsumer.environment],

@@ -1,16 +1,21 @@
 /**
  * The broker commands against the test PostgreSQL and RabbitMQ: `tidings dlq list | replay` on a
  * consumer queue's dead letters, and `tidings relay` as a real child process (on the runtime the
- * suite runs on) publishing the outbox to an exchange until SIGTERM.
+ * suite runs on) publishing the outbox to an exchange until SIGTERM, in row mode and in log mode
+ * (with `tidings doctor` naming the log group, then its missing member).
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import * as Outbox from "@tidings/core/Outbox"
+import { OutboxStore } from "@tidings/core/OutboxStore"
+import * as Migrator from "@tidings/postgres/Migrator"
+import * as PgLogStore from "@tidings/postgres/PgLogStore"
 import * as Topology from "@tidings/rabbitmq/Topology"
-import { Effect, Exit, Scope } from "effect"
-import { pgUrl, schemaName } from "../../../test/support/pg.ts"
+import { Effect, Exit, Layer, ManagedRuntime, Scope } from "effect"
+import { pgClientLayer, pgUrl, schemaName } from "../../../test/support/pg.ts"
 import { currentRuntime, exited, spawnOn, waitForOutput } from "../../../test/support/processes.ts"
 import { until } from "../../../test/support/progress.ts"
 import { amqpUrl, rawChannel, unique } from "../../rabbitmq/test/helpers.ts"
-import { appendEvents, bin, dropSchema, Shipped, stores, tidings } from "./support.ts"
+import { appendEvents, bin, dropSchema, Shipped, stores, target, tidings } from "./support.ts"
 
 const broker = () => ["--amqp-url", amqpUrl()] as const
 
@@ -115,5 +120,80 @@ describe("tidings dlq and relay (RabbitMQ)", () => {
     assert.include(child.output(), "relay stopped")
     // Deno's node:child_process reports a child that handled SIGTERM and exited 0 as killed by it.
     assert.strictEqual(code, currentRuntime() === "deno" ? "SIGTERM" : 0, child.output())
+  })
+
+  it("relay --mode log runs a log group member: publishes the log, doctor names the group, then its missing member", async () => {
+    const schema = schemaName("clilog")
+    const exchange = unique("cli.log")
+    // The producers' side: the log store (4 partitions) with cross-process wake-ups.
+    const rt = ManagedRuntime.make(
+      PgLogStore.layer({ schema, partitions: 4, notify: true }).pipe(
+        Layer.provideMerge(Layer.effectDiscard(Migrator.run({ schema }))),
+        Layer.provideMerge(pgClientLayer(pgUrl(), 2))
+      )
+    )
+    cleanup.push(() => dropSchema(schema), () => rt.dispose(), () => channel.deleteExchange(exchange))
+    await rt.runPromise(Effect.void)
+    const append = (n: number, from: number) =>
+      rt.runPromise(OutboxStore.use((store) =>
+        store.withTransaction(
+          Outbox.appendAll(
+            Array.from({ length: n }, (_, i) => Shipped.make({ aggregateId: `k${from + i}`, payload: { n: from + i } }))
+          )
+        )
+      ))
+    const args = ["relay", "--mode", "log", "--group", "billing", "--exchange", exchange, "--concurrency", "1"]
+    const child = spawnOn(currentRuntime(), bin, args, {
+      TIDINGS_PG_URL: pgUrl(),
+      TIDINGS_SCHEMA: schema,
+      TIDINGS_AMQP_URL: amqpUrl()
+    })
+    try {
+      await waitForOutput(child, "relay running")
+      assert.include(
+        child.output(),
+        `relay running: schema ${schema} log → exchange ${exchange} (log mode, group billing, 1 workers, 4 partitions)`
+      )
+      const queue = (await channel.assertQueue("", { exclusive: true })).queue
+      await channel.bindQueue(queue, exchange, "#")
+      const received = new Set<string>()
+      await channel.consume(queue, (m: { properties: { messageId?: unknown } } | null) => {
+        if (m !== null) received.add(String(m.properties.messageId))
+      }, { noAck: true })
+      const appended = await append(6, 0)
+      await until(`the ${appended.length} events at the queue`, () => received.size === appended.length)
+      assert.deepStrictEqual([...received].sort(), appended.map((m) => m.id).sort())
+      // The cursors move after the publish: wait for the group to be caught up, then ask the doctor.
+      let report = await tidings("doctor", "--json", ...target(schema))
+      await until("doctor sees the group caught up", async () => {
+        report = await tidings("doctor", "--json", ...target(schema))
+        return report.json?.checks?.some((c: { name: string; message: string }) =>
+          c.name === "log billing" && c.message.startsWith("1 member, 0 events behind")
+        ) === true
+      })
+      assert.strictEqual(report.code, 0, report.out)
+    } finally {
+      child.kill("SIGTERM")
+    }
+    const code = await exited(child)
+    assert.include(child.output(), "relay stopped")
+    assert.strictEqual(code, currentRuntime() === "deno" ? "SIGTERM" : 0, child.output())
+    // Stopped (it left the group): events wait with no member to publish them.
+    await append(2, 100)
+    const stopped = await tidings("doctor", ...target(schema))
+    assert.strictEqual(stopped.code, 1, stopped.out)
+    assert.match(
+      stopped.out,
+      /^FAIL {2}log billing +0 members, 2 events behind: no member is running: is a log relay or consumer of this group running\?$/m
+    )
+  })
+
+  it("relay: log mode settings are refused in row mode and row mode settings in log mode, by name", async () => {
+    const group = await tidings("relay", "--group", "billing", ...target(schemaName("cliflags")), ...broker())
+    assert.notStrictEqual(group.code, 0)
+    assert.include(group.err, "--group is a log mode setting: add --mode log")
+    const ordering = await tidings("relay", "--mode", "log", "--ordering", "per-key", ...target(schemaName("cliflags")))
+    assert.notStrictEqual(ordering.code, 0)
+    assert.include(ordering.err, "--ordering is a row mode setting: log mode publishes each partition in order")
   })
 })

@@ -102,7 +102,7 @@ describe(`tidings doctor on the orders example (${runtime})`, () => {
       // The holder's application_name is the test file's (test/support/pg.ts).
       assert.match(
         output,
-        /^WARN {2}transactions {2}a transaction has been open for [\d.]+ s \(pid \d+, [\w-]+, idle in transaction; last query: SELECT pg_current_xact_id\(\)\): it holds back ordered \(per-key\) publishing until it ends$/m
+        /^WARN {2}transactions {2}a transaction has been open for [\d.]+ s \(pid \d+, [\w-]+, idle in transaction; last query: SELECT pg_current_xact_id\(\)\): it holds back ordered \(per-key\) and log publishing until it ends$/m
       )
       assert.include(output, "1 problem found")
     } finally {

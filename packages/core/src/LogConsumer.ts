@@ -28,6 +28,7 @@ import type { InvalidConfig, StoreError } from "./Errors.ts"
 import * as LogGroup from "./internal/logGroup.ts"
 import { type Held, type Outcome as PlanOutcome, plan } from "./internal/logPlan.ts"
 import { checkPoll, type GroupFields, groupFields, GroupName, memberId } from "./internal/logSettings.ts"
+import * as LogSpans from "./internal/logSpans.ts"
 import { type LogEvent, LogStore } from "./LogStore.ts"
 import type { Message } from "./Message.ts"
 import * as Metrics from "./Metrics.ts"
@@ -230,16 +231,7 @@ export const layer = <E, R>(
           const started = yield* Clock.currentTimeMillis
           const exit = yield* handler(deliveryOf(e, attempt)).pipe(
             Effect.timeout(timeout),
-            Effect.withSpan("tidings.consumer.handle", {
-              kind: "consumer",
-              ...(parent !== undefined ? { parent } : {}),
-              attributes: {
-                "messaging.message.id": e.message.id,
-                "tidings.consumer": s.group,
-                "tidings.event.type": e.message.type,
-                "tidings.log.partition": e.partition
-              }
-            }, Tracing.noStack),
+            LogSpans.process(s.group, e, attempt, parent),
             // The layer's services, under those of the running transaction (it must stay the handler's).
             Effect.updateContext((current: Context.Context<never>) => Context.merge(context, current)),
             Effect.exit
@@ -289,7 +281,7 @@ export const layer = <E, R>(
               partition: h.partition,
               epoch: h.epoch,
               cursor: events[events.length - 1]!.position
-            }])
+            }]).pipe(LogSpans.settle(s.group, events.length))
           })).pipe(Effect.catchTag("Rollback", () => Effect.succeed(undefined)))
           return { committed, stop }
         })

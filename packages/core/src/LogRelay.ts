@@ -131,6 +131,33 @@ export const settings = ({ retry, ...config }: Config = {}): Effect.Effect<Setti
   })
 
 /**
+ * The log relay's variables: `TIDINGS_LOG_RELAY_GROUP`, `TIDINGS_LOG_RELAY_CONCURRENCY`,
+ * `TIDINGS_LOG_RELAY_LEASE`, `TIDINGS_LOG_RELAY_RETENTION=false`, ... (the options of
+ * {@link ConfigSchema}).
+ * @since 0.1.0
+ * @category config
+ */
+export const environment: Decode.Environment<typeof ConfigSchema> = {
+  component: "LogRelay",
+  schema: ConfigSchema,
+  prefix: "TIDINGS_LOG_RELAY"
+}
+
+/**
+ * The relay's options from the environment (`TIDINGS_LOG_RELAY_*`, or `options.prefix`), on top of
+ * `options.defaults` (which also carries what has no variable, such as `retry`), checked by the same
+ * rules as object config; every problem is named by its variable.
+ * @since 0.1.0
+ * @category config
+ */
+export const config = (options: Decode.EnvironmentOptions<Config> = {}): Effect.Effect<Config, InvalidConfig> =>
+  Effect.gen(function*() {
+    const read: Config = yield* Decode.read(environment, options)
+    yield* Effect.mapError(settings(read), Decode.inEnvironment(ConfigSchema, options.prefix ?? environment.prefix))
+    return read
+  })
+
+/**
  * A running log relay instance.
  * @since 0.1.0
  * @category models
@@ -273,6 +300,17 @@ export const layer = (config: Config = {}): Layer.Layer<LogRelay, InvalidConfig,
       })
     })
   )
+
+/**
+ * {@link layer} with its options read from the environment ({@link config}: `TIDINGS_LOG_RELAY_*`, on
+ * top of `options.defaults`); a wrong variable fails the layer with one `InvalidConfig` naming every
+ * wrong variable.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (
+  options: Decode.EnvironmentOptions<Config> = {}
+): Layer.Layer<LogRelay, InvalidConfig, LogStore | Publisher> => Layer.unwrap(Effect.map(config(options), layer))
 
 /**
  * Readiness of the log relay: down when its workers do not run, while an outage pauses it (the

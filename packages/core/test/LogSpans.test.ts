@@ -1,12 +1,14 @@
 /**
  * Log mode's spans follow the per-row relay's conventions: an idle group emits none (lease
  * heartbeats and empty reads run untraced), a read that took events is `receive log`, each event
- * published is `send <destination>` (a child of its append's span), the cursor move is `settle log`.
+ * published is `send <destination>` (a child of its append's span), the cursor move is `settle log`;
+ * `LogConsumer` handles each event in a `process log` span, a child of the append's.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, Layer, Schema, Scope, Tracer } from "effect"
+import { Effect, Exit, Layer, Option, Schema, Scope, Tracer } from "effect"
 import { TestClock } from "effect/testing"
 import * as Event from "../src/Event.ts"
+import * as LogConsumer from "../src/LogConsumer.ts"
 import * as LogRelay from "../src/LogRelay.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as MemoryLogStore from "../src/MemoryLogStore.ts"
@@ -70,6 +72,54 @@ describe("log spans", () => {
       assert.strictEqual(send.kind, "producer")
     }).pipe(
       Effect.provide(Layer.mergeAll(MemoryLogStore.layer({ partitions: 4 }), MemoryBroker.layer())),
+      Effect.provide(tracing.layer)
+    )
+  })
+
+  it.effect("LogConsumer: one `process log` span per event, a child of its append's span, and a `settle log` per batch", () => {
+    const tracing = recording()
+    const handled: Array<string> = []
+    return Effect.gen(function*() {
+      const store = yield* OutboxStore.OutboxStore
+      yield* store.withTransaction(Effect.gen(function*() {
+        yield* Outbox.append(Placed, { aggregateId: "o-1", payload: { id: "o-1" } })
+        yield* Outbox.append(Placed, { aggregateId: "o-1", payload: { id: "o-2" } })
+      }))
+      const scope = yield* Scope.make()
+      yield* Layer.buildWithScope(
+        LogConsumer.layer({
+          group: "billing",
+          lease: "3 seconds",
+          pollInterval: { base: "100 millis", max: "1 second" },
+          handler: (d) => Effect.sync(() => void handled.push((d.payload as { readonly id: string }).id))
+        }),
+        scope
+      )
+      while (handled.length < 2) yield* TestClock.adjust("100 millis")
+      for (let i = 0; i < 5; i++) yield* TestClock.adjust("100 millis")
+      yield* Scope.close(scope, Exit.void)
+      const creates = tracing.spans.filter((s) => s.name === "create order.placed")
+      const processes = tracing.spans.filter((s) => s.name === "process log")
+      assert.strictEqual(processes.length, 2)
+      assert.isFalse(tracing.spans.some((s) => s.name === "tidings.consumer.handle"))
+      for (const span of processes) {
+        const attributes = Object.fromEntries(span.attributes)
+        assert.strictEqual(span.kind, "consumer")
+        assert.strictEqual(attributes["messaging.operation.type"], "process")
+        assert.strictEqual(attributes["messaging.system"], "tidings-log")
+        assert.strictEqual(attributes["messaging.consumer.group.name"], "billing")
+        assert.strictEqual(attributes["tidings.consumer.attempt"], 1)
+        const parent = Option.getOrUndefined(span.parent)
+        assert.isDefined(parent)
+        assert.include(creates.map((c) => c.spanId), parent!.spanId, "a child of the append's span")
+        assert.strictEqual(span.traceId, creates.find((c) => c.spanId === parent!.spanId)!.traceId)
+        assert.strictEqual(span.links.length, 1)
+      }
+      const settles = tracing.spans.filter((s) => s.name === "settle log")
+      assert.isAbove(settles.length, 0)
+      assert.strictEqual(Object.fromEntries(settles[0]!.attributes)["messaging.consumer.group.name"], "billing")
+    }).pipe(
+      Effect.provide(MemoryLogStore.layer({ partitions: 4 })),
       Effect.provide(tracing.layer)
     )
   })

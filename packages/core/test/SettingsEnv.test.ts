@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Exit, Redacted, Schema } from "effect"
 import { InvalidConfig } from "../src/Errors.ts"
+import * as LogRelay from "../src/LogRelay.ts"
 import * as Relay from "../src/Relay.ts"
 import * as Settings from "../src/Settings.ts"
 
@@ -170,5 +171,40 @@ describe("Settings from the environment", () => {
         )
       )
       assert.deepStrictEqual(error.issues!.map((i) => i.path), ["TIDINGS_RELAY_PUBLISH_TIMEOUT"])
+    }))
+
+  it.effect("the log relay's schema: TIDINGS_LOG_RELAY_*, the retention switch, cross-field rules by variable", () =>
+    Effect.gen(function*() {
+      const names = Settings.variables(LogRelay.ConfigSchema, "TIDINGS_LOG_RELAY").map((v) => v.name)
+      assert.includeMembers(names, [
+        "TIDINGS_LOG_RELAY_GROUP",
+        "TIDINGS_LOG_RELAY_CONCURRENCY",
+        "TIDINGS_LOG_RELAY_LEASE",
+        "TIDINGS_LOG_RELAY_RETENTION",
+        "TIDINGS_LOG_RELAY_START_FROM"
+      ])
+      const config = yield* LogRelay.config().pipe(
+        withEnv({
+          TIDINGS_LOG_RELAY_GROUP: "billing",
+          TIDINGS_LOG_RELAY_RETENTION: "false",
+          TIDINGS_LOG_RELAY_LEASE: "20 seconds"
+        })
+      )
+      const s = yield* LogRelay.settings(config)
+      assert.strictEqual(s.group, "billing")
+      assert.strictEqual(s.retention, false)
+      assert.strictEqual(Duration.toMillis(s.lease), 20_000)
+      const error = failure(
+        yield* Effect.exit(
+          LogRelay.config().pipe(
+            withEnv({ TIDINGS_LOG_RELAY_LEASE: "10 seconds", TIDINGS_LOG_RELAY_PUBLISH_TIMEOUT: "20 seconds" })
+          )
+        )
+      )
+      assert.deepStrictEqual(error.issues!.map((i) => i.path), ["TIDINGS_LOG_RELAY_PUBLISH_TIMEOUT"])
+      const bad = failure(
+        yield* Effect.exit(LogRelay.config().pipe(withEnv({ TIDINGS_LOG_RELAY_START_FROM: "middle" })))
+      )
+      assert.deepStrictEqual(bad.issues!.map((i) => i.path), ["TIDINGS_LOG_RELAY_START_FROM"])
     }))
 })

@@ -26,6 +26,7 @@ import type * as OutboxStorePort from "@tidings/core/OutboxStore"
 import * as Settings from "@tidings/core/Settings"
 import { Context, Duration, Effect, Layer, Option, type Scope } from "effect"
 import { SqlClient } from "effect/sql"
+import * as Environment from "./internal/environment.ts"
 import { resolveSchema } from "./internal/identifier.ts"
 import * as Sql from "./internal/logSql.ts"
 import { coalescedNotifier } from "./internal/notifier.ts"
@@ -376,3 +377,28 @@ export const layer = (
     Effect.map(make(options), ({ log, outbox }) =>
       Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore, outbox)))
   )
+
+/**
+ * The store's settings schema, for settings read from the environment ({@link environment}).
+ * @since 0.1.0
+ * @category settings
+ */
+export const ConfigSchema: typeof Environment.LogSchema = Environment.LogSchema
+
+/**
+ * `TIDINGS_SCHEMA` (shared by every store), `TIDINGS_LOG_PARTITIONS`, `TIDINGS_LOG_NOTIFY`,
+ * `TIDINGS_LOG_BOOKKEEPING_COMMIT`.
+ * @since 0.1.0
+ * @category settings
+ */
+export const environment: Settings.Environment<typeof ConfigSchema> = Environment.log
+
+/**
+ * {@link layer} with its options from the environment, on top of `options.defaults`.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (
+  options: Settings.EnvironmentOptions<Options> = {}
+): Layer.Layer<LogStore.LogStore | OutboxStore, InvalidConfig | StoreError, SqlClient.SqlClient> =>
+  Layer.unwrap(Effect.map(Settings.read(environment, options), layer))

@@ -6,11 +6,13 @@
  *   nothing runs untraced (an idle group emits no span).
  * - `send <destination>` (producer): one per event the log relay publishes (`logPublish.ts`).
  * - `settle log` (client): the statement that moves a batch's cursors.
+ * - `process log` (consumer): `LogConsumer` handling one event, a child of (and linked to) the
+ *   producer's span carried in the event's `traceparent`.
  * - `tidings.log.lease` (internal, not a messaging operation): a lease round that acquired, released
  *   or lost partitions, or failed; a heartbeat that changed nothing runs untraced.
  * @internal
  */
-import { Effect, Exit } from "effect"
+import { Effect, Exit, type Tracer } from "effect"
 import type * as LogStore from "../LogStore.ts"
 import * as Tracing from "../Tracing.ts"
 import { spanWhen } from "./messagingSpans.ts"
@@ -25,6 +27,7 @@ export const spanNames = {
   receive: Tracing.spanName("receive", "log"),
   send: "send",
   settle: Tracing.spanName("settle", "log"),
+  process: Tracing.spanName("process", "log"),
   lease: "tidings.log.lease"
 } as const
 
@@ -65,6 +68,28 @@ export const settle =
         ...groupAttributes(group)
       }
     })
+
+/** Around `LogConsumer`'s handling of one event: a `process log` span. */
+export const process = (
+  group: string,
+  event: { readonly partition: number; readonly message: { readonly id: string; readonly type: string } },
+  attempt: number,
+  parent: Tracer.ExternalSpan | undefined
+) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.withSpan(effect, spanNames.process, {
+    ...Tracing.noStack,
+    kind: "consumer",
+    ...(parent === undefined ? {} : { parent, links: [{ span: parent, attributes: {} }] }),
+    attributes: {
+      ...Tracing.messagingAttributes({ type: "process", name: "process" }, log),
+      ...groupAttributes(group),
+      "messaging.message.id": event.message.id,
+      "tidings.event.type": event.message.type,
+      "tidings.consumer.attempt": attempt,
+      "tidings.log.partition": event.partition
+    }
+  })
 
 /** Around a lease round: a `tidings.log.lease` span when it changed what this member holds, or failed. */
 export const lease =

@@ -1,7 +1,7 @@
 /**
  * The settings schemas of the Postgres client and stores, and how each reads the environment:
  * `TIDINGS_PG_*` for the client (the URL a secret), one `TIDINGS_SCHEMA` shared by every store,
- * `TIDINGS_OUTBOX_*` and `TIDINGS_INBOX_*` for the stores' own options.
+ * `TIDINGS_OUTBOX_*`, `TIDINGS_INBOX_*` and `TIDINGS_LOG_*` for the stores' own options.
  * @internal
  */
 import * as Settings from "@tidings/core/Settings"
@@ -86,6 +86,19 @@ export const SagaSchema: Schema.Struct<{ readonly schema: Defaulted<Schema.Strin
   schema: withDefault(schemaName, "tidings")
 })
 
+/** The log store's settings (`PgLogStore.ConfigSchema`). */
+export const LogSchema: Schema.Struct<{
+  readonly schema: Defaulted<Schema.String>
+  readonly partitions: Schema.optional<Schema.Codec<number>>
+  readonly notify: Defaulted<Schema.Boolean>
+  readonly bookkeepingCommit: typeof bookkeepingCommit
+}> = Schema.Struct({
+  schema: withDefault(schemaName, "tidings"),
+  partitions: Schema.optional(Settings.int(1, 4096)),
+  notify: withDefault(Schema.Boolean, false),
+  bookkeepingCommit
+})
+
 const shared = { schema: "TIDINGS_SCHEMA" } as const
 
 /** `TIDINGS_SCHEMA`, `TIDINGS_OUTBOX_NOTIFY`, `TIDINGS_OUTBOX_BOOKKEEPING_COMMIT`. */
@@ -107,5 +120,12 @@ export const saga: Settings.Environment<typeof SagaSchema> = {
   component: "PgSagaStore",
   schema: SagaSchema,
   prefix: "TIDINGS_SAGA",
+  names: shared
+}
+/** `TIDINGS_SCHEMA`, `TIDINGS_LOG_PARTITIONS`, `TIDINGS_LOG_NOTIFY`, `TIDINGS_LOG_BOOKKEEPING_COMMIT`. */
+export const log: Settings.Environment<typeof LogSchema> = {
+  component: "PgLogStore",
+  schema: LogSchema,
+  prefix: "TIDINGS_LOG",
   names: shared
 }

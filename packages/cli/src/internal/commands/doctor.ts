@@ -1,12 +1,14 @@
 /**
  * `tidings doctor`: is this deployment healthy? Connectivity (database, broker), pending migrations,
- * relay lag (and whether any relay holds claims), failed counts (outbox, inbox, sagas), and the
- * oldest open transaction holding back ordered publishing. Exits 1 when it finds a problem.
+ * relay lag (and whether any relay holds claims), log mode's groups (lag, members), failed counts
+ * (outbox, inbox, sagas), and the oldest open transaction holding back ordered and log publishing.
+ * Exits 1 when it finds a problem.
  */
 import { InboxStore } from "@tidings/core/InboxStore"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { SagaStore } from "@tidings/core/SagaStore"
 import * as Migrator from "@tidings/postgres/Migrator"
+import * as PgLogStore from "@tidings/postgres/PgLogStore"
 import * as AmqpConnection from "@tidings/rabbitmq/AmqpConnection"
 import { type Cause, Effect, Exit, Layer, Option, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
@@ -162,7 +164,37 @@ export const command: Command.Command<
         }
       }
 
-      // A transaction holding an xid keeps pg_snapshot_xmin back: per-key relays publish nothing written after it began.
+      if (appliedCount > 0) {
+        // Log mode is in use once a store fixed the log's partition count; reading it changes nothing.
+        const inUse = yield* run(
+          SqlClient.SqlClient.use((q) => q<{ n: number }>`SELECT count(*)::int AS n FROM ${q(`${schema}.log_stream`)}`)
+        )
+        if (Exit.isFailure(inUse)) add("log", "fail", firstError(inUse))
+        else if ((inUse.value[0]?.n ?? 0) > 0) {
+          const groups = yield* run(Effect.flatMap(PgLogStore.make({ schema }), ({ log }) => log.groups))
+          if (Exit.isFailure(groups)) add("log", "fail", firstError(groups))
+          else if (groups.value.length === 0) {
+            add("log", "ok", "log mode: no group reads the log yet (tidings relay --mode log starts one)")
+          } else {
+            for (const g of groups.value) {
+              const members = `${g.members.length} member${g.members.length === 1 ? "" : "s"}`
+              const retrying = g.retrying > 0
+                ? `, ${g.retrying} partition head${g.retrying === 1 ? "" : "s"} retrying`
+                : ""
+              const status: Status = g.lag > 0 && g.members.length === 0 ? "fail" : g.retrying > 0 ? "warn" : "ok"
+              add(
+                `log ${g.group}`,
+                status,
+                `${members}, ${g.lag} event${g.lag === 1 ? "" : "s"} behind${retrying}${
+                  status === "fail" ? ": no member is running: is a log relay or consumer of this group running?" : ""
+                }`
+              )
+            }
+          }
+        }
+      }
+
+      // A transaction holding an xid keeps pg_snapshot_xmin back: per-key and log relays publish nothing written after it began.
       const open = yield* run(SqlClient.SqlClient.use((q) =>
         q<OpenTransaction>`SELECT pid, coalesce(application_name, '') AS app, coalesce(state, '') AS state,
             (extract(epoch FROM now() - xact_start) * 1000)::float8 AS age_ms, left(coalesce(query, ''), 120) AS query
@@ -182,7 +214,7 @@ export const command: Command.Command<
               t.app === "" ? "" : `, ${t.app}`
             }, ${t.state}; last query: ${
               t.query.replace(/\s+/g, " ")
-            }): it holds back ordered (per-key) publishing until it ends`
+            }): it holds back ordered (per-key) and log publishing until it ends`
           )
         } else {add(
             "transactions",
