@@ -174,4 +174,21 @@ describe("messaging spans", () => {
       Effect.provide(tracing.layer)
     )
   })
+
+  it.live("without a tracing backend (Effect's nativeTracer) the relays make no send spans: messages keep their append's traceparent", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      yield* Layer.buildWithScope(Relay.layer({ dispatch: "poll", statsInterval: false, retention: false }), scope)
+      const store = yield* OutboxStore.OutboxStore
+      const appended = yield* store.withTransaction(
+        Outbox.append(Placed, { aggregateId: "o-1", payload: { id: "o-1" } })
+      )
+      const broker = yield* MemoryBroker.MemoryBroker
+      yield* eventually(Effect.map(broker.delivered, (d) => d.length === 1), "10 seconds", "the publish")
+      yield* Scope.close(scope, Exit.void)
+      const [delivered] = yield* broker.delivered
+      const traceparent = appended.headers["traceparent"]
+      assert.isString(traceparent, "the append records its create span")
+      assert.strictEqual(delivered!.message.headers["traceparent"], traceparent, "published as appended: no send span")
+    }).pipe(Effect.provide(Layer.mergeAll(MemoryOutboxStore.layer, MemoryBroker.layer()))))
 })

@@ -5,7 +5,7 @@
  * the publisher was unavailable), and write it with {@link settle}, the one settle helper.
  * @internal
  */
-import { Cause, Clock, Duration, Effect, Exit, Fiber, Metric, Option, Schedule, type Tracer } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Fiber, Metric, Option, References, Schedule, Tracer } from "effect"
 import * as Errors from "../../Errors.ts"
 import { PublishError, type StoreError, Timeout, Unknown } from "../../Errors.ts"
 import { HeaderNames, type Message, withHeaders } from "../../Message.ts"
@@ -88,18 +88,28 @@ const publishBatch = (
   timeout: Duration.Duration
 ) =>
   Effect.gen(function*() {
+    // Effect's own in-memory tracer exports nothing (no tracing backend installed): the send spans
+    // would only be garbage. Then the messages keep their append's traceparent, which a consumer joins.
+    const traced = (yield* Effect.tracer) !== Tracer.nativeTracer && (yield* References.TracerEnabled)
     const send = MessagingSpans.sender(relayId, publisher.destination, claimed.length)
-    const spans = yield* Effect.forEach(claimed, (c) => send(c.message))
+    const spans = traced ? yield* Effect.forEach(claimed, (c) => send(c.message)) : undefined
     // The published message carries its send span as its trace parent, so a consumer's span
     // continues append (create) → send → process as one trace.
-    const messages = claimed.map((c, i): Message =>
-      withHeaders(c.message, { ...c.message.headers, [HeaderNames.traceparent]: Tracing.formatTraceparent(spans[i]!) })
-    )
+    const messages = spans === undefined ?
+      claimed.map((c) => c.message) :
+      claimed.map((c, i): Message =>
+        withHeaders(c.message, {
+          ...c.message.headers,
+          [HeaderNames.traceparent]: Tracing.formatTraceparent(spans[i]!)
+        })
+      )
     // A publisher's own span (a broker driver's) nests under the send span of a batch of one.
-    const exit = yield* callPublisher(publisher, messages, timeout, spans.length === 1 ? spans[0] : undefined).pipe(
+    const exit = yield* callPublisher(publisher, messages, timeout, spans?.length === 1 ? spans[0] : undefined).pipe(
       Effect.onInterrupt(() =>
-        Effect.flatMap(Clock.currentTimeNanos, (end) =>
-          Effect.sync(() => spans.forEach((s) => s.end(end, Exit.interrupt()))))
+        Effect.flatMap(
+          Clock.currentTimeNanos,
+          (end) => Effect.sync(() => spans?.forEach((s) => s.end(end, Exit.interrupt())))
+        )
       )
     )
     const end = yield* Clock.currentTimeNanos
@@ -118,8 +128,8 @@ const publishBatch = (
           error: error ?? publishFailed("the publisher returned no result for this message")
         }
     )
-    results.forEach((r, i) =>
-      spans[i]!.end(end, r._tag === "Published" ? Exit.void : Exit.fail(r.error))
+    spans?.forEach((span, i) =>
+      span.end(end, results[i]!._tag === "Published" ? Exit.void : Exit.fail(results[i]!.error))
     )
     return results
   })
