@@ -222,8 +222,11 @@ export const run = (
           yield* wait(undefined)
           continue
         } else if (outcome === "empty") {
+          // Other partitions may still have a backlog: read them before sleeping.
+          if (own.hasUndrained(yield* Clock.currentTimeMillis)) continue
           delay = Duration.isLessThan(delay, s.pollBase) ? s.pollBase : min(Duration.times(delay, 2), s.pollMax)
           yield* wait(own.nextDue(yield* Clock.currentTimeMillis))
+          own.undrain()
         } else {
           delay = s.pollBase
           if (Duration.toMillis(s.pollMin) > 0) yield* Effect.sleep(s.pollMin)
@@ -255,6 +258,7 @@ export const run = (
         const loops: Array<Plan> = []
         for (const h of picked) {
           const events = byPartition.get(h.partition)
+          h.drained = events === undefined && !read.heldBack.includes(h.partition)
           if (events === undefined || read.lost.includes(h.partition)) continue
           if (h.crashes >= s.maxCrashes) loops.push(crashLoop(h, events[0]!))
           else batches.push({ held: h, events })

@@ -70,14 +70,32 @@ export class Ownership {
       }
     }
     const out: Array<Held> = []
-    for (let k = 0; k < all.length && out.length < max; k++) {
-      const h = all[(this.#offset + k) % all.length]!
-      if (!ready(h) || suspect(h)) continue
-      h.busy = true
-      out.push(h)
+    // Partitions with events first: a worker that took only drained ones would find nothing and
+    // sleep while others wait with a backlog. Drained ones fill what is left of the share.
+    for (const drained of [false, true]) {
+      for (let k = 0; k < all.length && out.length < max; k++) {
+        const h = all[(this.#offset + k) % all.length]!
+        if (h.drained !== drained || !ready(h) || suspect(h)) continue
+        h.busy = true
+        out.push(h)
+      }
     }
     this.#offset = all.length === 0 ? 0 : (this.#offset + out.length) % all.length
     return out
+  }
+
+  /** True when a partition that is ready and not known to be drained waits for a worker. */
+  hasUndrained(now: number): boolean {
+    if (now >= this.deadline) return false
+    for (const h of this.held.values()) {
+      if (!h.busy && !h.releasing && !h.drained && h.retryAt <= now && !suspect(h)) return true
+    }
+    return false
+  }
+
+  /** Forgets which partitions were found drained: after a wake-up or a poll, every one is looked at again. */
+  undrain(): void {
+    for (const h of this.held.values()) h.drained = false
   }
 
   /** When a held idle partition becomes due (its head's retry), if any is waiting. */

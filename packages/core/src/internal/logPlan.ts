@@ -18,6 +18,11 @@ export interface Held {
   busy: boolean
   /** No longer assigned to this instance: released once its batch is settled. */
   releasing: boolean
+  /**
+   * Its last read found nothing (and nothing held back): workers take the other partitions first,
+   * until the next wake-up or poll says to look at every partition again.
+   */
+  drained: boolean
 }
 
 /** The part of the settings the plan needs. */
@@ -153,7 +158,8 @@ export const fromState = (state: LogStore.PartitionState, now: number): Held => 
     retryAt: 0,
     lastError: null,
     busy: false,
-    releasing: false
+    releasing: false,
+    drained: false
   }
   apply(h, state, now)
   return h
