@@ -189,6 +189,41 @@ export const initCluster = async (
 }
 
 /**
+ * Spawns `postgres` with `flags` as `user` in `cwd`. `ready` resolves once it accepts connections
+ * and rejects if it exits (or cannot be spawned) first, with its log; its log keeps being drained
+ * after that, so that a chatty server never blocks on a full pipe.
+ */
+export const spawnServer = (
+  binDir: string,
+  flags: ReadonlyArray<string>,
+  user: OsUser | undefined,
+  cwd: string,
+  options: { readonly detached?: boolean; readonly onLog?: (line: string) => void } = {}
+): { readonly child: ChildProcess; readonly ready: Promise<void> } => {
+  const child = spawn(path.join(binDir, "postgres"), flags, {
+    ...user,
+    cwd,
+    detached: options.detached ?? false,
+    stdio: ["ignore", "ignore", "pipe"]
+  })
+  const ready = new Promise<void>((resolve, reject) => {
+    let output = ""
+    child.stderr!.on("data", (d: Buffer) => {
+      const text = d.toString()
+      output += text
+      if (options.onLog !== undefined) { for (const line of text.split("\n")) if (line !== "") options.onLog(line) }
+      if (output.includes("database system is ready to accept connections")) resolve()
+    })
+    child.on("error", reject)
+    child.on(
+      "exit",
+      (code, signal) => reject(new Error(`postgres exited (${code ?? signal}) before it was ready: ${output}`))
+    )
+  })
+  return { child, ready }
+}
+
+/**
  * Servers started by this process and not stopped yet. They run in their own process group (a
  * Ctrl-C reaches this process only, which stops them after the app released its connections), so
  * this process removes them when it exits without stopping them, and when a signal would kill it
@@ -267,31 +302,11 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Running
     installExitHook()
     // Its own process group: a Ctrl-C in the terminal reaches this process, which stops the server
     // last, after the app released its connections.
-    const server = spawn(path.join(binDir, "postgres"), flags, {
-      ...user,
-      cwd: dir,
-      detached: true,
-      stdio: ["ignore", "ignore", "pipe"]
-    })
+    const { child: server, ready } = spawnServer(binDir, flags, user, dir, { detached: true, onLog: log })
     child = server
     entry = { child: server, dir }
     running.add(entry)
-    await new Promise<void>((resolve, reject) => {
-      let output = ""
-      server.stderr!.on("data", (d: Buffer) => {
-        const text = d.toString()
-        output += text
-        for (const line of text.split("\n")) if (line !== "") log(line)
-        if (output.includes("database system is ready to accept connections")) resolve()
-      })
-      server.on("error", reject)
-      server.on(
-        "exit",
-        (code, signal) => reject(new Error(`postgres exited (${code ?? signal}) before it was ready: ${output}`))
-      )
-    })
-    // Keep draining the log, so that a chatty server never blocks on a full pipe.
-    server.stderr!.on("data", () => {})
+    await ready
     server.unref()
     ;(server.stderr as unknown as { unref?: () => void }).unref?.()
     return {

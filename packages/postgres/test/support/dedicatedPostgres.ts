@@ -3,7 +3,7 @@
  * the data and the port), unlike the shared server of the global setup. On 127.0.0.1, a free port,
  * in a temporary folder removed by `remove`.
  */
-import { type ChildProcess, spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
 import * as fs from "node:fs/promises"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -12,7 +12,8 @@ import {
   freePort,
   initCluster,
   reachableBinDir,
-  serverUser
+  serverUser,
+  spawnServer
 } from "../../../../test/support/embeddedPostgres.ts"
 
 export interface DedicatedPostgres {
@@ -80,26 +81,9 @@ export const startDedicatedPostgres = async (options: DedicatedOptions = {}): Pr
   }
   const start = async () => {
     if (alive(child)) return
-    const server = spawn(path.join(binDir, "postgres"), flags, {
-      ...user,
-      cwd: dir,
-      stdio: ["ignore", "ignore", "pipe"]
-    })
-    child = server
-    await new Promise<void>((resolve, reject) => {
-      let output = ""
-      server.stderr!.on("data", (d: Buffer) => {
-        output += d.toString()
-        if (output.includes("database system is ready to accept connections")) resolve()
-      })
-      server.once("error", reject)
-      server.once(
-        "exit",
-        (code, signal) => reject(new Error(`postgres exited (${code ?? signal}) before it was ready: ${output}`))
-      )
-    })
-    // Keep draining its log: a full pipe would block the server.
-    server.stderr!.on("data", () => {})
+    const server = spawnServer(binDir, flags, user, dir)
+    child = server.child
+    await server.ready
   }
   let removed = false
   const remove = async () => {

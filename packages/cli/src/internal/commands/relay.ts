@@ -31,6 +31,33 @@ const modeEnvironment: Settings.Environment<
   prefix: "TIDINGS_RELAY"
 }
 
+/** What both relays publish with: the exchange (declared when missing), and NOTIFY wake-ups. */
+const publishing = (schema: string, publisher: AmqpPublisher.Config) =>
+  Layer.mergeAll(
+    AmqpPublisher.layer(publisher).pipe(
+      Layer.provide(brokerLayer("tidings-relay", Topology.make({ exchanges: [{ name: publisher.exchange }] })))
+    ),
+    PgWakeup.layer({ schema })
+  )
+
+/**
+ * Builds `worker`, says it started (`describe` gives the JSON fields and the line), and runs until
+ * interrupted (the signal): closing the scope stops reading and lets in-flight batches finish.
+ */
+const runUntilStopped = <A, E, R>(
+  worker: Layer.Layer<A, E, R>,
+  describe: (context: Context.Context<A>) => { readonly fields: object; readonly line: string }
+) =>
+  Effect.gen(function*() {
+    const s = yield* settings
+    yield* Effect.scoped(Effect.gen(function*() {
+      const { fields, line } = describe(yield* Layer.build(worker))
+      if (s.json) yield* Out.json({ event: "started", ...fields })
+      else yield* Out.line(`${line}; Ctrl-C stops (or SIGTERM)`)
+      return yield* Effect.never
+    })).pipe(Effect.onInterrupt(() => s.json ? Out.json({ event: "stopped" }) : Out.line("relay stopped")))
+  })
+
 /** `tidings relay` */
 export const command = Command.make("relay", {
   exchange: Flag.String("exchange").pipe(
@@ -77,7 +104,6 @@ export const command = Command.make("relay", {
     if (Option.isSome(f.group)) {
       return yield* new SettingError({ message: "--group is a log mode setting: add --mode log" })
     }
-    const s = yield* settings
     // The flags win over the TIDINGS_* variables, which win over the defaults here.
     const config = yield* read(
       Settings.all({
@@ -102,30 +128,16 @@ export const command = Command.make("relay", {
     )
     const { schema } = config.outbox
     const exchange = config.publisher.exchange
-    const database = databaseLayer
-    const broker = brokerLayer("tidings-relay", Topology.make({ exchanges: [{ name: exchange }] }))
     const worker = Relay.layer(config.relay).pipe(
-      Layer.provideMerge(
-        Layer.mergeAll(
-          PgOutboxStore.layer(config.outbox),
-          AmqpPublisher.layer(config.publisher).pipe(Layer.provide(broker)),
-          PgWakeup.layer({ schema })
-        )
-      ),
-      Layer.provide(database)
+      Layer.provideMerge(Layer.merge(PgOutboxStore.layer(config.outbox), publishing(schema, config.publisher))),
+      Layer.provide(databaseLayer)
     )
     const concurrency = config.relay.concurrency ?? 1
     const ordering = config.relay.ordering ?? "unordered"
-    yield* Effect.scoped(Effect.gen(function*() {
-      yield* Layer.build(worker)
-      const started = { schema, exchange, concurrency, ordering }
-      if (s.json) yield* Out.json({ event: "started", ...started })
-      else {yield* Out.line(
-          `relay running: schema ${schema} → exchange ${exchange} (${concurrency} pollers, ${ordering}); Ctrl-C stops (or SIGTERM)`
-        )}
-      // Until interrupted (the signal): closing the scope stops claiming and lets in-flight batches finish.
-      return yield* Effect.never
-    })).pipe(Effect.onInterrupt(() => s.json ? Out.json({ event: "stopped" }) : Out.line("relay stopped")))
+    yield* runUntilStopped(worker, () => ({
+      fields: { schema, exchange, concurrency, ordering },
+      line: `relay running: schema ${schema} → exchange ${exchange} (${concurrency} pollers, ${ordering})`
+    }))
   })).pipe(
     Command.withDescription(
       "Runs a relay worker: publishes the schema's outbox (or, with --mode log, its log) to a RabbitMQ exchange until stopped"
@@ -147,7 +159,6 @@ const logRelay = (f: {
         message: "--ordering is a row mode setting: log mode publishes each partition in order"
       })
     }
-    const s = yield* settings
     const config = yield* read(
       Settings.all({
         relay: LogRelay.config({ defaults: { concurrency: 2 } }),
@@ -171,34 +182,17 @@ const logRelay = (f: {
     )
     const { schema } = config.log
     const exchange = config.publisher.exchange
-    const broker = brokerLayer("tidings-relay", Topology.make({ exchanges: [{ name: exchange }] }))
     const worker = LogRelay.layer(config.relay).pipe(
-      Layer.provideMerge(
-        Layer.mergeAll(
-          PgLogStore.layer(config.log),
-          AmqpPublisher.layer(config.publisher).pipe(Layer.provide(broker)),
-          PgWakeup.layer({ schema })
-        )
-      ),
+      Layer.provideMerge(Layer.merge(PgLogStore.layer(config.log), publishing(schema, config.publisher))),
       Layer.provide(databaseLayer)
     )
-    yield* Effect.scoped(Effect.gen(function*() {
-      const context = yield* Layer.build(worker)
-      const relay = Context.get(context, LogRelay.LogRelay)
-      const started = {
-        schema,
-        exchange,
-        mode: "log",
-        group: relay.settings.group,
-        concurrency: relay.settings.concurrency,
-        partitions: Context.get(context, LogStore).partitions
+    yield* runUntilStopped(worker, (context) => {
+      const { concurrency, group } = Context.get(context, LogRelay.LogRelay).settings
+      const partitions = Context.get(context, LogStore).partitions
+      return {
+        fields: { schema, exchange, mode: "log", group, concurrency, partitions },
+        line:
+          `relay running: schema ${schema} log → exchange ${exchange} (log mode, group ${group}, ${concurrency} workers, ${partitions} partitions)`
       }
-      if (s.json) yield* Out.json({ event: "started", ...started })
-      else {
-        yield* Out.line(
-          `relay running: schema ${schema} log → exchange ${exchange} (log mode, group ${started.group}, ${started.concurrency} workers, ${started.partitions} partitions); Ctrl-C stops (or SIGTERM)`
-        )
-      }
-      return yield* Effect.never
-    })).pipe(Effect.onInterrupt(() => s.json ? Out.json({ event: "stopped" }) : Out.line("relay stopped")))
+    })
   })

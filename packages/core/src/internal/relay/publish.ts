@@ -5,7 +5,7 @@
  * the publisher was unavailable), and write it with {@link settle}, the one settle helper.
  * @internal
  */
-import { Cause, Clock, Duration, Effect, Exit, Fiber, Metric, Option, References, Schedule, Tracer } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Fiber, Metric, Option, Schedule, type Tracer } from "effect"
 import * as Errors from "../../Errors.ts"
 import { PublishError, type StoreError, Timeout, Unknown } from "../../Errors.ts"
 import { HeaderNames, type Message, withHeaders } from "../../Message.ts"
@@ -88,9 +88,7 @@ const publishBatch = (
   timeout: Duration.Duration
 ) =>
   Effect.gen(function*() {
-    // Effect's own in-memory tracer exports nothing (no tracing backend installed): the send spans
-    // would only be garbage. Then the messages keep their append's traceparent, which a consumer joins.
-    const traced = (yield* Effect.tracer) !== Tracer.nativeTracer && (yield* References.TracerEnabled)
+    const traced = yield* MessagingSpans.spansObserved
     const send = MessagingSpans.sender(relayId, publisher.destination, claimed.length)
     const spans = traced ? yield* Effect.forEach(claimed, (c) => send(c.message)) : undefined
     // The published message carries its send span as its trace parent, so a consumer's span
