@@ -273,6 +273,17 @@ describe("suite report", () => {
             duplicates: 0
           },
           {
+            system: "raw-reader",
+            transport: "memory",
+            target: "publish",
+            rate: 1_000,
+            p50: s(0.5),
+            p99: s(3),
+            achievedRate: s(1_000),
+            lost: 0,
+            duplicates: 0
+          },
+          {
             system: "tidings-log",
             transport: "rabbitmq",
             target: "confirm",
@@ -363,6 +374,7 @@ describe("suite report", () => {
     assert.strictEqual(t["log-claim-vs-graphile-worker"]!.met, true)
     assert.strictEqual(t["log-ordered-vs-per-key"]!.met, true)
     assert.strictEqual(t["log-latency-other-process"]!.met, true)
+    assert.include(t["log-latency-other-process"]!.actual, "same run: 3 ms (1.50×)")
     assert.strictEqual(t["log-rabbit-confirm-500"]!.met, true)
     assert.strictEqual(t["log-rabbit-confirm-1000"]!.met, false, "2× the floor")
     assert.strictEqual(t["log-scale-out"]!.met, true)

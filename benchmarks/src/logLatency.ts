@@ -3,7 +3,8 @@
  * store's `OutboxStore` face (`PgLogStore`, `notify: true`) on a fixed schedule, and
  * - `otherProcess`: a `LogRelay` in another process (`logWorker.ts`), woken by `NOTIFY` through
  *   `PgWakeup`, publishes to the in-memory broker: commit → publish, both stamped on the machine's
- *   monotonic clock;
+ *   monotonic clock; with `reader: "floor"`, a bare postgres.js reader (`logFloorWorker.ts`: LISTEN,
+ *   read below the horizon, no bookkeeping) in its place, the floor of this path on this machine;
  * - `rabbit`: a `LogRelay` in the producers' process (woken after commit) publishes through
  *   `AmqpPublisher` to a fresh classic queue: commit → the broker's confirm.
  * Settings are the relay's defaults (concurrency 2, batch 500) with the suite's producers.
@@ -15,6 +16,7 @@ import * as Outbox from "@tidings/core/Outbox"
 import { OutboxStore } from "@tidings/core/OutboxStore"
 import { Publisher } from "@tidings/core/Publisher"
 import * as PgLogStore from "@tidings/postgres/PgLogStore"
+import * as PgOutboxStore from "@tidings/postgres/PgOutboxStore"
 import { Duration, Effect, Layer } from "effect"
 import { fork } from "node:child_process"
 import { fileURLToPath } from "node:url"
@@ -46,9 +48,12 @@ export interface Sample {
   readonly events: number
   readonly lost: number
   readonly duplicates: number
+  /** CPU time of the reading process (relay or floor reader) per event it read, in µs: only for `otherProcess`. */
+  readonly readerCpuUsPerEvent?: number
 }
 
 const workerPath = fileURLToPath(new URL("./logWorker.ts", import.meta.url))
+const floorPath = fileURLToPath(new URL("./logFloorWorker.ts", import.meta.url))
 
 /**
  * Paced producers: event k is committed at `start + k / rate` (late transactions do not slow the
@@ -106,40 +111,52 @@ const summary = (tracker: LatencyTracker, achievedRate: number): Sample => {
 const appendWith = (k: number) =>
   Effect.map(Outbox.transaction(Outbox.append(Seed.OrderPlaced, Seed.input(k))), (m) => m.id)
 
-/** Commit → publish with the relay in another process, woken by NOTIFY. */
-export const otherProcess = (url: string, opts: Options): Effect.Effect<Sample> =>
+/**
+ * Commit → publish with the relay in another process, woken by NOTIFY; or, with `reader: "floor"`,
+ * commit → read by a bare reader in another process (the same producers, schema and NOTIFY).
+ */
+export const otherProcess = (url: string, opts: Options, reader: "relay" | "floor" = "relay"): Effect.Effect<Sample> =>
   Effect.scoped(Effect.gen(function*() {
     const context = yield* Pg.openPool(url, opts.producers + 2)
     return yield* Effect.gen(function*() {
       const schema = yield* Pg.freshSchema("loglat")
       const stores = yield* PgLogStore.make({ schema, notify: true }).pipe(Effect.orDie)
       const tracker = new LatencyTracker()
+      const name = reader === "floor" ? "floor reader" : "log relay"
       let held = 0
+      let cpuMs = 0
       let done!: () => void
       const finished = new Promise<void>((resolve) => (done = resolve))
       const child = yield* Effect.acquireRelease(
         Effect.sync(() =>
-          fork(workerPath, [url, schema, "latency", "2", "500", "30000", "1"], {
-            stdio: ["ignore", "ignore", "inherit", "ipc"],
-            execArgv: []
-          })
+          fork(
+            reader === "floor" ? floorPath : workerPath,
+            reader === "floor"
+              ? [url, schema, PgOutboxStore.channel(schema)]
+              : [url, schema, "latency", "2", "500", "30000", "1"],
+            { stdio: ["ignore", "ignore", "inherit", "ipc"], execArgv: [] }
+          )
         ),
         (c) => Effect.sync(() => void (c.exitCode === null && c.kill()))
       )
       child.on("message", (m: FromLogWorker) => {
         if (m.type === "held") held = m.partitions
         else if (m.type === "published") m.ids.forEach((id, i) => tracker.received(id, m.at[i]!))
-        else if (m.type === "done") done()
-        else if (m.type === "failed") log(`  ! log relay process failed: ${m.error}`)
+        else if (m.type === "done") {
+          cpuMs = m.cpuMs
+          done()
+        } else if (m.type === "failed") log(`  ! ${name} process failed: ${m.error}`)
       })
       if (!(yield* waitFor(() => held === stores.log.partitions, 60_000))) {
-        log("  ! the log relay process did not take its partitions")
+        log(`  ! the ${name} process did not start`)
       }
       const achieved = yield* pace(opts, tracker, appendWith).pipe(Effect.provideService(OutboxStore, stores.outbox))
       yield* waitFor(() => tracker.outstanding === 0, 10_000)
       child.send({ type: "stop" } satisfies ToLogWorker)
       yield* Effect.promise(() => finished)
-      return summary(tracker, achieved)
+      // Every event appended (warm-up included) was read while the CPU time was counted.
+      const appended = Math.round(opts.rate * (opts.warmup + opts.duration))
+      return { ...summary(tracker, achieved), readerCpuUsPerEvent: round((cpuMs * 1000) / Math.max(1, appended)) }
     }).pipe(Effect.provideContext(context))
   }))
 

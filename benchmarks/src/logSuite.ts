@@ -73,7 +73,11 @@ export const options = (quick: boolean): LogOptions => ({
 
 type Problems = Array<string>
 const lat = (label: string, r: LogLatency.Sample) =>
-  log(`    ${label}: p50 ${ms(r.p50Ms)} ms, p99 ${ms(r.p99Ms)} ms (achieved ${int(r.achievedRate)}/s)`)
+  log(
+    `    ${label}: p50 ${ms(r.p50Ms)} ms, p99 ${ms(r.p99Ms)} ms (achieved ${int(r.achievedRate)}/s${
+      r.readerCpuUsPerEvent === undefined ? "" : `, reader CPU ${int(r.readerCpuUsPerEvent)} µs/event`
+    })`
+  )
 
 /** Latency steps of the latency phase: `runs` interleaved rounds. */
 export const latencySteps = (
@@ -86,10 +90,13 @@ export const latencySteps = (
 ) => {
   const samples = new Map<
     string,
-    { key: Omit<LogLatencyRow, "p50" | "p99" | "achievedRate" | "lost" | "duplicates">; runs: Array<LogLatency.Sample> }
+    {
+      key: Omit<LogLatencyRow, "p50" | "p99" | "achievedRate" | "lost" | "duplicates" | "readerCpuUsPerEvent">
+      runs: Array<LogLatency.Sample>
+    }
   >()
   const add = (
-    key: Omit<LogLatencyRow, "p50" | "p99" | "achievedRate" | "lost" | "duplicates">,
+    key: Omit<LogLatencyRow, "p50" | "p99" | "achievedRate" | "lost" | "duplicates" | "readerCpuUsPerEvent">,
     r: LogLatency.Sample
   ) => {
     const k = `${key.system}/${key.transport}/${key.rate}`
@@ -108,6 +115,17 @@ export const latencySteps = (
           const r = yield* LogLatency.otherProcess(url(), opts(rate))
           add({ system: "tidings-log", transport: "memory", target: "publish", rate }, r)
           lat(`tidings-log other process ${rate}/s`, r)
+        })
+      })
+      steps.push({
+        label: `latency run ${run}/${runs}: the floor at ${
+          int(rate)
+        } events/s, a bare postgres.js reader in another process (NOTIFY, no bookkeeping)`,
+        estimate: o.duration + o.warmup + 3,
+        run: Effect.gen(function*() {
+          const r = yield* LogLatency.otherProcess(url(), opts(rate), "floor")
+          add({ system: "raw-reader", transport: "memory", target: "publish", rate }, r)
+          lat(`raw reader other process ${rate}/s`, r)
         })
       })
     }
@@ -146,6 +164,9 @@ export const latencySteps = (
       p50: summarize(rs.map((r) => r.p50Ms)),
       p99: summarize(rs.map((r) => r.p99Ms)),
       achievedRate: summarize(rs.map((r) => r.achievedRate), 0),
+      ...(rs.every((r) => r.readerCpuUsPerEvent !== undefined)
+        ? { readerCpuUsPerEvent: summarize(rs.map((r) => r.readerCpuUsPerEvent!), 0) }
+        : {}),
       lost: rs.reduce((n, r) => n + r.lost, 0),
       duplicates: rs.reduce((n, r) => n + r.duplicates, 0)
     }))

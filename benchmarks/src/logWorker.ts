@@ -6,7 +6,8 @@
  * `listen`, woken by `PgWakeup`'s LISTEN as a relay in another process is), then reports: `held`
  * whenever the partitions it holds change, `published` batches of (id, time) pairs every 10 ms
  * (`process.hrtime`, the same monotonic clock in every process of the machine), and, on `stop`,
- * shuts the relay down (in-flight batches settle, leases released) and sends `done`.
+ * shuts the relay down (in-flight batches settle, leases released) and sends `done` with the CPU time
+ * the process spent meanwhile.
  * @module
  */
 import "./lib/stdio.ts" // first: keeps stray console output off stdout
@@ -28,7 +29,8 @@ export type ToLogWorker = { readonly type: "stop" }
 export type FromLogWorker =
   | { readonly type: "held"; readonly partitions: number }
   | { readonly type: "published"; readonly ids: ReadonlyArray<string>; readonly at: ReadonlyArray<number> }
-  | { readonly type: "done" }
+  /** `cpuMs`: the process's CPU time (user + system) from the relay's start to its stop. */
+  | { readonly type: "done"; readonly cpuMs: number }
   | { readonly type: "failed"; readonly error: string }
 
 const send = (message: FromLogWorker) =>
@@ -97,13 +99,15 @@ const program = Effect.gen(function*() {
       }
       yield* flush
     })
+    const cpu = process.cpuUsage()
     const reporting = yield* Effect.forkChild(report.pipe(Effect.repeat(Schedule.spaced("10 millis"))))
     yield* Deferred.await(stop)
     // Graceful: in-flight batches are published and settled, the leases released.
     yield* Scope.close(scope, Exit.void)
+    const used = process.cpuUsage(cpu)
     yield* Fiber.interrupt(reporting)
     yield* flush
-    yield* Effect.promise(() => send({ type: "done" }))
+    yield* Effect.promise(() => send({ type: "done", cpuMs: (used.user + used.system) / 1000 }))
   }).pipe(Effect.provideContext(context))
 })
 

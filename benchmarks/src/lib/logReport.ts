@@ -17,6 +17,8 @@ export interface LogLatencyRow {
   readonly achievedRate: Summary
   readonly lost: number
   readonly duplicates: number
+  /** CPU time of the reading process per event (relay or bare reader in another process), µs. */
+  readonly readerCpuUsPerEvent?: Summary
 }
 
 /** A scale-out figure of log relay processes. */
@@ -128,13 +130,20 @@ export const logTargets = (r: LogInputs): Array<LogTarget> => {
   vs("log-ordered-vs-per-key", "ordered publishing: log mode vs per-key mode (same run)", "tidings-per-key", 4)
   const lat = r.log?.latency
   const other = lat?.find((row) => row.system === "tidings-log" && row.transport === "memory" && row.rate === 1_000)
+  const floor = lat?.find((row) => row.system === "raw-reader" && row.transport === "memory" && row.rate === 1_000)
   out.push({
     id: "log-latency-other-process",
     description: "log mode commit → publish p99 at 1,000 events/s, relay in another process (NOTIFY)",
     goal: "< 5 ms",
     actual: other === undefined
       ? "not measured"
-      : `${other.p99.median} ms (runs ${other.p99.min}-${other.p99.max}; achieved ${int(other.achievedRate.median)}/s)`,
+      : `${other.p99.median} ms (runs ${other.p99.min}-${other.p99.max}; achieved ${int(other.achievedRate.median)}/s)${
+        floor === undefined
+          ? ""
+          : `; a bare reader in another process, same run: ${floor.p99.median} ms (${
+            x(ratio(other.p99.median, floor.p99.median))
+          })`
+      }`,
     met: other === undefined ? null : other.p99.median < 5
   })
   for (const rate of [500, 1_000]) {
@@ -222,12 +231,23 @@ export const logMarkdown = (l: LogSection | undefined, runs: number): string => 
   ]
   if (l.latency !== undefined) {
     out.push(
-      "**Latency.** Paced producers, one event per transaction. `tidings-log` memory: commit → publish with `LogRelay` in another process, woken by `NOTIFY`; RabbitMQ: commit → confirm with the relay in the producers' process; `direct`: each producer publishes its own event after its commit and waits for the confirm (a dual write: the broker's floor).",
+      "**Latency.** Paced producers, one event per transaction. `tidings-log` memory: commit → publish with `LogRelay` in another process, woken by `NOTIFY`; `raw-reader`: the floor of that path on this machine, a bare postgres.js client in another process that LISTENs and reads the log below the same horizon, with no cursor, lease or publish (`src/logFloorWorker.ts`); RabbitMQ: commit → confirm with the relay in the producers' process; `direct`: each producer publishes its own event after its commit and waits for the confirm (a dual write: the broker's floor).",
       ""
     )
     out.push(
       table(
-        ["system", "transport", "rate/s", "achieved/s", "p50 ms", "p99 ms", "p99 min–max", "lost", "dup"],
+        [
+          "system",
+          "transport",
+          "rate/s",
+          "achieved/s",
+          "p50 ms",
+          "p99 ms",
+          "p99 min–max",
+          "reader CPU µs/event",
+          "lost",
+          "dup"
+        ],
         l.latency.map((row) => [
           row.system,
           row.transport,
@@ -236,6 +256,7 @@ export const logMarkdown = (l: LogSection | undefined, runs: number): string => 
           fmt(row.p50.median),
           fmt(row.p99.median),
           `${fmt(row.p99.min)}–${fmt(row.p99.max)}`,
+          row.readerCpuUsPerEvent === undefined ? "—" : int(row.readerCpuUsPerEvent.median),
           String(row.lost),
           String(row.duplicates)
         ])

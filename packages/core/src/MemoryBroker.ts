@@ -13,180 +13,88 @@
  * {@link Service.deadLetters}). Nothing survives the process: it is a broker for tests and demos.
  * @module
  */
-import {
-  Clock,
-  Context,
-  Deferred,
-  Duration,
-  Effect,
-  Exit,
-  Layer,
-  Metric,
-  PubSub,
-  Queue,
-  Ref,
-  type Scope,
-  Stream
-} from "effect"
+import { Clock, Context, type Duration, Effect, Layer, Metric, PubSub, Queue, Ref, type Scope } from "effect"
 import * as Consumers from "./Consumer.ts"
 import * as ConsumerRunner from "./ConsumerRunner.ts"
 import * as Errors from "./Errors.ts"
-import { type InvalidConfig, PublishError } from "./Errors.ts"
-import * as EventRegistry from "./EventRegistry.ts"
+import type { InvalidConfig } from "./Errors.ts"
+import type * as EventRegistry from "./EventRegistry.ts"
+import * as Internal from "./internal/memoryBroker.ts"
+import type { DeadLetter, DeadLetterReason, Service } from "./internal/memoryBroker.ts"
 import { ConsumerConfigSchema } from "./internal/memoryConsumerSettings.ts"
 import { type Item, matches, prepare } from "./internal/memoryDelivery.ts"
 import type { Message } from "./Message.ts"
 import * as Publisher from "./Publisher.ts"
 import * as Settings from "./Settings.ts"
 
-/** `messaging.system` of the in-memory broker, on its publisher's and consumers' spans. */
-const memorySystem = "tidings-memory"
+const memorySystem = Internal.memorySystem
 
-/** A delivered message with the broker's receive time (ms, from `Clock`). */
-export interface Delivery {
-  readonly message: Message
-  readonly receivedAt: number
-}
-
-/** Decides, per message, whether the broker refuses it: for fault injection in tests. */
-export type FaultInjector = (message: Message) => PublishError | undefined
-
-/**
- * A message a consumer gave up on.
- * @since 0.1.0
- * @category models
- */
-export interface DeadLetter {
-  /** The consumer queue that dead-lettered it. */
-  readonly queue: string
-  readonly message: Message
-  /** Deliveries made (1 when dead-lettered on the first failure). */
-  readonly attempts: number
+export type {
   /**
-   * The outcome that dead-lettered it: `PermanentFailure` (not retryable), the last transient
-   * outcome once the attempts ran out (`TransientFailure`, `Defect`, `Timeout`), or `DecodeFailure`,
-   * `UnknownType`, `DeliveryLimit`.
+   * A message a consumer gave up on.
+   * @since 0.1.0
+   * @category models
    */
-  readonly reason: DeadLetterReason
-  /** The last error, as text. */
-  readonly error: string
-  /** When (ms, from `Clock`). */
-  readonly at: number
-}
-
-/**
- * Why a message was dead-lettered (the `reason` attribute of `tidings_consumer_dead_lettered_total`).
- * @since 0.1.0
- * @category models
- */
-export type DeadLetterReason = Exclude<Consumers.OutcomeLabel, "Success" | "Shutdown">
-
-/** The in-memory broker. */
-export interface Service {
-  /** Everything confirmed so far, in order. */
-  readonly delivered: Effect.Effect<ReadonlyArray<Delivery>>
-  /** A live stream of confirmed messages. */
-  readonly subscribe: Stream.Stream<Delivery>
-  /** A subscription that receives every message confirmed from now on, for as long as the scope lives. */
-  readonly subscription: Effect.Effect<PubSub.Subscription<Delivery>, never, Scope.Scope>
-  /** Replaces the fault injector (`undefined` = accept everything). */
-  readonly setFault: (fault: FaultInjector | undefined) => Effect.Effect<void>
+  DeadLetter,
   /**
-   * Takes the broker away (`false`: every publish fails with a `PublishError` whose reason is
-   * `Unavailable`, and the publisher's `awaitAvailable` waits) or brings it back (`true`).
+   * Why a message was dead-lettered (the `reason` attribute of `tidings_consumer_dead_lettered_total`).
+   * @since 0.1.0
+   * @category models
    */
-  readonly setAvailable: (available: boolean) => Effect.Effect<void>
-  /** Messages dead-lettered by the consumers of this broker, oldest first. */
-  readonly deadLetters: Effect.Effect<ReadonlyArray<DeadLetter>>
-  /** Records a dead letter (consumers call it). */
-  readonly deadLetter: (letter: DeadLetter) => Effect.Effect<void>
-  readonly clear: Effect.Effect<void>
-}
+  DeadLetterReason,
+  /**
+   * A delivered message with the broker's receive time (ms, from `Clock`).
+   * @since 0.1.0
+   * @category models
+   */
+  Delivery,
+  /**
+   * Decides, per message, whether the broker refuses it: for fault injection in tests.
+   * @since 0.1.0
+   * @category models
+   */
+  FaultInjector,
+  /**
+   * Options of the in-memory broker.
+   * @since 0.1.0
+   * @category config
+   */
+  Options,
+  /**
+   * The in-memory broker.
+   * @since 0.1.0
+   * @category models
+   */
+  Service
+} from "./internal/memoryBroker.ts"
 
 const MemoryBrokerBase: Context.ServiceClass<MemoryBroker, "@tidings/core/MemoryBroker", Service> = Context.Service<
   MemoryBroker,
   Service
 >()("@tidings/core/MemoryBroker")
 
-/** The in-memory broker service. */
+/**
+ * The in-memory broker service.
+ * @since 0.1.0
+ * @category services
+ */
 export class MemoryBroker extends MemoryBrokerBase {}
 
-/** Options of the in-memory broker. */
-export interface Options {
-  /** Keep delivered messages for `delivered` (default true; benchmarks turn it off). */
-  readonly record?: boolean
-  readonly fault?: FaultInjector
-}
-
-/** Provides both `MemoryBroker` and the `Publisher` port backed by it. */
-export const layer = (options: Options = {}): Layer.Layer<MemoryBroker | Publisher.Publisher> =>
-  Layer.effectContext(Effect.gen(function*() {
-    const record = options.record ?? true
-    const log = yield* Ref.make<Array<Delivery>>([])
-    const dead = yield* Ref.make<Array<DeadLetter>>([])
-    const hub = yield* PubSub.unbounded<Delivery>()
-    let fault = options.fault
-    // While unavailable, `back` completes when the broker returns.
-    let back: Deferred.Deferred<void> | undefined
-    const awaitAvailable = Effect.suspend(() => back === undefined ? Effect.void : Deferred.await(back))
-    const publish = (messages: ReadonlyArray<Message>) =>
-      Effect.gen(function*() {
-        if (back !== undefined) {
-          return yield* new PublishError({
-            message: "the memory broker is unavailable",
-            reason: new Errors.Unavailable()
-          })
-        }
-        const now = yield* Clock.currentTimeMillis
-        const results: Array<Publisher.PublishResult> = []
-        const accepted: Array<Delivery> = []
-        for (const message of messages) {
-          let error: PublishError | undefined
-          try {
-            error = fault?.(message)
-          } catch (cause) {
-            error = new PublishError({
-              message: "fault injector threw",
-              reason: new Errors.Unknown({ retryable: true }),
-              cause
-            })
-          }
-          if (error !== undefined) {
-            results.push(Publisher.rejected(message.id, error))
-          } else {
-            accepted.push({ message, receivedAt: now })
-            results.push(Publisher.published(message.id))
-          }
-        }
-        if (record) yield* Ref.update(log, (xs) => (xs.push(...accepted), xs))
-        yield* PubSub.publishAll(hub, accepted)
-        return results
-      })
-    const broker = MemoryBroker.of({
-      delivered: Effect.map(Ref.get(log), (xs) => xs.slice()),
-      subscribe: Stream.fromPubSub(hub),
-      subscription: PubSub.subscribe(hub),
-      setFault: (f) => Effect.sync(() => void (fault = f)),
-      setAvailable: (available) =>
-        Effect.sync(() => {
-          if (available && back !== undefined) {
-            Deferred.doneUnsafe(back, Exit.void)
-            back = undefined
-          } else if (!available && back === undefined) {
-            back = Deferred.makeUnsafe<void>()
-          }
-        }),
-      deadLetters: Effect.map(Ref.get(dead), (xs) => xs.slice()),
-      deadLetter: (letter) => Ref.update(dead, (xs) => (xs.push(letter), xs)),
-      clear: Effect.andThen(Ref.set(log, []), Ref.set(dead, []))
-    })
-    return Context.make(MemoryBroker, broker).pipe(
-      Context.add(
-        Publisher.Publisher,
-        Publisher.Publisher.of({ publish, awaitAvailable, destination: { system: memorySystem, name: "memory" } })
-      )
+/**
+ * Provides both `MemoryBroker` and the `Publisher` port backed by it.
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (options: Internal.Options = {}): Layer.Layer<MemoryBroker | Publisher.Publisher> =>
+  Layer.effectContext(
+    Effect.map(
+      Internal.make(options),
+      ({ broker, publisher }) =>
+        Context.make(MemoryBroker, MemoryBroker.of(broker)).pipe(
+          Context.add(Publisher.Publisher, Publisher.Publisher.of(publisher))
+        )
     )
-  }))
+  )
 
 // ---------------------------------------------------------------------------------------------
 // Consumers

@@ -49,7 +49,11 @@ import { connectionError, socketFactory, type SocketRegistry } from "./internal/
 import { retryUntil } from "./internal/pgStartup.ts"
 import { type ArrayType, builtinArrayTypes, registerArrayTypes, userArrayTypesQuery } from "./internal/pgTypes.ts"
 
-/** Settings of {@link layer}. Only `url` is required. */
+/**
+ * Settings of {@link layer}. Only `url` is required.
+ * @since 0.1.0
+ * @category config
+ */
 export interface PgClientConfig {
   /** `postgres://user:password@host:port/database?sslmode=...`; wrap it in `Redacted` where it is read. */
   readonly url: Redacted.Redacted<string> | string
@@ -91,10 +95,18 @@ const PgConfigErrorBase: Schema.Class<
   message: Schema.String
 })
 
-/** The configuration could not be used (bad URL, out-of-range number). Never contains credentials. */
+/**
+ * The configuration could not be used (bad URL, out-of-range number). Never contains credentials.
+ * @since 0.1.0
+ * @category errors
+ */
 export class PgConfigError extends PgConfigErrorBase {}
 
-/** What the {@link PgClient} service offers beyond `SqlClient`. */
+/**
+ * What the {@link PgClient} service offers beyond `SqlClient`.
+ * @since 0.1.0
+ * @category models
+ */
 export interface PgClientShape {
   /**
    * A plain postgres.js instance (up to two connections of its own, opened on first use), for what
@@ -124,7 +136,11 @@ const PgClientBase: Context.ServiceClass<PgClient, "@tidings/postgres/PgClient",
   PgClientShape
 >()("@tidings/postgres/PgClient")
 
-/** The Postgres-specific service; provided together with `SqlClient.SqlClient` by {@link layer}. */
+/**
+ * The Postgres-specific service; provided together with `SqlClient.SqlClient` by {@link layer}.
+ * @since 0.1.0
+ * @category services
+ */
 export class PgClient extends PgClientBase {}
 
 /**
@@ -132,6 +148,8 @@ export class PgClient extends PgClientBase {}
  * failures (socket errors, postgres.js `CONNECTION_CLOSED` / `CONNECT_TIMEOUT` ..., SQLSTATE class
  * 08), server shutdown (57P01, 57P02, 57P03), serialization failure (40001) and deadlock (40P01).
  * Narrower than `SqlError.isRetryable`, which also retries lock and statement timeouts.
+ * @since 0.1.0
+ * @category predicates
  */
 export const isRetryableSqlError = (error: SqlError.SqlError): boolean => {
   if (isRetryableCode(errorCode(error.reason.cause))) return true
@@ -142,6 +160,8 @@ export const isRetryableSqlError = (error: SqlError.SqlError): boolean => {
 /**
  * A jsonb parameter (`$n::jsonb`), for places where Postgres cannot infer the type from context,
  * e.g. ``sql`SELECT ${jsonb(value)} AS doc` ``. Columns and casts work without it.
+ * @since 0.1.0
+ * @category constructors
  */
 export const jsonb = (value: unknown): Statement.Fragment => Statement.fragment([PgJson(value, undefined, undefined)])
 
@@ -366,6 +386,8 @@ const fromResolved = <E, R>(config: Effect.Effect<PgClientConfig, E, R>) =>
  * Provides {@link PgClient} and `SqlClient.SqlClient` on one pool of connections. Building it checks
  * the server with a first query; releasing it closes every connection (statements still running get
  * `endTimeout`, 500 ms by default).
+ * @since 0.1.0
+ * @category layers
  */
 export const layer = (
   config: PgClientConfig
@@ -413,6 +435,8 @@ export function layerConfig(
 /**
  * A readiness check (`Health.Check`) named `postgres`: `SELECT 1` on the app's `SqlClient` (this
  * package's or any other driver's). Down when the query fails, e.g. the server is unreachable.
+ * @since 0.1.0
+ * @category health
  */
 export const readiness: Health.Check<SqlClient.SqlClient> = Health.make(
   "postgres",
