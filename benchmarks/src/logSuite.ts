@@ -7,10 +7,18 @@
  */
 import type { Message } from "@tidings/core/Message"
 import { Duration, Effect } from "effect"
+import * as BrokerPaced from "./brokerPaced.ts"
 import * as ConsumerBench from "./consumerBench.ts"
 import * as EndToEnd from "./endToEnd.ts"
 import * as Latency from "./latency.ts"
-import type { E2ePacedRow, E2eRow, LogLatencyRow, LogScaleRow, LogSection } from "./lib/logReport.ts"
+import {
+  type E2ePacedRow,
+  type E2eRow,
+  type LogLatencyRow,
+  type LogScaleRow,
+  type LogSection,
+  rawAmqplib
+} from "./lib/logReport.ts"
 import * as Pg from "./lib/postgres.ts"
 import { int, log, ms } from "./lib/report.ts"
 import * as Seed from "./lib/seed.ts"
@@ -21,6 +29,7 @@ import * as LogScale from "./logScale.ts"
 import type { GraphileConfig, PgBossConfig } from "./peers.ts"
 import { graphileLabel, pgBossLabel } from "./peers.ts"
 import * as PeersE2e from "./peersE2e.ts"
+import * as Publish from "./publish.ts"
 import type { Step } from "./suite.ts"
 
 /** Settings of log mode's suite steps. */
@@ -315,6 +324,7 @@ export const e2eSteps = (
     log(`    ${system} (${config}): ${int(r.eventsPerSecond)} events/s`)
   }
   const paced = new Map<number, Array<EndToEnd.PacedRun>>()
+  const brokerPaced = new Map<number, Array<BrokerPaced.BrokerPacedRun>>()
   const producers: Array<number> = []
   const pacedOpts = { duration: o.duration, warmup: o.warmup, producers: o.producers, txEvents: o.e2e.txEvents }
   const steps: Array<Step> = []
@@ -322,8 +332,8 @@ export const e2eSteps = (
     steps.push({
       label: `e2e run ${run}/${runs}: ${
         int(o.e2e.events)
-      } events into RabbitMQ by Tidings (row, log), graphile-worker, pg-boss`,
-      estimate: 10 + (o.e2e.events / 1_500) * (2 + o.e2e.graphile.length + o.e2e.pgBoss.length),
+      } events into RabbitMQ by Tidings (row, log), graphile-worker, pg-boss, and raw amqplib (no database)`,
+      estimate: 10 + (o.e2e.events / 1_500) * (3 + o.e2e.graphile.length + o.e2e.pgBoss.length),
       run: Effect.gen(function*() {
         const broker = rabbitUrl()
         if (broker === undefined) return
@@ -336,6 +346,15 @@ export const e2eSteps = (
         for (const c of o.e2e.pgBoss) {
           record("pg-boss", pgBossLabel(c), yield* PeersE2e.pgBossDrain(url(), broker, o.e2e.events, c))
         }
+        // The broker's own ceiling on this machine: the same messages from memory, no database.
+        const ceiling = yield* Publish.raw(broker, { relays: 4, batch: 1_000, channels: 1 }, "window", msgs)
+        record(rawAmqplib, "no database: 4,000 confirms in flight, 1 channel", {
+          events: msgs.length - ceiling.lost,
+          seconds: round(ceiling.seconds, 3),
+          eventsPerSecond: ceiling.perSecond,
+          lost: ceiling.lost,
+          duplicates: ceiling.duplicates
+        })
       })
     })
   }
@@ -348,11 +367,12 @@ export const e2eSteps = (
       label: `e2e run ${run}/${runs}: paced into RabbitMQ at ${
         o.e2e.fractions.map((f) => `${Math.round(f * 100)}%`).join(", ")
       } of the log relay's drain rate; the producers alone`,
-      estimate: (o.e2e.fractions.length + 1) * (o.duration + o.warmup + 2),
+      estimate: (o.e2e.fractions.length + 1) * (o.duration + o.warmup + 2) + o.e2e.fractions.length * (o.duration + 1),
       run: Effect.gen(function*() {
         const broker = rabbitUrl()
         const drain = drainRate()
         if (broker === undefined || drain === undefined) return
+        if (msgs.length === 0) msgs = yield* Seed.messages(o.e2e.events)
         for (const f of o.e2e.fractions) {
           const rate = Math.round((f * drain) / 100) * 100
           const r = yield* EndToEnd.paced(url(), broker, rate, pacedOpts)
@@ -360,6 +380,13 @@ export const e2eSteps = (
           if (r.lost > 0) problems.push(`e2e paced ${rate}/s: ${r.lost} not confirmed`)
           log(
             `    paced ${int(rate)}/s: achieved ${int(r.achievedRate)}/s, p50 ${ms(r.p50Ms)} ms, p99 ${ms(r.p99Ms)} ms`
+          )
+          const b = yield* BrokerPaced.run(broker, rate, o.duration, o.e2e.txEvents, msgs)
+          brokerPaced.set(f, [...(brokerPaced.get(f) ?? []), b])
+          log(
+            `    the broker alone at ${int(rate)}/s (raw amqplib, no database): p50 ${ms(b.p50Ms)} ms, p99 ${
+              ms(b.p99Ms)
+            } ms`
           )
         }
         const alone = yield* EndToEnd.paced(url(), broker, Math.max(20_000, drain * 3), pacedOpts, false)
@@ -386,12 +413,16 @@ export const e2eSteps = (
     return {
       events: o.e2e.events,
       rows: [...best.values()],
-      paced: [...paced.entries()].map(([, rs]): E2ePacedRow => ({
-        rate: rs[0]!.rate,
-        achievedRate: summarize(rs.map((r) => r.achievedRate), 0),
-        p50: summarize(rs.map((r) => r.p50Ms)),
-        p99: summarize(rs.map((r) => r.p99Ms))
-      })),
+      paced: [...paced.entries()].map(([f, rs]): E2ePacedRow => {
+        const floor = brokerPaced.get(f) ?? []
+        return {
+          rate: rs[0]!.rate,
+          achievedRate: summarize(rs.map((r) => r.achievedRate), 0),
+          p50: summarize(rs.map((r) => r.p50Ms)),
+          p99: summarize(rs.map((r) => r.p99Ms)),
+          ...(floor.length === 0 ? {} : { brokerP99: summarize(floor.map((b) => b.p99Ms)) })
+        }
+      }),
       producerLimit: summarize(producers, 0),
       txEvents: o.e2e.txEvents
     }

@@ -331,8 +331,16 @@ const tidings = (
  */
 export type RawMode = "window" | "batches"
 
-/** Raw amqplib: the same messages on `channels` confirm channels into a fresh classic queue. */
-const raw = (amqpUrl: string, setting: Setting, mode: RawMode, msgs: ReadonlyArray<Message>): Effect.Effect<Drain> =>
+/**
+ * Raw amqplib: the same messages on `channels` confirm channels into a fresh classic queue. The
+ * end-to-end phase uses it as the broker's own ceiling (no database at all).
+ */
+export const raw = (
+  amqpUrl: string,
+  setting: Setting,
+  mode: RawMode,
+  msgs: ReadonlyArray<Message>
+): Effect.Effect<Drain> =>
   Effect.scoped(Effect.gen(function*() {
     const queue = yield* Rabbit.freshQueue(amqpUrl, "raw", "classic")
     const exchange = Rabbit.exchangeOf(queue)
