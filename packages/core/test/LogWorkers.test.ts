@@ -1,16 +1,18 @@
 /**
- * A log group member's workers share its partitions, each taking a share per read. A worker whose
- * share turned out drained reads the partitions that still have a backlog before it sleeps: it used
- * to sleep a poll interval while the backlog waited (the claim benchmark's slow runs, up to 3×).
+ * A log group member's workers share its partitions, each taking a share per read while there is a
+ * backlog. A worker whose share turned out drained reads the partitions that still have a backlog
+ * before it sleeps: it used to sleep a poll interval while the backlog waited (the claim benchmark's
+ * slow runs, up to 3×). Without a backlog, the worker a wake-up starts reads every partition at once.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, Layer, Scope } from "effect"
+import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { appendOne, delivered, nOf } from "../src/internal/logContractSupport.ts"
 import * as LogRelay from "../src/LogRelay.ts"
 import * as LogStore from "../src/LogStore.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as MemoryLogStore from "../src/MemoryLogStore.ts"
+import { OutboxStore } from "../src/OutboxStore.ts"
 
 /** A key whose events land in `partition` of `partitions`. */
 const keyIn = (partition: number, partitions: number): string => {
@@ -46,4 +48,40 @@ describe("log group workers", () => {
       }
       yield* Scope.close(scope, Exit.void)
     }).pipe(Effect.provide(Layer.mergeAll(MemoryLogStore.layer({ partitions: 4 }), MemoryBroker.layer()))))
+
+  it.effect("without a backlog, a wake-up's worker reads every partition in one statement", () =>
+    Effect.gen(function*() {
+      // What each read asked for (partitions) and found (events), from the store's side.
+      const reads: Array<{ readonly partitions: number; readonly events: number }> = []
+      const memory = yield* Effect.orDie(MemoryLogStore.make({ partitions: 4 }))
+      const log = LogStore.LogStore.of({
+        ...memory.log,
+        read: (group, member, requests) =>
+          Effect.tap(
+            memory.log.read(group, member, requests),
+            (r) => Effect.sync(() => reads.push({ partitions: requests.length, events: r.events.length }))
+          )
+      })
+      const scope = yield* Scope.make()
+      const stores = Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore, memory.outbox))
+      yield* Layer.buildWithScope(
+        LogRelay.layer({
+          concurrency: 2,
+          batchSize: 100,
+          lease: "30 seconds",
+          pollInterval: { base: "10 seconds", max: "10 seconds" },
+          statsInterval: false,
+          retention: false
+        }).pipe(Layer.provide(Layer.succeedContext(stores))),
+        scope
+      )
+      // The group starts, finds the log empty and waits (a poll is 10 s away).
+      for (let i = 0; i < 20; i++) yield* TestClock.adjust("1 millis")
+      reads.length = 0
+      yield* appendOne(keyIn(3, 4), 1).pipe(Effect.provideService(OutboxStore, memory.outbox))
+      for (let i = 0; i < 50 && (yield* delivered).length < 1; i++) yield* TestClock.adjust("1 millis")
+      assert.strictEqual((yield* delivered).length, 1, "published at the wake-up, not at a poll")
+      assert.deepStrictEqual(reads[0], { partitions: 4, events: 1 }, "the first read covered every partition")
+      yield* Scope.close(scope, Exit.void)
+    }).pipe(Effect.provide(MemoryBroker.layer())))
 })
