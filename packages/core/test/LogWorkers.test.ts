@@ -82,6 +82,35 @@ describe("log group workers", () => {
       for (let i = 0; i < 50 && (yield* delivered).length < 1; i++) yield* TestClock.adjust("1 millis")
       assert.strictEqual((yield* delivered).length, 1, "published at the wake-up, not at a poll")
       assert.deepStrictEqual(reads[0], { partitions: 4, events: 1 }, "the first read covered every partition")
+      // Nothing was left behind and wake-ups arrive: no read follows to find nothing.
+      for (let i = 0; i < 50; i++) yield* TestClock.adjust("1 millis")
+      assert.strictEqual(reads.length, 1, "no follow-up read")
+      // The next commit wakes it again.
+      yield* appendOne(keyIn(1, 4), 2).pipe(Effect.provideService(OutboxStore, memory.outbox))
+      for (let i = 0; i < 50 && (yield* delivered).length < 2; i++) yield* TestClock.adjust("1 millis")
+      assert.strictEqual((yield* delivered).length, 2)
+      assert.deepStrictEqual(reads[1], { partitions: 4, events: 1 })
       yield* Scope.close(scope, Exit.void)
     }).pipe(Effect.provide(MemoryBroker.layer())))
+
+  it.effect("every group in a process hears every commit", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const relay = (group: string) =>
+        LogRelay.layer({
+          group,
+          concurrency: 2,
+          lease: "30 seconds",
+          pollInterval: { base: "10 seconds", max: "10 seconds" },
+          statsInterval: false,
+          retention: false
+        })
+      yield* Layer.buildWithScope(Layer.mergeAll(relay("a"), relay("b")), scope)
+      for (let i = 0; i < 20; i++) yield* TestClock.adjust("1 millis")
+      yield* appendOne(keyIn(2, 4), 1)
+      // Both groups publish it (two copies), each at the wake-up: a poll is 10 s away.
+      for (let i = 0; i < 50 && (yield* delivered).length < 2; i++) yield* TestClock.adjust("1 millis")
+      assert.strictEqual((yield* delivered).length, 2, "one copy per group")
+      yield* Scope.close(scope, Exit.void)
+    }).pipe(Effect.provide(Layer.mergeAll(MemoryLogStore.layer({ partitions: 4 }), MemoryBroker.layer()))))
 })

@@ -48,6 +48,28 @@ describe("Wakeup hub", () => {
       yield* Fiber.interrupt(again)
     }))
 
+  it.effect("every set gets every signal: one idle mailbox of each set, or all of a busy set", () =>
+    Effect.gen(function*() {
+      const hub = Wakeup.makeHub()
+      const [r1, r2] = yield* Effect.all([hub.subscribe, hub.subscribe])
+      const [g1, g2] = yield* Effect.all([hub.subscribeTo("log:a:m1"), hub.subscribeTo("log:a:m1")])
+      const other = yield* hub.subscribeTo("log:b:m1")
+      const fr1 = yield* Effect.forkChild(r1!.take)
+      const fg1 = yield* Effect.forkChild(g1!.take)
+      yield* idle(hub, 2) // r2, g2 and the other set's mailbox are busy
+      yield* hub.signal("notify")
+      assert.strictEqual(yield* Fiber.join(fr1), "notify", "the idle per-row relay")
+      assert.strictEqual(yield* Fiber.join(fg1), "notify", "and the idle worker of the log group")
+      assert.strictEqual(yield* other.take, "notify", "a busy set keeps it")
+      // Where a set had an idle mailbox, its busy ones were left out.
+      const left = [yield* Effect.forkChild(r2!.take), yield* Effect.forkChild(g2!.take)]
+      yield* idle(hub, 2)
+      for (const f of left) {
+        assert.isUndefined(f.pollUnsafe())
+        yield* Fiber.interrupt(f)
+      }
+    }))
+
   it.effect("clear drops a remembered signal", () =>
     Effect.gen(function*() {
       const hub = Wakeup.makeHub()

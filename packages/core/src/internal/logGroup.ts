@@ -83,6 +83,9 @@ export const run = (
     // Workers in a batch, and whether the last read found a backlog (a partition filled its batch).
     let reading = 0
     let backlog = false
+    // Wake-ups any worker of this member took, and when the last one came.
+    let wakes = 0
+    let wokenAt = Number.NEGATIVE_INFINITY
     const leaseMs = Duration.toMillis(s.lease)
     const marginMs = Duration.toMillis(s.margin)
 
@@ -173,7 +176,10 @@ export const run = (
       plans.length === 0 ? Effect.succeed([]) : store.settle(s.group, s.member, plans.map((p) => p.settlement))
 
     const worker = Effect.gen(function*() {
-      const mailbox = yield* wakeups.subscribe
+      // A set per member (its workers read the same partitions): every group, and every member of a
+      // group, hears every commit (an idle worker elsewhere taking the signal would leave this
+      // member's partitions to its poll).
+      const mailbox = yield* wakeups.subscribeTo(`log:${s.group}:${s.member}`)
       running++
       let delay = s.pollBase
       let heldDelay: Duration.Duration | undefined
@@ -188,6 +194,10 @@ export const run = (
             Effect.as(Deferred.await(stop), "stop" as const)
           ])
           if (woken !== "poll") delay = s.pollBase
+          if (woken === "wake") {
+            wakes++
+            wokenAt = yield* Clock.currentTimeMillis
+          }
         })
       while (!(yield* Deferred.isDone(stop))) {
         const now = yield* Clock.currentTimeMillis
@@ -204,7 +214,10 @@ export const run = (
         }
         yield* mailbox.clear
         reading++
-        const outcome = yield* Effect.uninterruptibleMask((restore) => batch(restore, picked)).pipe(
+        const whole = picked.length === own.held.size
+        const wakesBefore = wakes
+        const seen = { heldBack: false }
+        const outcome = yield* Effect.uninterruptibleMask((restore) => batch(restore, picked, seen)).pipe(
           Effect.ensuring(Effect.suspend(() => {
             reading--
             for (const h of picked) h.busy = false
@@ -242,6 +255,17 @@ export const run = (
         } else {
           delay = s.pollBase
           if (Duration.toMillis(s.pollMin) > 0) yield* Effect.sleep(s.pollMin)
+          // This read covered every partition and left nothing behind (no batch filled, none held
+          // back), and wake-ups arrive (one came within the longest poll): whatever commits from now
+          // on wakes a worker, so the read that would follow finds nothing and is left out. A wake-up
+          // another worker took meanwhile is one this read may not have seen: read again then.
+          const now = yield* Clock.currentTimeMillis
+          if (
+            whole && !backlog && !seen.heldBack && wakes === wakesBefore &&
+            now - wokenAt < Duration.toMillis(s.pollMax)
+          ) {
+            yield* wait(own.nextDue(now))
+          }
         }
       }
     }).pipe(Effect.scoped, Effect.ensuring(Effect.sync(() => running--)))
@@ -249,7 +273,8 @@ export const run = (
     /** One read, processed and settled; never fails (errors are logged and reported as `error`). */
     const batch = (
       restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>,
-      picked: ReadonlyArray<Held>
+      picked: ReadonlyArray<Held>,
+      seen: { heldBack: boolean }
     ) =>
       Effect.gen(function*() {
         const read = yield* store.read(s.group, s.member, picked.map((h) => request(h, s.batchSize))).pipe(
@@ -259,7 +284,8 @@ export const run = (
           own.drop(p)
           yield* Metric.update(Metric.withAttributes(Metrics.log.fenced, attrs), 1)
         }
-        if (read.heldBack.length > 0) yield* Metric.update(Metric.withAttributes(Metrics.log.heldBack, attrs), 1)
+        seen.heldBack = read.heldBack.length > 0
+        if (seen.heldBack) yield* Metric.update(Metric.withAttributes(Metrics.log.heldBack, attrs), 1)
         const byPartition = new Map<number, Array<LogStore.LogEvent>>()
         for (const e of read.events) {
           const list = byPartition.get(e.partition)
