@@ -26,13 +26,7 @@ export const run = (
   msgs: ReadonlyArray<Message>
 ): Effect.Effect<BrokerPacedRun> =>
   Effect.scoped(Effect.gen(function*() {
-    const queue = yield* Rabbit.freshQueue(rabbitUrl, "e2e-broker", "classic")
-    const exchange = Rabbit.exchangeOf(queue)
-    const channel = yield* Effect.flatMap(
-      Rabbit.rawConnection(rabbitUrl),
-      (model) => Effect.promise(() => model.createConfirmChannel())
-    )
-    channel.on("error", () => undefined)
+    const { channel, exchange } = yield* Rabbit.confirmTarget(rabbitUrl, "e2e-broker")
     const total = Math.round(rate * seconds)
     const latencies: Array<number> = []
     yield* Effect.promise(() =>

@@ -36,16 +36,6 @@ const publish = (channel: ConfirmChannel, exchange: string, id: string, payload:
     }, (error) => (error ? reject(error) : resolve()))
   )
 
-/** A fresh queue and a confirm channel on a connection of its own. */
-const target = (rabbitUrl: string, prefix: string) =>
-  Effect.gen(function*() {
-    const queue = yield* Rabbit.freshQueue(rabbitUrl, prefix, "classic")
-    const model = yield* Rabbit.rawConnection(rabbitUrl)
-    const channel = yield* Effect.promise(() => model.createConfirmChannel())
-    channel.on("error", () => undefined)
-    return { queue, exchange: Rabbit.exchangeOf(queue), channel }
-  })
-
 /** graphile-worker: `run()` whose task publishes its job and waits for the confirm. */
 export const graphileDrain = (
   url: string,
@@ -54,7 +44,7 @@ export const graphileDrain = (
   c: GraphileConfig
 ): Effect.Effect<E2eDrain> =>
   Effect.scoped(Effect.gen(function*() {
-    const { channel, exchange, queue } = yield* target(rabbitUrl, "e2e-gw")
+    const { channel, exchange, queue } = yield* Rabbit.confirmTarget(rabbitUrl, "e2e-gw")
     const schema = schemaName("gwe2e")
     const size = graphilePoolSize(c.concurrency)
     const pool = yield* Effect.acquireRelease(
@@ -122,7 +112,7 @@ export const graphileDrain = (
 /** pg-boss: `work()` whose handler publishes each job of its batch and waits for the confirms. */
 export const pgBossDrain = (url: string, rabbitUrl: string, events: number, c: PgBossConfig): Effect.Effect<E2eDrain> =>
   Effect.scoped(Effect.gen(function*() {
-    const { channel, exchange, queue } = yield* target(rabbitUrl, "e2e-boss")
+    const { channel, exchange, queue } = yield* Rabbit.confirmTarget(rabbitUrl, "e2e-boss")
     const { boss, queue: name, schema } = yield* Effect.acquireRelease(
       Effect.promise(() => startBoss(url, c.fetchers + 2)),
       (b) => Effect.promise(() => stopBoss(b.boss, b.schema))

@@ -189,6 +189,22 @@ export const initCluster = async (
 }
 
 /**
+ * A test server's options after `-D`: its port, loopback only, its socket in `dir` (not the
+ * system's /var/run/postgresql), then `settings` in order.
+ */
+export const serverOptions = (
+  port: number,
+  dir: string,
+  settings: ReadonlyArray<readonly [string, string | number]>
+): Array<string> => [
+  "-p",
+  String(port),
+  ...[["listen_addresses", "127.0.0.1"] as const, ["unix_socket_directories", dir] as const, ...settings].flatMap((
+    [name, value]
+  ) => ["-c", `${name}=${value}`])
+]
+
+/**
  * Spawns `postgres` with `flags` as `user` in `cwd`. `ready` resolves once it accepts connections
  * and rejects if it exits (or cannot be spawned) first, with its log; its log keeps being drained
  * after that, so that a chatty server never blocks on a full pipe.
@@ -285,20 +301,14 @@ export const startPostgres = async (options: StartOptions = {}): Promise<Running
     const flags = [
       "-D",
       data,
-      "-p",
-      String(port),
-      "-c",
-      "listen_addresses=127.0.0.1",
-      "-c",
-      `unix_socket_directories=${dir}`,
-      "-c",
-      `max_connections=${options.maxConnections ?? 300}`,
-      "-c",
-      "shared_buffers=256MB"
+      ...serverOptions(port, dir, [
+        ["max_connections", options.maxConnections ?? 300],
+        ["shared_buffers", "256MB"],
+        ...(options.durable === true
+          ? []
+          : [["fsync", "off"], ["synchronous_commit", "off"], ["full_page_writes", "off"]] as const)
+      ])
     ]
-    if (options.durable !== true) {
-      flags.push("-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
-    }
     installExitHook()
     // Its own process group: a Ctrl-C in the terminal reaches this process, which stops the server
     // last, after the app released its connections.

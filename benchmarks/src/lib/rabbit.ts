@@ -44,6 +44,16 @@ export const rawChannel = (model: ChannelModel): Effect.Effect<Channel> =>
     return channel
   })
 
+/** A fresh classic queue, its exchange, and a confirm channel on a connection of its own (raw amqplib). */
+export const confirmTarget = (url: string, prefix: string) =>
+  Effect.gen(function*() {
+    const queue = yield* freshQueue(url, prefix, "classic")
+    const model = yield* rawConnection(url)
+    const channel = yield* Effect.promise(() => model.createConfirmChannel())
+    channel.on("error", () => undefined)
+    return { queue, exchange: exchangeOf(queue), channel }
+  })
+
 /**
  * Starts the broker (or takes `TIDINGS_AMQP_URL`); stopped when the scope closes, which `main`
  * also does on Ctrl-C. The node's own exit hook kills it if the process dies without that.

@@ -16,6 +16,7 @@ import {
   initCluster,
   type OsUser,
   reachableBinDir,
+  serverOptions,
   serverUser
 } from "../../../test/support/embeddedPostgres.ts"
 
@@ -68,17 +69,14 @@ export const start = async (dir: string, onLog: (line: string) => void): Promise
   const port = await freePort()
   await initCluster(binDir, dir, dataDir, user)
   onLog(`initdb done (${binDir})`)
-  const serverFlags = [
-    `-p ${port}`,
-    "-c listen_addresses=127.0.0.1",
-    `-c unix_socket_directories=${dir}`,
-    "-c max_connections=300",
-    "-c shared_buffers=128MB",
+  const serverFlags = serverOptions(port, dir, [
+    ["max_connections", 300],
+    ["shared_buffers", "128MB"],
     // Not a crash test of the disk: the server is only ever shut down cleanly (fast), so the WAL
     // is complete without fsync. Commits still wait for the WAL write (synchronous_commit on).
-    "-c fsync=off",
-    "-c full_page_writes=off"
-  ].join(" ")
+    ["fsync", "off"],
+    ["full_page_writes", "off"]
+  ]).join(" ")
   const pgStart = () =>
     runAs(user, dir, pg_ctl, ["start", "-w", "-t", "120", "-D", dataDir, "-l", logFile, "-o", serverFlags])
   const pgStop = () => runAs(user, dir, pg_ctl, ["stop", "-w", "-t", "120", "-D", dataDir, "-m", "fast"])

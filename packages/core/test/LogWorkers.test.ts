@@ -19,6 +19,15 @@ const keyIn = (partition: number, partitions: number): string => {
   for (let i = 0;; i++) if (LogStore.partitionOf(`key-${i}`, partitions) === partition) return `key-${i}`
 }
 
+/** Two workers, leases that outlast the test, and a poll 10 s away: only wake-ups and the workers' own loop read. */
+const twoWorkers: LogRelay.Config = {
+  concurrency: 2,
+  lease: "30 seconds",
+  pollInterval: { base: "10 seconds", max: "10 seconds" },
+  statsInterval: false,
+  retention: false
+}
+
 describe("log group workers", () => {
   it.effect("a worker whose partitions are drained reads the others' backlog before sleeping a poll interval", () =>
     Effect.gen(function*() {
@@ -28,14 +37,7 @@ describe("log group workers", () => {
       for (let n = 0; n < 20; n++) yield* appendOne(keys[n % 2]!, n)
       const scope = yield* Scope.make()
       yield* Layer.buildWithScope(
-        LogRelay.layer({
-          concurrency: 2,
-          batchSize: 1,
-          lease: "30 seconds",
-          pollInterval: { base: "10 seconds", max: "10 seconds" },
-          statsInterval: false,
-          retention: false
-        }),
+        LogRelay.layer({ ...twoWorkers, batchSize: 1 }),
         scope
       )
       // Far less than one poll interval of (test) time: only reads that follow each other get there.
@@ -65,14 +67,7 @@ describe("log group workers", () => {
       const scope = yield* Scope.make()
       const stores = Context.make(LogStore.LogStore, log).pipe(Context.add(OutboxStore, memory.outbox))
       yield* Layer.buildWithScope(
-        LogRelay.layer({
-          concurrency: 2,
-          batchSize: 100,
-          lease: "30 seconds",
-          pollInterval: { base: "10 seconds", max: "10 seconds" },
-          statsInterval: false,
-          retention: false
-        }).pipe(Layer.provide(Layer.succeedContext(stores))),
+        LogRelay.layer({ ...twoWorkers, batchSize: 100 }).pipe(Layer.provide(Layer.succeedContext(stores))),
         scope
       )
       // The group starts, finds the log empty and waits (a poll is 10 s away).
@@ -96,15 +91,7 @@ describe("log group workers", () => {
   it.effect("every group in a process hears every commit", () =>
     Effect.gen(function*() {
       const scope = yield* Scope.make()
-      const relay = (group: string) =>
-        LogRelay.layer({
-          group,
-          concurrency: 2,
-          lease: "30 seconds",
-          pollInterval: { base: "10 seconds", max: "10 seconds" },
-          statsInterval: false,
-          retention: false
-        })
+      const relay = (group: string) => LogRelay.layer({ ...twoWorkers, group })
       yield* Layer.buildWithScope(Layer.mergeAll(relay("a"), relay("b")), scope)
       for (let i = 0; i < 20; i++) yield* TestClock.adjust("1 millis")
       yield* appendOne(keyIn(2, 4), 1)

@@ -12,6 +12,7 @@ import {
   freePort,
   initCluster,
   reachableBinDir,
+  serverOptions,
   serverUser,
   spawnServer
 } from "../../../../test/support/embeddedPostgres.ts"
@@ -44,26 +45,15 @@ export const startDedicatedPostgres = async (options: DedicatedOptions = {}): Pr
   const flags = [
     "-D",
     data,
-    "-p",
-    String(port),
-    "-c",
-    "listen_addresses=127.0.0.1",
-    "-c",
-    `unix_socket_directories=${dir}`,
-    "-c",
-    "fsync=off",
-    "-c",
-    "synchronous_commit=off",
-    ...(options.tls === undefined
-      ? []
-      : [
-        "-c",
-        "ssl=on",
-        "-c",
-        `ssl_cert_file=${path.join(dir, "server.crt")}`,
-        "-c",
-        `ssl_key_file=${path.join(dir, "server.key")}`
-      ])
+    ...serverOptions(port, dir, [
+      ["fsync", "off"],
+      ["synchronous_commit", "off"],
+      ...(options.tls === undefined ? [] : [
+        ["ssl", "on"],
+        ["ssl_cert_file", path.join(dir, "server.crt")],
+        ["ssl_key_file", path.join(dir, "server.key")]
+      ] as const)
+    ])
   ]
   let child: ChildProcess | undefined
   const alive = (c: ChildProcess | undefined): c is ChildProcess =>
